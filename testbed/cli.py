@@ -1,0 +1,254 @@
+"""The `testbed` command: typer app. Exit codes: 0 ok, 2 bad input, 1 failure."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from testbed import topology as topo_mod
+from testbed.scenario.loader import ScenarioError, load
+from testbed.scenario.model import Scenario
+from testbed.units import format_bandwidth, format_duration
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    help="Emulate geo-distributed pub/sub scenarios (ePulsar) on Containernet or Mininet.",
+)
+console = Console()
+errors = Console(stderr=True)
+
+SCENARIO_DIR = Path("scenarios")
+EXIT_FAILURE, EXIT_BAD_INPUT = 1, 2
+
+
+def _fail_input(error: Exception) -> typer.Exit:
+    for line in str(error).splitlines():
+        errors.print(line, markup=False, highlight=False)
+    return typer.Exit(EXIT_BAD_INPUT)
+
+
+def _load(path: Path, scale: Optional[float] = None) -> Scenario:
+    """Load and validate, including the checks that need the data (zones vs towers, site names)."""
+    from testbed.scenario.semantics import check
+
+    try:
+        scenario = load(path)
+        if scale is not None:
+            scenario = scenario.with_scale(scale)
+        check(scenario, str(path))
+        return scenario
+    except ScenarioError as error:
+        raise _fail_input(error) from None
+
+
+@app.command("list")
+def list_scenarios(directory: Path = typer.Option(SCENARIO_DIR, help="Where to look for scenario files.")) -> None:
+    """List the scenarios in ./scenarios with their description.
+
+    Example: testbed list
+    """
+    table = Table("scenario", "duration", "description")
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            scenario = load(path)
+            table.add_row(str(path), format_duration(scenario.duration), scenario.description)
+        except ScenarioError as error:
+            table.add_row(str(path), "-", f"[red]invalid: {error.problems[0]}[/red]")
+    console.print(table)
+
+
+@app.command()
+def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
+             scale: Optional[float] = typer.Option(None, help="Check at this scale (multiplies counts and rates).")) -> None:
+    """Validate scenario files; each error names file, line and field.
+
+    Example: testbed validate scenarios/*.yaml
+    """
+    failed = False
+    from testbed.scenario.semantics import check
+
+    for path in paths:
+        try:
+            scenario = load(path)
+            if scale is not None:
+                scenario = scenario.with_scale(scale)
+            check(scenario, str(path))
+            console.print(f"{path}: ok ({scenario.name})", highlight=False)
+        except ScenarioError as error:
+            failed = True
+            for line in str(error).splitlines():
+                errors.print(line, markup=False, highlight=False)
+    if failed:
+        raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def topology_dict(topology: topo_mod.Topology) -> dict:
+    """The graph as plain data (`show --json`)."""
+    def shaping(s: topo_mod.Shaping) -> dict:
+        return {"delay_s": s.delay, "jitter_s": s.jitter, "loss": s.loss, "bandwidth_bps": s.bandwidth}
+
+    sites = list(topology.sites)
+    return {
+        "name": topology.name,
+        "sites": [vars(s) for s in topology.sites.values()],
+        "nodes": [{"name": n.name, "role": n.role, "site": n.site, "ip": n.ip, "mobile": n.mobile,
+                   "members": n.members, "access": shaping(n.access)} for n in topology.nodes.values()],
+        "links": [{"a": link.a, "b": link.b, "kind": link.kind, **shaping(link.shaping)} for link in topology.links],
+        "site_rtt_s": {a: {b: topology.site_rtt(a, b) for b in sites} for a in sites},
+    }
+
+
+def _shaping_text(s: topo_mod.Shaping) -> tuple[str, str, str, str]:
+    return (format_duration(s.delay), format_duration(s.jitter) if s.jitter else "-",
+            f"{s.loss * 100:g}%" if s.loss else "-", format_bandwidth(s.bandwidth) if s.bandwidth else "unlimited")
+
+
+@app.command()
+def show(path: Path = typer.Argument(..., help="Scenario file."),
+         as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+         scale: Optional[float] = typer.Option(None, help="Multiply counts and rates.")) -> None:
+    """Print the topology: nodes, links with parameters, configured RTT between every pair of sites.
+
+    Example: testbed show scenarios/mmog.yaml
+    """
+    from testbed import mobility
+
+    scenario = _load(path, scale)
+    topology = topo_mod.build(scenario)
+    handovers = mobility.plan(scenario, topology)
+    if as_json:
+        data = topology_dict(topology)
+        data["handovers"] = [vars(h) for h in handovers]
+        print(json.dumps(data, indent=2))
+        return
+    console.print(f"[bold]{scenario.name}[/bold]: {scenario.description}")
+    nodes = Table("node", "role", "site", "address", "access delay", "jitter", "loss", "bandwidth", title="Nodes")
+    for n in topology.nodes.values():
+        nodes.add_row(n.name + (" (mobile)" if n.mobile else ""), n.role, n.site, n.ip, *_shaping_text(n.access))
+    console.print(nodes)
+    if topology.links:
+        links = Table("link", "kind", "one-way delay", "jitter", "loss", "bandwidth", title="Site links")
+        for link in topology.links:
+            links.add_row(f"{link.a} <-> {link.b}", link.kind, *_shaping_text(link.shaping))
+        console.print(links)
+    sites = list(topology.sites)
+    matrix = Table("RTT (ms)", *sites, title="Configured RTT between sites")
+    for a in sites:
+        matrix.add_row(a, *(f"{topology.site_rtt(a, b) * 1e3:.3f}" for b in sites))
+    console.print(matrix)
+    if handovers:
+        console.print(f"{len(handovers)} planned handovers; first: "
+                      + ", ".join(f"{h.time:g}s {h.node} {h.from_site}->{h.to_site}" for h in handovers[:5]))
+
+
+@app.command()
+def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """Report what this machine supports and which backend and shaper `run` would choose.
+
+    Example: testbed doctor
+    """
+    from testbed import doctor as doctor_mod
+
+    report = doctor_mod.collect()
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    table = Table("check", "status", "detail", title="testbed doctor")
+    for check in report["checks"]:
+        status = "[green]ok[/green]" if check["ok"] else ("[yellow]missing[/yellow]" if not check.get("required") else "[red]FAIL[/red]")
+        table.add_row(check["name"], status, check["detail"])
+    console.print(table)
+    console.print(f"run would use backend [bold]{report['backend']}[/bold] ({report['backend_reason']}) "
+                  f"and shaper [bold]{report['shaper']}[/bold] ({report['shaper_reason']})")
+
+
+@app.command()
+def run(path: Path = typer.Argument(..., help="Scenario file."),
+        backend: str = typer.Option("auto", help="auto | containernet | mininet"),
+        shaper: str = typer.Option("auto", help="auto | netem | delayline"),
+        scale: Optional[float] = typer.Option(None, help="Multiply counts and rates."),
+        interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
+        results: Path = typer.Option(Path("results"), help="Directory for run results.")) -> None:
+    """Build the emulated network for a scenario, run it, collect results, tear down.
+
+    Example: sudo testbed run scenarios/uav-smoke.yaml
+    """
+    from testbed import experiment
+
+    scenario = _load(path, scale)
+    try:
+        code = experiment.run(scenario, path, backend=backend, shaper=shaper, interactive=interactive,
+                              results_root=results, console=console)
+    except experiment.BadRunInput as error:
+        raise _fail_input(error) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def probe(path: Path = typer.Argument(..., help="Scenario file."),
+          backend: str = typer.Option("auto", help="auto | containernet | mininet"),
+          shaper: str = typer.Option("auto", help="auto | netem | delayline"),
+          count: int = typer.Option(100, min=5, max=10000, help="Pings per pair."),
+          as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """Build the network, measure RTT between every pair of sites and nodes of interest, compare.
+
+    Exits 1 when a measured median is off by more than max(0.5 ms, 2 %) or p99 by more than +3 ms.
+
+    Example: sudo testbed probe scenarios/mmog-smoke.yaml
+    """
+    from testbed import probe as probe_mod
+
+    scenario = _load(path)
+    try:
+        code = probe_mod.main(scenario, backend=backend, shaper=shaper, count=count, as_json=as_json, console=console)
+    except probe_mod.BadRunInput as error:
+        raise _fail_input(error) from None
+    raise typer.Exit(code)
+
+
+@app.command()
+def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all runs when omitted.")) -> None:
+    """Remove what crashed or killed runs left: namespaces, links, relays, processes, containers.
+
+    Example: sudo testbed clean
+    """
+    from testbed.emulation import cleanup
+
+    try:
+        removed = cleanup.clean(run_id)
+    except ValueError as error:
+        raise _fail_input(error) from None
+    for line in removed:
+        console.print(line, highlight=False)
+    console.print(f"clean: removed {len(removed)} leftover item(s)" + (f" of run {run_id}" if run_id else ""))
+
+
+@app.command()
+def figures(results: Path = typer.Option(Path("results"), help="Results directory."),
+            out: Path = typer.Option(Path("results/figures"), help="Where to write figures.")) -> None:
+    """Reduce run traces with PySpark and render the paper's figures.
+
+    Example: testbed figures --results results
+    """
+    errors.print("figures: the trace reduction and figures (issue 7) are not built yet; nothing to render.")
+    raise typer.Exit(EXIT_FAILURE)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        errors.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""Python side of the user-space delay line (``delayline.c``).
+
+This kernel has no ``sch_netem``, so link delay/jitter/loss/rate are emulated
+by a small C relay that sits between two veths (A, B) inside a relay
+namespace.  This module builds the binary on demand and turns per-direction
+link parameters into its command line; launching and supervising the process
+is the caller's business (one process per link, relaying both directions).
+
+The relay uses ``PACKET_VNET_HDR``, so GSO/TSO super-frames pass intact and
+offloads can stay enabled: ``offload_commands`` returns an empty list and only
+exists so callers need not special-case it.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("delayline.c")
+BUILD_DIR = Path(__file__).with_name("_build")
+BINARY = BUILD_DIR / "delayline"
+
+#: Smallest default queue: a few full-size frames (and a few GSO super-frames)
+#: must fit, or TCP cannot even start at low bandwidth-delay products.
+MIN_LIMIT_BYTES = 64 * 1024
+
+#: Exit status meaning "an interface is missing/was deleted": relink, restart.
+EXIT_INTERFACE_GONE = 3
+#: Exit status for bad command-line arguments.
+EXIT_BAD_ARGS = 2
+
+
+class ShaperUnavailable(RuntimeError):
+    """The delay line cannot be built or run here (e.g. no C compiler)."""
+
+
+def ensure_built() -> Path:
+    """Return the relay binary, compiling it if missing or older than the source.
+
+    Built lazily instead of at install time so a fresh checkout works as soon
+    as gcc is present; the output lives in the gitignored ``_build`` folder.
+    """
+    if not SOURCE.exists():
+        raise ShaperUnavailable(f"delay line source missing: {SOURCE}")
+    if BINARY.exists() and BINARY.stat().st_mtime >= SOURCE.stat().st_mtime:
+        return BINARY
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise ShaperUnavailable(
+            "gcc not found: it is needed to build the delay line "
+            "(apt-get install -y gcc libc6-dev)"
+        )
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    tmp = BINARY.with_suffix(".tmp")
+    proc = subprocess.run(
+        [gcc, "-O2", "-Wall", "-Wextra", "-o", str(tmp), str(SOURCE)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        raise ShaperUnavailable(
+            f"building {SOURCE.name} failed (are the libc/kernel headers installed? "
+            f"apt-get install -y libc6-dev linux-libc-dev):\n{proc.stderr.strip()}"
+        )
+    tmp.replace(BINARY)  # atomic: a concurrent caller never runs half a file
+    return BINARY
+
+
+@dataclass(frozen=True)
+class Direction:
+    """Impairments of one direction of a link (seconds, fraction, bit/s)."""
+
+    delay_s: float = 0.0
+    jitter_s: float = 0.0
+    loss: float = 0.0
+    rate_bps: float = 0.0  # 0 = unlimited
+    limit_bytes: int | None = None  # drop-tail queue; None = default_limit()
+
+    def __post_init__(self) -> None:
+        for name in ("delay_s", "jitter_s", "rate_bps"):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not 0.0 <= self.loss <= 1.0:
+            raise ValueError(f"loss must be in [0, 1], got {self.loss!r}")
+        if self.limit_bytes is not None and self.limit_bytes < 1:
+            raise ValueError(f"limit_bytes must be >= 1, got {self.limit_bytes!r}")
+
+    def default_limit(self) -> int | None:
+        """Queue limit when none is given: bandwidth x delay, at least 64 KB.
+
+        The bandwidth-delay rule sizes a router buffer so one TCP flow can keep
+        the link busy; with no rate there is no queue to limit (None).
+        """
+        if self.rate_bps <= 0:
+            return None
+        return max(int(self.rate_bps / 8 * self.delay_s), MIN_LIMIT_BYTES)
+
+    def effective_limit(self) -> int | None:
+        """The limit actually passed to the relay."""
+        return self.limit_bytes if self.limit_bytes is not None else self.default_limit()
+
+
+def _fmt(value: float) -> str:
+    return repr(float(value))
+
+
+def command(
+    binary: Path | str,
+    if_a: str,
+    if_b: str,
+    a_to_b: Direction,
+    b_to_a: Direction,
+    seed: int,
+    tag: str,
+) -> list[str]:
+    """argv for one link's relay: frames from ``if_a`` leave ``if_b`` per ``a_to_b``.
+
+    ``tag`` only rides along in argv so cleanup can find the process with
+    ``pgrep -f -- '--tag <tag>'``.  Run it inside the relay namespace; it prints
+    ``ready`` once both sockets are bound.
+    """
+    if seed < 0:
+        raise ValueError("seed must be >= 0")
+    argv = [str(binary), "--if-a", if_a, "--if-b", if_b]
+    for suffix, d in (("ab", a_to_b), ("ba", b_to_a)):
+        argv += [f"--delay-{suffix}", _fmt(d.delay_s)]
+        if d.jitter_s:
+            argv += [f"--jitter-{suffix}", _fmt(d.jitter_s)]
+        if d.loss:
+            argv += [f"--loss-{suffix}", _fmt(d.loss)]
+        if d.rate_bps:
+            argv += [f"--rate-{suffix}", _fmt(d.rate_bps)]
+        limit = d.effective_limit()
+        if limit is not None:
+            argv += [f"--limit-{suffix}", str(int(limit))]
+    argv += ["--seed", str(int(seed)), "--tag", tag]
+    return argv
+
+
+def offload_commands(ifname: str) -> list[list[str]]:
+    """Commands to run on ``ifname`` before relaying: none are needed.
+
+    The relay reads and writes virtio-net headers (PACKET_VNET_HDR), so GSO
+    super-frames and partial checksums cross it intact; turning offloads off
+    would only cost throughput.  Kept so callers have one place to ask.
+    """
+    del ifname
+    return []

@@ -1,0 +1,127 @@
+"""Build the role images (testbed/<role>:latest) for the Containernet backend.
+
+Usage: ``python -m testbed.emulation.images build [ROLE ...]``.
+
+The project and its Python dependencies are turned into wheels on the host
+first (build/wheels), so ``docker build`` needs no access to PyPI; the role
+Dockerfiles install them with ``pip --no-index``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Sequence
+from pathlib import Path
+
+from testbed.emulation.docker_engine import (
+    BASE_IMAGE,
+    Progress,
+    bootstrap_base_image,
+    image_exists,
+    start_engine,
+)
+
+ROLES: tuple[str, ...] = ("cloud", "broker", "nc-proxy", "client")
+WHEELHOUSE = Path("build/wheels")  # relative to the repo root (the build context)
+
+
+def repo_root() -> Path:
+    """The repository root: the directory holding images/ above this package."""
+    return Path(__file__).resolve().parents[2]
+
+
+def image_name(role: str) -> str:
+    """Tag of a role image, e.g. ``testbed/broker:latest``."""
+    return f"testbed/{role}:latest"
+
+
+def project_name(root: Path) -> str:
+    """Distribution name from pyproject.toml, passed to the Dockerfiles."""
+    try:
+        return tomllib.loads((root / "pyproject.toml").read_text())["project"]["name"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError) as exc:
+        raise RuntimeError(f"cannot read [project].name from {root / 'pyproject.toml'}: {exc}") from exc
+
+
+def build_wheelhouse(root: Path, progress: Progress = print) -> Path:
+    """Build wheels for the project and its dependencies into build/wheels.
+
+    The host's Python (3.11 on Debian 12) matches the image's python3, so the
+    wheels install unchanged and the image build stays offline from PyPI.
+    """
+    wheels = root / WHEELHOUSE
+    shutil.rmtree(wheels, ignore_errors=True)
+    wheels.mkdir(parents=True)
+    progress(f"building wheels for {root} into {wheels}")
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet",
+                          "--wheel-dir", str(wheels), str(root)],
+                         capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"pip wheel failed:\n{res.stdout}{res.stderr}")
+    return wheels
+
+
+def build_role(role: str, root: Path | None = None, base: str = BASE_IMAGE,
+               progress: Progress = print) -> None:
+    """``docker build -f images/<role>/Dockerfile -t testbed/<role>:latest .``
+
+    Expects the engine, the base image and build/wheels to be there already
+    (``build_all`` sees to that).
+    """
+    root = root or repo_root()
+    dockerfile = root / "images" / role / "Dockerfile"
+    if not dockerfile.is_file():
+        raise RuntimeError(f"no Dockerfile for role {role!r} at {dockerfile}")
+    progress(f"building {image_name(role)}")
+    started = time.monotonic()
+    res = subprocess.run(
+        ["docker", "build", "-f", str(dockerfile), "-t", image_name(role),
+         "--build-arg", f"BASE={base}", "--build-arg", f"PROJECT={project_name(root)}",
+         "."],
+        cwd=root, capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        tail = "\n".join((res.stdout + res.stderr).splitlines()[-25:])
+        raise RuntimeError(f"docker build of {image_name(role)} failed:\n{tail}")
+    progress(f"built {image_name(role)} in {time.monotonic() - started:.0f}s")
+
+
+def build_all(progress: Progress = print, roles: Sequence[str] = ROLES,
+              root: Path | None = None, base: str = BASE_IMAGE) -> None:
+    """Start the engine, bootstrap the base image if missing, build every role."""
+    root = root or repo_root()
+    start_engine()
+    if not image_exists(base):
+        bootstrap_base_image(base, progress)
+    build_wheelhouse(root, progress)
+    for role in roles:
+        build_role(role, root=root, base=base, progress=progress)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testbed.emulation.images",
+                                     description="Build the testbed's Docker role images.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    build = sub.add_parser("build", help="build the base image (if missing) and role images")
+    build.add_argument("roles", nargs="*", metavar="ROLE",
+                       help=f"roles to build (default: all of {', '.join(ROLES)})")
+    build.add_argument("--root", type=Path, default=None,
+                       help="build context (default: this repository)")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.roles) - set(ROLES))
+    if unknown:
+        parser.error(f"unknown role(s) {', '.join(unknown)}; choose from {', '.join(ROLES)}")
+    try:
+        build_all(roles=args.roles or ROLES, root=args.root)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

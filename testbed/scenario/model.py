@@ -1,0 +1,356 @@
+"""The scenario schema: pydantic models that parse units once and reject anything unknown.
+
+Every identifier that can become a host, interface, container or namespace name goes through
+`Name`: a strict alphabet and a length that keeps `<name><index>-eth<N>` inside Linux's 15-byte
+interface-name limit, so nothing from a scenario can reach a shell or the kernel unchecked.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
+
+from testbed import units
+from testbed.scenario.cities import CITY_CODES
+
+NAME_MAX = 8
+NAME_RE = re.compile(r"[a-z][a-z0-9]*")
+TOPIC_RE = re.compile(r"[a-z][a-z0-9_]*")
+SCENARIO_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
+
+
+def check_name(value: str) -> str:
+    """Names become host, interface and container names: a-z, 0-9, at most 8 bytes."""
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value) or len(value) > NAME_MAX:
+        raise ValueError(
+            f"{value!r} is not a valid name: use 1-{NAME_MAX} characters a-z and 0-9, starting with a letter"
+        )
+    return value
+
+
+def _check_topic(value: str) -> str:
+    if not isinstance(value, str) or not TOPIC_RE.fullmatch(value) or len(value) > 32:
+        raise ValueError(f"{value!r} is not a valid topic name: use 1-32 characters a-z, 0-9 and _, starting with a letter")
+    return value
+
+
+def _check_scenario_name(value: str) -> str:
+    if not isinstance(value, str) or not SCENARIO_NAME_RE.fullmatch(value) or len(value) > 40:
+        raise ValueError(f"{value!r} is not a valid scenario name: use 1-40 characters a-z, 0-9 and -")
+    return value
+
+
+def _check_city(value: str) -> str:
+    if value not in CITY_CODES:
+        raise ValueError(f"{value!r} is not a known city; known: {', '.join(CITY_CODES)}")
+    return value
+
+
+def _non_negative(kind: str):
+    def check(value: float) -> float:
+        if value < 0:
+            raise ValueError(f"a {kind} must not be negative, got {value:g}")
+        return value
+    return check
+
+
+def _positive(kind: str):
+    def check(value: float) -> float:
+        if value <= 0:
+            raise ValueError(f"a {kind} must be greater than zero")
+        return value
+    return check
+
+
+def _signed(parser):
+    """Let a leading minus through the unit parser so the error can say 'negative' plainly."""
+    def parse(value):
+        if isinstance(value, str) and value.strip().startswith("-"):
+            return -parser(value.strip()[1:])
+        return parser(value)
+    return parse
+
+
+def _unit(suffix: str, factor: float = 1.0):
+    """Serialize back into a unit string, so a dumped scenario loads again unchanged."""
+    return PlainSerializer(lambda v: None if v is None else f"{v / factor!r}{suffix}", when_used="json")
+
+
+Name = Annotated[str, AfterValidator(check_name)]
+TopicName = Annotated[str, AfterValidator(_check_topic)]
+CityCode = Annotated[str, AfterValidator(_check_city)]
+Duration = Annotated[
+    float, BeforeValidator(_signed(units.parse_duration)), AfterValidator(_non_negative("duration")), _unit("s")
+]
+PositiveDuration = Annotated[
+    float, BeforeValidator(_signed(units.parse_duration)), AfterValidator(_positive("duration")), _unit("s")
+]
+Bandwidth = Annotated[
+    float, BeforeValidator(_signed(units.parse_bandwidth)), AfterValidator(_positive("bandwidth")), _unit("bit")
+]
+Size = Annotated[float, BeforeValidator(_signed(units.parse_size)), AfterValidator(_positive("size")), _unit("B")]
+Rate = Annotated[float, BeforeValidator(_signed(units.parse_rate)), AfterValidator(_positive("rate")), _unit("/s")]
+Speed = Annotated[float, BeforeValidator(_signed(units.parse_speed)), AfterValidator(_positive("speed")), _unit("m/s")]
+Fraction = Annotated[float, BeforeValidator(units.parse_fraction)]
+Count = Annotated[int, Field(ge=1, le=100_000)]
+
+
+class Strict(BaseModel):
+    """Unknown keys are errors, values are parsed once and never change."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --- infrastructure -------------------------------------------------------------------------
+
+
+class LinkParams(Strict):
+    """One direction's shaping; a link applies the same parameters in both directions."""
+
+    delay: Duration | None = None
+    jitter: Duration = 0.0
+    loss: Fraction = 0.0
+    bandwidth: Bandwidth | None = None
+
+    def merged(self, other: LinkParams | None) -> LinkParams:
+        """`other`'s explicitly set fields win: how per-link overrides refine a link class."""
+        if other is None:
+            return self
+        return self.model_copy(update=other.model_dump(exclude_unset=True))
+
+
+class LinkClasses(Strict):
+    """access: clients to their site; local: brokers, NC proxies and cloud nodes to their site."""
+
+    access: LinkParams = LinkParams(delay="1ms")
+    local: LinkParams = LinkParams(delay="0.5ms")
+    site: LinkParams = LinkParams()
+    cloud: LinkParams = LinkParams()
+
+
+class LinkOverride(LinkParams):
+    between: tuple[Name, Name]
+
+
+class MecZones(Strict):
+    """A metro area cut into MEC zones by k-means over real tower coordinates."""
+
+    towers: Literal["atlanta"] = "atlanta"
+    zones: Count
+    inter_site_rtt: PositiveDuration
+
+
+class Cities(Strict):
+    """A set of US cities with WonderProxy-measured inter-city RTTs."""
+
+    names: list[CityCode] = Field(min_length=1)
+    access_latency: Duration | None = None  # one-way client access delay in every city (else links.access)
+    access: dict[CityCode, Duration] = {}  # per-city override of access_latency
+
+    @model_validator(mode="after")
+    def _unique(self) -> Cities:
+        seen = set()
+        for code in self.names:
+            if code in seen:
+                raise ValueError(f"duplicate name {code!r} in names")
+            seen.add(code)
+        unknown = set(self.access) - set(self.names)
+        if unknown:
+            raise ValueError(f"access names cities not in names: {', '.join(sorted(unknown))}")
+        return self
+
+
+class Star(Strict):
+    """The microbenchmark topology: N nodes, each with the same one-way latency to one switch."""
+
+    nodes: Annotated[int, Field(ge=2, le=256)]
+    link_delay: Duration
+
+
+class Cloud(Strict):
+    name: Name = "cloud"
+    one_way: Duration | None = None
+    city: CityCode | None = None
+
+
+class Infrastructure(Strict):
+    mec_zones: MecZones | None = None
+    cities: Cities | None = None
+    star: Star | None = None
+    cloud: Cloud | None = None
+    links: LinkClasses = LinkClasses()
+    overrides: list[LinkOverride] = []
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Infrastructure:
+        kinds = [k for k in ("mec_zones", "cities", "star") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            raise ValueError("give exactly one of mec_zones, cities or star")
+        if self.mec_zones and (self.cloud is None or self.cloud.one_way is None):
+            raise ValueError("mec_zones needs cloud.one_way (the cloud's one-way latency to every zone)")
+        if self.cities and self.cloud and self.cloud.city and self.cloud.city not in self.cities.names:
+            raise ValueError(f"cloud.city {self.cloud.city!r} is not one of cities.names")
+        return self
+
+
+# --- nodes, workload, mobility, control ------------------------------------------------------
+
+
+class ClientGroup(Strict):
+    """`count` client nodes named `<name>1..<name>N`; a UAV swarm node carries `members` UAVs."""
+
+    name: Name
+    role: Literal["uav-swarm", "game-server", "avatar", "static"]
+    count: Count
+    members: Count = 1
+    mobile: bool = False
+    site: Name | Literal["random", "each"] = "random"
+    access: LinkParams | None = None
+
+
+class Nodes(Strict):
+    cloud_brokers: Annotated[int, Field(ge=0, le=16)] = 1
+    brokers_per_site: Annotated[int, Field(ge=0, le=16)] = 1
+    nc_proxies_per_site: Annotated[int, Field(ge=0, le=16)] = 1
+    clients: list[ClientGroup] = []
+
+    @model_validator(mode="after")
+    def _unique(self) -> Nodes:
+        seen = set()
+        for group in self.clients:
+            if group.name in seen:
+                raise ValueError(f"duplicate name {group.name!r} in clients")
+            seen.add(group.name)
+        return self
+
+
+class Topic(Strict):
+    """A topic class (e.g. `follow_leader` of every swarm) and its end-to-end latency threshold."""
+
+    name: TopicName
+    threshold: PositiveDuration
+
+
+class Workload(Strict):
+    kind: Literal["uav-swarm", "mmog", "none"]
+    rate: Rate | None = None
+    message_size: Size = 1000.0
+    topics: list[Topic] = []
+    avatars: Annotated[int, Field(ge=1, le=100_000)] = 1
+    groups: Annotated[int, Field(ge=1, le=10_000)] = 1
+
+    @model_validator(mode="after")
+    def _complete(self) -> Workload:
+        if self.kind != "none":
+            if self.rate is None:
+                raise ValueError(f"workload kind {self.kind!r} needs a rate such as '200/s'")
+            if not self.topics:
+                raise ValueError(f"workload kind {self.kind!r} needs topics, each with a threshold")
+        names = [t.name for t in self.topics]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate name {duplicates[0]!r} in topics")
+        return self
+
+
+class StayTime(Strict):
+    min: PositiveDuration
+    max: PositiveDuration
+
+    @model_validator(mode="after")
+    def _ordered(self) -> StayTime:
+        if self.max < self.min:
+            raise ValueError("stay.max must not be smaller than stay.min")
+        return self
+
+
+class Mobility(Strict):
+    model: Literal["none", "random-waypoint", "group-change"] = "none"
+    speed: Speed | None = None
+    pause: Duration = 0.0
+    stay: StayTime | None = None
+
+    @model_validator(mode="after")
+    def _parameters(self) -> Mobility:
+        if self.model == "random-waypoint" and self.speed is None:
+            raise ValueError("random-waypoint needs a speed such as '50m/s'")
+        if self.model == "group-change" and self.stay is None:
+            raise ValueError("group-change needs stay: {min: 30s, max: 60s}")
+        return self
+
+
+class Migration(Strict):
+    workflow: Literal["enhanced", "baseline"] = "enhanced"
+    executors: Annotated[int, Field(ge=1, le=256)] = 16
+
+
+class Overload(Strict):
+    cpu: Fraction = 0.85
+    memory: Fraction = 0.85
+    network: Fraction = 0.85
+    output_rate: Rate = 1_500_000.0
+
+
+class Control(Strict):
+    policy: Literal["epulsar", "allpairs", "pulsar-hash"] = "epulsar"
+    monitoring_period: PositiveDuration = 5.0
+    nc_report_period: PositiveDuration = 5.0
+    settle: Duration = 60.0
+    migration: Migration = Migration()
+    overload: Overload = Overload()
+
+
+class Emulation(Strict):
+    backend: Literal["auto", "containernet", "mininet"] = "auto"
+    shaper: Literal["auto", "netem", "delayline"] = "auto"
+    switch: Literal["bridge", "ovs"] = "bridge"
+
+
+class Outputs(Strict):
+    dir: str = "results"
+    traces: bool = True
+    figures: list[str] = []
+
+
+class Scenario(Strict):
+    name: Annotated[str, AfterValidator(_check_scenario_name)]
+    description: str = ""
+    seed: Annotated[int, Field(ge=0, le=2**32 - 1)] = 1
+    duration: PositiveDuration
+    scale: Annotated[float, Field(gt=0, le=100)] = 1.0
+    infrastructure: Infrastructure
+    nodes: Nodes = Nodes()
+    workload: Workload = Workload(kind="none")
+    mobility: Mobility = Mobility()
+    control: Control = Control()
+    emulation: Emulation = Emulation()
+    outputs: Outputs = Outputs()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        infra = self.infrastructure
+        if infra.cities and not (infra.cloud and infra.cloud.city):
+            raise ValueError("a cities infrastructure needs cloud.city (the city hosting the cloud)")
+        for group in self.nodes.clients:
+            longest = len(group.name) + len(str(scaled_count(group.count, self.scale)))
+            if longest > NAME_MAX:
+                raise ValueError(
+                    f"client names {group.name}1..{group.name}{scaled_count(group.count, self.scale)} "
+                    f"would exceed {NAME_MAX} characters; shorten {group.name!r}"
+                )
+        if self.mobility.model == "random-waypoint" and not infra.mec_zones:
+            raise ValueError("random-waypoint mobility needs a mec_zones infrastructure (an area to fly over)")
+        return self
+
+    def with_scale(self, scale: float) -> Scenario:
+        """A copy at another scale (the CLI's --scale), validated again so names still fit."""
+        data = self.model_dump(mode="json", exclude_unset=True)
+        data["scale"] = scale
+        return Scenario.model_validate(data)
+
+
+def scaled_count(count: int, scale: float) -> int:
+    """Counts scale with the scenario but never drop below one."""
+    return max(1, round(count * scale))

@@ -1,0 +1,209 @@
+"""Scenario -> backend-neutral graph: sites, nodes with roles, links with delay/jitter/loss/bandwidth.
+
+The emulated network is routed: every site is a router with a switch (bridge) for the nodes
+attached to it, sites are joined by point-to-point links whose delays reproduce the scenario's
+site-to-site latencies (so a measured matrix such as WonderProxy's, triangle-inequality
+violations and all, is reproduced exactly, which a tree of switches cannot do), and a node's
+access link goes to its site's switch. Moving a node = moving its access link to another switch.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from itertools import combinations
+
+from testbed.scenario import cities, zones
+from testbed.scenario.model import LinkParams, Scenario, scaled_count
+
+# Addresses live only inside the run's own namespaces, so every run can use the same plan.
+GATEWAY_IP = "10.255.255.254"
+GATEWAY_MAC = "02:00:0a:ff:ff:fe"
+
+
+@dataclass(frozen=True)
+class Shaping:
+    """Per-direction link parameters in SI units (the same in both directions)."""
+
+    delay: float = 0.0
+    jitter: float = 0.0
+    loss: float = 0.0
+    bandwidth: float | None = None
+
+    @classmethod
+    def of(cls, params: LinkParams, delay: float | None = None) -> Shaping:
+        return cls(
+            delay=params.delay if params.delay is not None else (delay or 0.0),
+            jitter=params.jitter,
+            loss=params.loss,
+            bandwidth=params.bandwidth,
+        )
+
+
+@dataclass
+class Site:
+    name: str
+    kind: str  # zone | city | cloud | hub
+    lat: float | None = None
+    lon: float | None = None
+
+
+@dataclass
+class Node:
+    name: str
+    role: str  # cloud | broker | nc-proxy | uav-swarm | game-server | static | star
+    site: str
+    ip: str
+    access: Shaping
+    mobile: bool = False
+    members: int = 1
+
+
+@dataclass
+class Link:
+    """A site-to-site link: one-way shaping applied in each direction."""
+
+    a: str
+    b: str
+    kind: str  # site | cloud
+    shaping: Shaping
+
+
+@dataclass
+class Topology:
+    name: str
+    sites: dict[str, Site] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    links: list[Link] = field(default_factory=list)
+
+    def link_between(self, a: str, b: str) -> Link | None:
+        for link in self.links:
+            if {link.a, link.b} == {a, b}:
+                return link
+        return None
+
+    def site_one_way(self, a: str, b: str) -> float:
+        """Configured one-way delay between two sites (direct link; routing uses direct links only)."""
+        if a == b:
+            return 0.0
+        link = self.link_between(a, b)
+        if link is None:
+            raise KeyError(f"no link between sites {a} and {b}")
+        return link.shaping.delay
+
+    def node_rtt(self, a: str, b: str, site_a: str | None = None, site_b: str | None = None) -> float:
+        """Configured RTT between two nodes (optionally as if they were attached at other sites)."""
+        na, nb = self.nodes[a], self.nodes[b]
+        one_way = na.access.delay + nb.access.delay + self.site_one_way(site_a or na.site, site_b or nb.site)
+        return 2 * one_way
+
+    def site_rtt(self, a: str, b: str) -> float:
+        return 2 * self.site_one_way(a, b)
+
+
+def cloud_site_name(cloud: str) -> str:
+    """The cloud's own site (a datacenter) is named apart from the cloud node that lives in it."""
+    return f"{cloud}dc"
+
+
+def _address(index: int) -> str:
+    return f"10.1.{index // 250}.{index % 250 + 1}"
+
+
+def _sites(scenario: Scenario, topo: Topology) -> None:
+    infra = scenario.infrastructure
+    links = infra.links
+    if infra.mec_zones:
+        for zone in zones.mec_zones(infra.mec_zones.zones, scenario.seed, infra.mec_zones.towers):
+            topo.sites[zone.name] = Site(zone.name, "zone", zone.lat, zone.lon)
+        one_way = infra.mec_zones.inter_site_rtt / 2
+        for a, b in combinations(list(topo.sites), 2):
+            topo.links.append(Link(a, b, "site", Shaping.of(links.site, one_way)))
+        cloud = infra.cloud
+        zone_names = list(topo.sites)
+        topo.sites[cloud_site_name(cloud.name)] = Site(cloud_site_name(cloud.name), "cloud")
+        for zone_name in zone_names:
+            topo.links.append(
+                Link(cloud_site_name(cloud.name), zone_name, "cloud", Shaping.of(links.cloud, cloud.one_way)))
+    elif infra.cities:
+        table = cities.city_table()
+        for code in infra.cities.names:
+            topo.sites[code] = Site(code, "city", table[code].lat, table[code].lon)
+        for a, b in combinations(infra.cities.names, 2):
+            topo.links.append(Link(a, b, "site", Shaping.of(links.site, cities.rtt(a, b) / 2)))
+    else:
+        topo.sites["hub"] = Site("hub", "hub")
+    for override in infra.overrides:
+        link = topo.link_between(*override.between)
+        if link is None:
+            raise ValueError(f"no link between {override.between[0]!r} and {override.between[1]!r}")
+        link.shaping = Shaping.of(infra.links.site.merged(override), link.shaping.delay)
+
+
+def build(scenario: Scenario) -> Topology:
+    """The graph for a validated scenario: deterministic for its seed and scale."""
+    topo = Topology(scenario.name)
+    _sites(scenario, topo)
+    infra = scenario.infrastructure
+    access = infra.links.access
+    rng = random.Random(scenario.seed)
+    counter = iter(range(1, 1_000_000))
+
+    def add(name: str, role: str, site: str, shaping: Shaping, mobile: bool = False, members: int = 1) -> None:
+        if name in topo.nodes or name in topo.sites:
+            raise ValueError(f"duplicate name {name!r}: a node and another node or site share it")
+        topo.nodes[name] = Node(name, role, site, _address(next(counter)), shaping, mobile, members)
+
+    if infra.star:
+        for i in range(1, infra.star.nodes + 1):
+            add(f"n{i}", "star", "hub", Shaping(infra.star.link_delay, access.jitter, access.loss, access.bandwidth))
+        return topo
+
+    cloud = infra.cloud
+    cloud_site = cloud.city if (cloud and cloud.city) else (cloud_site_name(cloud.name) if cloud else None)
+    if cloud_site:
+        local = Shaping.of(infra.links.local)
+        count = scenario.nodes.cloud_brokers
+        for i in range(1, count + 1):
+            add(cloud.name if count == 1 else f"{cloud.name}{i}", "cloud", cloud_site, local)
+    else:
+        local = Shaping.of(infra.links.local)
+    edge_sites = [s for s in topo.sites.values() if s.kind in ("zone", "city")]
+    for site in edge_sites:
+        for i in range(1, scenario.nodes.brokers_per_site + 1):
+            suffix = "" if scenario.nodes.brokers_per_site == 1 else str(i)
+            add(f"b{site.name}{suffix}", "broker", site.name, Shaping.of(infra.links.local))
+        for i in range(1, scenario.nodes.nc_proxies_per_site + 1):
+            suffix = "" if scenario.nodes.nc_proxies_per_site == 1 else str(i)
+            add(f"p{site.name}{suffix}", "nc-proxy", site.name, Shaping.of(infra.links.local))
+    for group in scenario.nodes.clients:
+        shaping = Shaping.of(access.merged(group.access))
+        count = scaled_count(group.count, scenario.scale)
+        if group.site == "each":
+            placements = [site.name for site in edge_sites for _ in range(count)]
+        elif group.site == "random":
+            placements = [rng.choice(edge_sites).name for _ in range(count)]
+        else:
+            if group.site not in topo.sites:
+                raise ValueError(f"client group {group.name!r}: unknown site {group.site!r}")
+            placements = [group.site] * count
+        for i, site_name in enumerate(placements, start=1):
+            add(f"{group.name}{i}", group.role, site_name, _city_access(scenario, group, site_name, shaping),
+                group.mobile, group.members)
+    return topo
+
+
+def _city_access(scenario: Scenario, group, site: str, shaping: Shaping) -> Shaping:
+    """A city's own access latency applies unless the client group sets its access delay itself."""
+    city_cfg = scenario.infrastructure.cities
+    if city_cfg is None or (group.access is not None and group.access.delay is not None):
+        return shaping
+    delay = city_cfg.access.get(site, city_cfg.access_latency)
+    return shaping if delay is None else Shaping(delay, shaping.jitter, shaping.loss, shaping.bandwidth)
+
+
+def sites_of(scenario: Scenario) -> list[str]:
+    """Site names without building nodes: what overrides and client groups may refer to."""
+    topo = Topology(scenario.name)
+    _sites(scenario.model_copy(update={"infrastructure": scenario.infrastructure.model_copy(update={"overrides": []})}), topo)
+    return list(topo.sites)
