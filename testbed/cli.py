@@ -30,8 +30,7 @@ EXIT_FAILURE, EXIT_BAD_INPUT = 1, 2
 
 
 def _fail_input(error: Exception) -> typer.Exit:
-    for line in str(error).splitlines():
-        errors.print(line, markup=False, highlight=False)
+    print(str(error), file=sys.stderr)
     return typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -84,8 +83,7 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
             console.print(f"{path}: ok ({scenario.name})", highlight=False)
         except ScenarioError as error:
             failed = True
-            for line in str(error).splitlines():
-                errors.print(line, markup=False, highlight=False)
+            print(str(error), file=sys.stderr)
     if failed:
         raise typer.Exit(EXIT_BAD_INPUT)
 

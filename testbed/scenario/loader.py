@@ -146,7 +146,8 @@ def parse_text(text: str, path: str = "<string>") -> Scenario:
         return Scenario.model_validate(data)
     except ValidationError as error:
         problems = []
-        for item in error.errors():
+        # A typo'd key shows up as unknown + missing: name the unknown key first, it is the cause.
+        for item in sorted(error.errors(), key=lambda e: e["type"] != "extra_forbidden"):
             loc = tuple(item["loc"])
             allowed = {loc[:-1]: _allowed_keys(loc[:-1], data) or []} if item["type"] == "extra_forbidden" else {}
             problems.append(Problem(path, lines.line_for(loc), _field_name(loc), _message(item, allowed)))

@@ -1,0 +1,303 @@
+"""Measure the user-space delay line on this machine (needs root).
+
+Builds h1 <-veth-> [A relay-ns B] <-veth-> h2 in throw-away namespaces and
+reports: (a) RTT accuracy for several configured RTTs, (b) the highest rate of
+200-byte UDP packets crossing one delayed direction with < 0.1 % loss, (c) TCP
+throughput through a 20 ms (each way) link, (d) relay CPU when idle.
+
+``LinkTopology`` is also used by ``tests/test_delayline.py``.
+
+Run:  sudo .venv/bin/python -m testbed.emulation.bench_shaper
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import statistics
+import subprocess
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from testbed.emulation.delayline import Direction, command, ensure_built
+
+H1_IP = "10.99.0.1"
+H2_IP = "10.99.0.2"
+# Locally administered MACs so ARP can be pinned: no ARP frames means the loss
+# RNG sees exactly the probe frames, which keeps seeded runs comparable.
+H1_MAC = "02:00:0a:63:00:01"
+H2_MAC = "02:00:0a:63:00:02"
+
+
+def _run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(list(args), check=check, capture_output=True, text=True)
+
+
+@dataclass
+class LinkTopology:
+    """Three namespaces h1, relay, h2 joined by two veth pairs, plus a relay.
+
+    Namespaces are named ``<prefix><random>-{h1,h2,r}`` and removed by
+    ``close()`` (also via ``with``), whatever state they are in.
+    """
+
+    prefix: str = "tbbench-"
+    a_to_b: Direction = field(default_factory=Direction)
+    b_to_a: Direction = field(default_factory=Direction)
+    seed: int = 1
+
+    def __post_init__(self) -> None:
+        uid = uuid.uuid4().hex[:6]
+        self.h1 = f"{self.prefix}{uid}-h1"
+        self.h2 = f"{self.prefix}{uid}-h2"
+        self.relay_ns = f"{self.prefix}{uid}-r"
+        self.tag = f"{self.prefix}{uid}"
+        self.proc: subprocess.Popen | None = None
+        self._stderr: list[str] = []
+        self._created: list[str] = []
+
+    # -- lifecycle -------------------------------------------------------
+    def __enter__(self) -> "LinkTopology":
+        try:
+            self.build()
+            self.start_relay()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def build(self) -> None:
+        for ns in (self.h1, self.h2, self.relay_ns):
+            _run("ip", "netns", "add", ns)
+            self._created.append(ns)
+        _run("ip", "link", "add", "eth0", "netns", self.h1, "address", H1_MAC,
+             "type", "veth", "peer", "name", "A", "netns", self.relay_ns)
+        _run("ip", "link", "add", "eth0", "netns", self.h2, "address", H2_MAC,
+             "type", "veth", "peer", "name", "B", "netns", self.relay_ns)
+        for ns in (self.h1, self.h2, self.relay_ns):
+            # No IPv6: router solicitations / MLD reports would be extra
+            # frames in the relay and shift the seeded loss pattern.
+            self.sysctl(ns, "net.ipv6.conf.all.disable_ipv6", "1")
+            self.sysctl(ns, "net.ipv6.conf.default.disable_ipv6", "1")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+        for ns in (self.h1, self.h2):
+            # 500 Mbit/s at 40 ms RTT needs ~2.5 MB windows.
+            self.sysctl(ns, "net.ipv4.tcp_rmem", "4096 131072 33554432")
+            self.sysctl(ns, "net.ipv4.tcp_wmem", "4096 16384 33554432")
+        _run("ip", "-n", self.relay_ns, "link", "set", "A", "up")
+        _run("ip", "-n", self.relay_ns, "link", "set", "B", "up")
+        for ns, ip, peer_ip, peer_mac in ((self.h1, H1_IP, H2_IP, H2_MAC),
+                                          (self.h2, H2_IP, H1_IP, H1_MAC)):
+            _run("ip", "-n", ns, "addr", "add", f"{ip}/24", "dev", "eth0")
+            _run("ip", "-n", ns, "link", "set", "eth0", "up")
+            _run("ip", "-n", ns, "neigh", "replace", peer_ip, "lladdr", peer_mac,
+                 "dev", "eth0", "nud", "permanent")
+
+    @staticmethod
+    def sysctl(ns: str, key: str, value: str) -> None:
+        _run("ip", "netns", "exec", ns, "sysctl", "-qw", f"{key}={value}")
+
+    def start_relay(self, a_to_b: Direction | None = None, b_to_a: Direction | None = None,
+                    seed: int | None = None, timeout: float = 5.0) -> None:
+        """(Re)start the relay with new parameters and wait for ``ready``."""
+        self.stop_relay()
+        self.a_to_b = a_to_b or self.a_to_b
+        self.b_to_a = b_to_a or self.b_to_a
+        self.seed = self.seed if seed is None else seed
+        argv = command(ensure_built(), "A", "B", self.a_to_b, self.b_to_a, self.seed, self.tag)
+        self._stderr = []
+        self.proc = subprocess.Popen(["ip", "netns", "exec", self.relay_ns, *argv],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        threading.Thread(target=self._drain_stderr, args=(self.proc,), daemon=True).start()
+        line: list[str] = []
+        reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()),
+                                  daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if not line or line[0].strip() != "ready":
+            err = "".join(self._stderr)
+            self.stop_relay()
+            raise RuntimeError(f"delay line did not become ready: {err!r}")
+
+    def _drain_stderr(self, proc: subprocess.Popen) -> None:
+        for line in proc.stderr:
+            self._stderr.append(line)
+
+    def stats(self, timeout: float = 2.0) -> dict:
+        """Ask the relay for its counters (SIGUSR1 -> one JSON line on stderr)."""
+        assert self.proc is not None
+        n = len(self._stderr)
+        self.proc.send_signal(signal.SIGUSR1)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self._stderr[n:]:
+                if line.startswith("{"):
+                    return json.loads(line)
+            time.sleep(0.01)
+        raise TimeoutError("no stats line from delay line")
+
+    def stop_relay(self) -> int | None:
+        if self.proc is None:
+            return None
+        proc, self.proc = self.proc, None
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return proc.returncode
+
+    def close(self) -> None:
+        self.stop_relay()
+        for ns in self._created:
+            # Kill anything still running in the namespace we made, by pid.
+            pids = _run("ip", "netns", "pids", ns, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            _run("ip", "netns", "del", ns, check=False)
+        self._created = []
+
+    # -- traffic helpers -------------------------------------------------
+    def exec(self, ns: str, *args: str, **kw) -> subprocess.CompletedProcess:
+        return subprocess.run(["ip", "netns", "exec", ns, *args], capture_output=True,
+                              text=True, **kw)
+
+    def ping(self, count: int, interval: float, timeout: float = 2.0) -> dict[int, float]:
+        """Ping h2 from h1; returns {icmp_seq: rtt_ms} for the replies received."""
+        out = self.exec(self.h1, "ping", "-n", "-c", str(count), "-i", str(interval),
+                        "-W", str(timeout), H2_IP).stdout
+        return {int(m.group(1)): float(m.group(2))
+                for m in re.finditer(r"icmp_seq=(\d+) .*time=([\d.]+) ms", out)}
+
+    def iperf(self, extra: list[str], seconds: float, omit: int = 0) -> dict:
+        """Run iperf3 h1 -> h2 and return its JSON result."""
+        server = subprocess.Popen(["ip", "netns", "exec", self.h2, "iperf3", "-s", "-1",
+                                   "-B", H2_IP], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        try:
+            for _ in range(50):  # wait for the server to listen
+                ss = self.exec(self.h2, "ss", "-Hltn", "sport", "=", ":5201").stdout
+                if ss.strip():
+                    break
+                time.sleep(0.05)
+            res = self.exec(self.h1, "iperf3", "-c", H2_IP, "-J", "-t", str(seconds),
+                            "-O", str(omit), *extra, timeout=seconds + omit + 30)
+            return json.loads(res.stdout)
+        finally:
+            if server.poll() is None:
+                server.kill()
+            server.wait()
+
+
+def _percentile(values: list[float], p: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
+
+
+def bench_rtt(rtts_ms=(10, 40, 100, 200), probes: int = 100) -> list[dict]:
+    rows = []
+    with LinkTopology() as topo:
+        for rtt in rtts_ms:
+            d = Direction(delay_s=rtt / 2000)
+            topo.start_relay(d, d)
+            got = list(topo.ping(probes, 0.01).values())
+            med = statistics.median(got) if got else float("nan")
+            rows.append({"configured_ms": rtt, "median_ms": med,
+                         "p99_ms": _percentile(got, 99) if got else float("nan"),
+                         "error_ms": med - rtt, "received": len(got), "sent": probes})
+    return rows
+
+
+def bench_udp(rates_pps=(20000, 40000, 60000, 80000, 100000, 130000, 160000),
+              seconds: int = 3) -> dict:
+    """Step the offered 200-byte UDP rate up through a 10 ms one-way delay."""
+    rows = []
+    best = 0
+    with LinkTopology(a_to_b=Direction(delay_s=0.010)) as topo:
+        for pps in rates_pps:
+            res = topo.iperf(["-u", "-l", "200", "-b", str(pps * 200 * 8), "-w", "4M"],
+                             seconds)
+            s = res["end"]["sum"]
+            sent = s.get("packets", 0)
+            loss = s.get("lost_percent", 100.0)
+            achieved = (sent - s.get("lost_packets", 0)) / seconds
+            rows.append({"offered_pps": pps, "received_pps": round(achieved),
+                         "loss_percent": loss})
+            if loss < 0.1 and achieved >= 0.95 * pps:
+                best = max(best, pps)
+            elif loss >= 1:
+                break
+        stats = topo.stats()
+    return {"steps": rows, "max_pps_below_0.1pct_loss": best, "relay_counters": stats}
+
+
+def bench_tcp(seconds: int = 10, delay_s: float = 0.020) -> dict:
+    d = Direction(delay_s=delay_s)
+    with LinkTopology(a_to_b=d, b_to_a=d) as topo:
+        res = topo.iperf([], seconds, omit=2)
+        stats = topo.stats()
+    end = res["end"]
+    return {"rtt_ms": 2000 * delay_s,
+            "mbit_s": end["sum_received"]["bits_per_second"] / 1e6,
+            "retransmits": end["sum_sent"].get("retransmits"),
+            "relay_counters": stats}
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_idle_cpu(seconds: float = 5.0) -> dict:
+    d = Direction(delay_s=0.020)
+    with LinkTopology(a_to_b=d, b_to_a=d) as topo:
+        topo.ping(20, 0.01)  # exercise it first, then let it go idle
+        time.sleep(0.5)
+        pid = topo.proc.pid
+        c0, t0 = _cpu_seconds(pid), time.monotonic()
+        time.sleep(seconds)
+        c1, t1 = _cpu_seconds(pid), time.monotonic()
+    return {"idle_cpu_percent": 100 * (c1 - c0) / (t1 - t0)}
+
+
+def run_shaper_benchmark() -> dict:
+    """Run all measurements; returns a dict (see module docstring)."""
+    if os.geteuid() != 0:
+        raise PermissionError("the shaper benchmark needs root (network namespaces)")
+    ensure_built()
+    return {"rtt": bench_rtt(), "udp": bench_udp(), "tcp": bench_tcp(),
+            "idle": bench_idle_cpu()}
+
+
+def _print(result: dict) -> None:
+    print("RTT accuracy (ping, 100 probes at 10 ms)")
+    print(f"{'configured':>10} {'median':>8} {'p99':>8} {'error':>8} {'recv':>6}")
+    for r in result["rtt"]:
+        print(f"{r['configured_ms']:>8} ms {r['median_ms']:>8.3f} {r['p99_ms']:>8.3f} "
+              f"{r['error_ms']:>+8.3f} {r['received']:>3}/{r['sent']}")
+    print("\nUDP 200-byte packets, 10 ms one-way (iperf3 -u -l 200)")
+    print(f"{'offered pps':>12} {'received pps':>13} {'loss %':>8}")
+    for r in result["udp"]["steps"]:
+        print(f"{r['offered_pps']:>12} {r['received_pps']:>13} {r['loss_percent']:>8.3f}")
+    print(f"max rate with < 0.1 % loss: {result['udp']['max_pps_below_0.1pct_loss']} pps")
+    t = result["tcp"]
+    print(f"\nTCP through {t['rtt_ms']:.0f} ms RTT link (iperf3 10 s): {t['mbit_s']:.0f} Mbit/s, "
+          f"{t['retransmits']} retransmits")
+    print(f"\nrelay CPU when idle: {result['idle']['idle_cpu_percent']:.2f} %")
+
+
+if __name__ == "__main__":
+    _print(run_shaper_benchmark())
