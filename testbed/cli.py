@@ -20,6 +20,7 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     rich_markup_mode=None,
+    pretty_exceptions_enable=False,
     help="Emulate geo-distributed pub/sub scenarios (ePulsar) on Containernet or Mininet.",
 )
 console = Console()
@@ -241,11 +242,19 @@ def figures(results: Path = typer.Option(Path("results"), help="Results director
 
 
 def main() -> None:
+    """Entry point: one clear line for an unexpected failure (TESTBED_DEBUG=1 shows the traceback)."""
+    import os
+
     try:
         app()
     except KeyboardInterrupt:
         errors.print("interrupted")
         sys.exit(130)
+    except Exception as error:  # noqa: BLE001 - the CLI's last word on anything unforeseen
+        if os.environ.get("TESTBED_DEBUG"):
+            raise
+        print(f"error: {type(error).__name__}: {error} (TESTBED_DEBUG=1 for the traceback)", file=sys.stderr)
+        sys.exit(EXIT_FAILURE)
 
 
 if __name__ == "__main__":

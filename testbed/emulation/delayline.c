@@ -71,6 +71,7 @@ struct dir {
     uint8_t *buf; uint64_t bcap, wpos, held;
     int64_t tx_end, last_due;           /* serialization end, last departure */
     uint64_t rx, tx, drop_loss, drop_queue, rx_bytes, tx_bytes, tx_err, rx_err;
+    uint64_t late_1ms; int64_t late_max;  /* scheduling accuracy diagnostics */
 };
 
 struct port { const char *name; int ifindex; int fd; };
@@ -134,9 +135,10 @@ static void dump_stats(void)
         n += snprintf(line + n, sizeof line - n,
             "\"%s\":{\"rx\":%" PRIu64 ",\"tx\":%" PRIu64 ",\"drop_loss\":%" PRIu64
             ",\"drop_queue\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"tx_bytes\":%" PRIu64
-            ",\"tx_err\":%" PRIu64 ",\"rx_err\":%" PRIu64 ",\"queued\":%u},",
+            ",\"tx_err\":%" PRIu64 ",\"rx_err\":%" PRIu64 ",\"queued\":%u"
+            ",\"late_1ms\":%" PRIu64 ",\"late_max_us\":%" PRId64 "},",
             d->name, d->rx, d->tx, d->drop_loss, d->drop_queue, d->rx_bytes,
-            d->tx_bytes, d->tx_err, d->rx_err, d->count);
+            d->tx_bytes, d->tx_err, d->rx_err, d->count, d->late_1ms, d->late_max / 1000);
     }
     snprintf(line + n, sizeof line - n, "\"ts_fallback\":%" PRIu64 "}\n", ts_fallback);
     fputs(line, stderr);
@@ -275,6 +277,9 @@ static void flush(struct dir *d, int64_t now)
             continue;
         }
         for (int i = 0; i < r; i++) {
+            int64_t late = now - d->q[d->head].due;
+            if (late > d->late_max) d->late_max = late;
+            if (late > 1000000) d->late_1ms++;
             d->tx++;
             d->tx_bytes += d->q[d->head].len - VNET_LEN;
             pop(d);
@@ -489,6 +494,7 @@ int main(int argc, char **argv)
         else if (next - now - EARLY_NS < SPIN_NS) wait = 0;
         else wait = next - now - EARLY_NS - WAKE_NS;
         if (wait > NS) wait = NS;
+        if (wait < 0) wait = 0;
         struct timespec to = { wait / NS, wait % NS };
         struct epoll_event evs[4];
         int n = epoll_pwait2(ep, evs, 4, &to, NULL);

@@ -44,6 +44,11 @@ ROLE_PACKAGES: tuple[str, ...] = (
     "default-jre-headless",
 )
 
+# Containernet drives each host through an interactive bash and parses its
+# output; bash 5.2's bracketed-paste escapes (ESC[?2004h) break that parsing
+# ("Error setting h1-eth0 up"), so the images switch the feature off.
+INPUTRC_FIX = "\n# Containernet parses interactive bash output\nset enable-bracketed-paste off\n"
+
 Progress = Callable[[str], object]
 
 
@@ -142,7 +147,8 @@ def _build_from_upstream(name: str, packages: Sequence[str]) -> None:
     dockerfile = (
         f"FROM {UPSTREAM_IMAGE}\n"
         "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
-        f"--no-install-recommends {' '.join(packages)} && rm -rf /var/lib/apt/lists/*\n"
+        f"--no-install-recommends {' '.join(packages)} && rm -rf /var/lib/apt/lists/* "
+        "&& echo 'set enable-bracketed-paste off' >> /etc/inputrc\n"
         'CMD ["/bin/bash"]\n'
     )
     with tempfile.TemporaryDirectory(prefix="testbed-base-") as ctx:
@@ -211,7 +217,40 @@ def _slim_rootfs(root: Path) -> None:
         "path-exclude /usr/share/doc/*\npath-include /usr/share/doc/*/copyright\n"
         "path-exclude /usr/share/man/*\npath-exclude /usr/share/info/*\n"
         "path-exclude /usr/share/locale/*\n")
+    with open(root / "etc/inputrc", "a") as inputrc:
+        inputrc.write(INPUTRC_FIX)
     # Docker bind-mounts these at run time; the host's copies must not leak in.
     for f in ("etc/hostname", "etc/resolv.conf"):
         (root / f).unlink(missing_ok=True)
         (root / f).touch()
+
+
+def allow_bridged_traffic() -> str:
+    """Let frames cross plain Linux bridges (the emulated links) again.
+
+    dockerd sets the FORWARD policy to DROP, and with br_netfilter loaded
+    (net.bridge.bridge-nf-call-iptables=1) frames bridged by a LinuxBridge
+    switch traverse that chain too, so Containernet hosts cannot ping each
+    other.  Inserts ``-m physdev --physdev-is-bridged -j ACCEPT`` into
+    DOCKER-USER (idempotent; routed traffic stays filtered); when that match
+    is unavailable, sets bridge-nf-call-iptables to 0.  Returns what it did.
+    """
+    knob = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+    if not knob.exists() or knob.read_text().strip() == "0":
+        return "bridged frames bypass iptables already"
+    rule = ["DOCKER-USER", "-m", "physdev", "--physdev-is-bridged", "-j", "ACCEPT"]
+    if subprocess.run(["iptables", "-n", "-L", "DOCKER-USER"], capture_output=True,
+                      check=False).returncode != 0:
+        return "no DOCKER-USER chain (dockerd not started): nothing to do"
+    if subprocess.run(["iptables", "-C", *rule], capture_output=True,
+                      check=False).returncode == 0:
+        return "DOCKER-USER accepts bridged frames already"
+    if subprocess.run(["iptables", "-I", *rule], capture_output=True,
+                      check=False).returncode == 0:
+        return "inserted iptables rule: DOCKER-USER -m physdev --physdev-is-bridged -j ACCEPT"
+    try:
+        knob.write_text("0\n")
+    except OSError as exc:
+        raise RuntimeError("bridged traffic is dropped by Docker's FORWARD policy and "
+                           f"neither the physdev rule nor the sysctl could be set: {exc}") from exc
+    return "set net.bridge.bridge-nf-call-iptables=0"

@@ -1,0 +1,275 @@
+"""A running emulated network for one topology: build, run processes in nodes, relink, stop.
+
+Both backends use the Mininet API (Containernet is a Mininet fork): nodes are Mininet hosts
+(processes in network namespaces) or Containernet Docker hosts. Every site is a router node
+holding a Linux bridge (the site's switch) with the same anycast gateway address and MAC at
+every site, so a node keeps its address, gateway and ARP entry when it moves between sites;
+routers carry a /32 route per node, updated on relink. Links are shaped in the run's shaper
+namespace (see shaping.py).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from testbed.emulation import runstate
+from testbed.emulation.shaping import SHAPERS, ShapedLink, ShaperError
+from testbed.topology import GATEWAY_IP, GATEWAY_MAC, Topology
+
+HOST_INTF = "eth0"
+P2P_BASE = (10, 254)
+SHAPER_NODE = "shaper"
+RESERVED_NAMES = {SHAPER_NODE}
+
+Progress = Callable[[str], None]
+
+
+class EmulationError(RuntimeError):
+    """The network could not be built or changed as asked."""
+
+
+@dataclass(frozen=True)
+class RelinkEvent:
+    time: float  # wall clock, seconds since the epoch
+    node: str
+    from_site: str
+    to_site: str
+    duration_s: float  # how long the call took
+
+
+def _p2p_addresses(index: int) -> tuple[str, str]:
+    """A /31 per site link: 10.254.x.y and its neighbour."""
+    base = 2 * index
+    return (f"{P2P_BASE[0]}.{P2P_BASE[1]}.{base // 256}.{base % 256}",
+            f"{P2P_BASE[0]}.{P2P_BASE[1]}.{(base + 1) // 256}.{(base + 1) % 256}")
+
+
+def _mac(kind: int, index: int) -> str:
+    """Deterministic locally administered MACs so routers can hold permanent neighbour entries."""
+    return f"02:{kind:02x}:{(index >> 16) & 255:02x}:{(index >> 8) & 255:02x}:{index & 255:02x}:01"
+
+
+class Network:
+    """An emulated network on the mininet or containernet backend."""
+
+    def __init__(self, topology: Topology, run_id: str, backend: str, shaper: str, seed: int = 1,
+                 progress: Progress = lambda _m: None, images: dict[str, str] | None = None):
+        self.topology = topology
+        self.run_id = run_id
+        self.backend = backend
+        self.shaper_kind = shaper
+        self.seed = seed
+        self.progress = progress
+        self.images = images or {}
+        self.env = {**os.environ, runstate.ENV_TAG: run_id}
+        self.net = None
+        self.nodes: dict[str, object] = {}
+        self.sites: dict[str, object] = {}
+        self.site_links: dict[frozenset, tuple[ShapedLink, str, str]] = {}
+        self.access: dict[str, ShapedLink] = {}
+        self.node_site: dict[str, str] = {}
+        self.relinks: list[RelinkEvent] = []
+        self.shaper = None
+        self._link_counter = 0
+
+    # -- build -----------------------------------------------------------------------------
+    def start(self) -> None:
+        """Create sites, nodes and shaped links; configure addresses and routes."""
+        from mininet.node import Host, Node
+
+        # Everything Mininet spawns (node shells, relays) inherits the run tag: `testbed clean` finds it.
+        os.environ[runstate.ENV_TAG] = self.run_id
+        self.net = self._make_net()
+        topo = self.topology
+        clash = RESERVED_NAMES & (set(topo.nodes) | set(topo.sites))
+        if clash:
+            raise EmulationError(f"names reserved by the emulator: {', '.join(sorted(clash))}")
+        shaper_node = self.net.addHost(SHAPER_NODE, cls=Node, inNamespace=True, ip=None)
+        self.shaper = SHAPERS[self.shaper_kind](self.net, shaper_node, self.run_id, self.env)
+        shaper_node.cmd("ip link set lo up")
+        self.progress(f"sites: creating {len(topo.sites)} site routers")
+        for index, name in enumerate(topo.sites):
+            router = self.net.addHost(name, cls=Node, inNamespace=True, ip=None)
+            self._configure_router(router)
+            self.sites[name] = router
+        self.progress(f"site links: {len(topo.links)}")
+        for index, link in enumerate(topo.links):
+            self._add_site_link(index, link)
+        total = len(topo.nodes)
+        for count, node in enumerate(topo.nodes.values(), start=1):
+            host = self._add_host(node.name, node.role)
+            self.nodes[node.name] = host
+            self._configure_host(host, node.ip, count)
+            shaped = self._new_link(host, HOST_INTF, self.sites[node.site], f"a-{node.name}", node.access)
+            self.shaper.connect(shaped, near_mac=_mac(1, count))
+            self._attach_port(self.sites[node.site], f"a-{node.name}")
+            self.access[node.name] = shaped
+            self.node_site[node.name] = node.site
+            if count % 10 == 0 or count == total:
+                self.progress(f"nodes up: {count}/{total}")
+        self._install_routes()
+
+    def _make_net(self):
+        if self.backend == "containernet":
+            from mininet.net import Containernet
+
+            return Containernet(build=False, controller=None, autoSetMacs=False, autoStaticArp=False)
+        from mininet.net import Mininet
+
+        return Mininet(build=False, controller=None, autoSetMacs=False, autoStaticArp=False)
+
+    def _add_host(self, name: str, role: str):
+        if self.backend == "containernet":
+            from testbed.emulation import containernet_backend
+
+            return containernet_backend.add_docker_host(self.net, name, role, self.run_id, self.images)
+        from mininet.node import Host
+
+        return self.net.addHost(name, cls=Host, inNamespace=True, ip=None)
+
+    def _new_link(self, near_node, near_intf, far_node, far_intf, shaping) -> ShapedLink:
+        self._link_counter += 1
+        return ShapedLink(self._link_counter, near_node, near_intf, far_node, far_intf, shaping,
+                          seed=self.seed * 100_003 + self._link_counter)
+
+    def _configure_router(self, router) -> None:
+        commands = [
+            "ip link set lo up",
+            "sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 "
+            "net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0",
+            "ip link add br0 type bridge",
+            f"ip link set br0 address {GATEWAY_MAC}",
+            f"ip addr add {GATEWAY_IP}/32 dev br0",
+            "ip link set br0 up",
+        ]
+        for command in commands:
+            out = router.cmd(command)
+            if out.strip():
+                raise EmulationError(f"site {router.name}: '{command}' failed: {out.strip()}")
+
+    def _attach_port(self, router, port: str) -> None:
+        out = router.cmd(f"ip link set {port} master br0 && ip link set {port} up")
+        if out.strip():
+            raise EmulationError(f"site {router.name}: cannot attach {port} to its switch: {out.strip()}")
+
+    def _add_site_link(self, index: int, link) -> None:
+        a, b = self.sites[link.a], self.sites[link.b]
+        ip_a, ip_b = _p2p_addresses(index)
+        mac_a, mac_b = _mac(2, 2 * index), _mac(2, 2 * index + 1)
+        shaped = self._new_link(a, f"p-{link.b}", b, f"p-{link.a}", link.shaping)
+        self.shaper.connect(shaped, near_mac=mac_a, far_mac=mac_b)
+        for router, intf, ip, peer_ip, peer_mac in ((a, f"p-{link.b}", ip_a, ip_b, mac_b),
+                                                    (b, f"p-{link.a}", ip_b, ip_a, mac_a)):
+            out = router.cmd(f"ip addr add {ip}/31 dev {intf} && "
+                             f"ip neigh replace {peer_ip} lladdr {peer_mac} dev {intf} nud permanent")
+            if out.strip():
+                raise EmulationError(f"site {router.name}: cannot address {intf}: {out.strip()}")
+        self.site_links[frozenset((link.a, link.b))] = (shaped, ip_a, ip_b)
+
+    def _configure_host(self, host, ip: str, index: int) -> None:
+        self._host_ip = getattr(self, "_host_ip", {})
+        self._host_ip[host.name] = (ip, _mac(1, index))
+
+    def _finish_host(self, name: str) -> None:
+        host = self.nodes[name]
+        ip, _mac_addr = self._host_ip[name]
+        commands = [
+            "ip link set lo up",
+            f"ip addr replace {ip}/32 dev {HOST_INTF}",
+            f"ip route replace {GATEWAY_IP}/32 dev {HOST_INTF} scope link",
+            f"ip route replace 10.0.0.0/8 via {GATEWAY_IP} dev {HOST_INTF} src {ip}",
+            f"ip neigh replace {GATEWAY_IP} lladdr {GATEWAY_MAC} dev {HOST_INTF} nud permanent",
+        ]
+        for command in commands:
+            out = host.cmd(command)
+            if out.strip():
+                raise EmulationError(f"node {name}: '{command}' failed: {out.strip()}")
+
+    def _route_commands(self, site: str, node: str) -> list[str]:
+        ip, mac = self._host_ip[node]
+        where = self.node_site[node]
+        if where == site:
+            return [f"ip route replace {ip}/32 dev br0", f"ip neigh replace {ip} lladdr {mac} dev br0 nud permanent"]
+        _, ip_a, ip_b = self.site_links[frozenset((site, where))]
+        shaped = self.site_links[frozenset((site, where))][0]
+        peer_ip = ip_b if shaped.near_node.name == site else ip_a
+        return [f"ip route replace {ip}/32 via {peer_ip} dev p-{where}", f"ip neigh del {ip} dev br0 2>/dev/null; true"]
+
+    def _install_routes(self) -> None:
+        self.progress("routes: installing per-node routes at every site")
+        for name in self.nodes:
+            self._finish_host(name)
+        for site, router in self.sites.items():
+            script = "; ".join(cmd for node in self.nodes for cmd in self._route_commands(site, node))
+            if script:
+                out = router.cmd(script)
+                if "rror" in out or "annot" in out:
+                    raise EmulationError(f"site {site}: route setup failed: {out.strip()}")
+
+    # -- run -------------------------------------------------------------------------------
+    def popen(self, node: str, argv: list[str], **kwargs) -> subprocess.Popen:
+        """Start a process inside a node (tagged with the run id for cleanup)."""
+        kwargs.setdefault("env", self.env)
+        return self.nodes[node].popen(argv, **kwargs)
+
+    def cmd(self, node: str, command: str) -> str:
+        """Run a shell command in a node and return its output (trusted, internal commands only)."""
+        target = self.nodes.get(node) or self.sites[node]
+        return target.cmd(command)
+
+    def ip_of(self, node: str) -> str:
+        return self._host_ip[node][0]
+
+    def site_of(self, node: str) -> str:
+        return self.node_site[node]
+
+    def relink(self, node: str, to_site: str) -> RelinkEvent:
+        """Move a node's access link to another site's switch; addresses and routes stay."""
+        if to_site not in self.sites:
+            raise EmulationError(f"relink {node}: unknown site {to_site!r}")
+        from_site = self.node_site[node]
+        started = time.time()
+        t0 = time.monotonic()
+        if to_site != from_site:
+            shaped = self.access[node]
+            self.shaper.move_far_end(shaped, self.sites[to_site])
+            self._attach_port(self.sites[to_site], shaped.far_intf)
+            self.node_site[node] = to_site
+            # New site first (it starts delivering), then the others point at it, old site last.
+            order = [to_site] + [s for s in self.sites if s not in (to_site, from_site)] + [from_site]
+            for site in order:
+                self.sites[site].cmd("; ".join(self._route_commands(site, node)))
+        event = RelinkEvent(started, node, from_site, to_site, time.monotonic() - t0)
+        self.relinks.append(event)
+        return event
+
+    def check(self) -> list[str]:
+        """Problems seen in the data path since the last call (e.g. a delay line that died)."""
+        return self.shaper.check() if self.shaper else []
+
+    def stop(self) -> None:
+        """Tear everything down: relays, links, node shells (their namespaces go with them)."""
+        if self.net is None:
+            return
+        if self.shaper:
+            for shaped in list(self.access.values()) + [v[0] for v in self.site_links.values()]:
+                try:
+                    self.shaper.unshape(shaped)
+                except (ShaperError, OSError):
+                    pass
+        nodes = list(self.nodes.values()) + list(self.sites.values())
+        if self.shaper:
+            nodes.append(self.shaper.node)
+        for node in nodes:
+            try:
+                node.stop(deleteIntfs=False) if hasattr(node, "stop") else node.terminate()
+            except Exception:  # noqa: BLE001 - teardown must go on whatever one node does
+                try:
+                    node.terminate()
+                except Exception:  # noqa: BLE001
+                    pass
+        self.net = None

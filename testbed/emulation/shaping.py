@@ -1,0 +1,217 @@
+"""Shaped links: every emulated link passes through the run's shaper namespace.
+
+A link between interface X on node A and interface Y on node B is two veth pairs,
+A:X <-> shaper:l<N>a and shaper:l<N>b <-> B:Y, and the shaper namespace delays what crosses
+between l<N>a and l<N>b: with `netem` (tc qdiscs plus mirred redirects) where the kernel has
+sch_netem, otherwise with the user-space delay line (one relay process per link that schedules
+each frame at its kernel receive timestamp plus the delay). Both shapers share this structure,
+so relinking is the same on both: only the l<N>b side moves, and node A's interface, its
+addresses and its routes never go away.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from dataclasses import dataclass, field
+
+from testbed.topology import Shaping
+
+READY_TIMEOUT_S = 5.0
+
+
+class ShaperError(RuntimeError):
+    """A link could not be shaped (relay failed to start, tc refused a qdisc)."""
+
+
+@dataclass
+class ShapedLink:
+    """One emulated link and its shaping (the same parameters in both directions)."""
+
+    index: int
+    near_node: object  # mininet node that keeps its interface (host or site router)
+    near_intf: str
+    far_node: object  # mininet node on the far end (a site router); changes on relink
+    far_intf: str
+    shaping: Shaping
+    seed: int
+    mininet_links: list = field(default_factory=list)
+    relay: subprocess.Popen | None = None
+
+    @property
+    def shaper_a(self) -> str:
+        return f"l{self.index}a"
+
+    @property
+    def shaper_b(self) -> str:
+        return f"l{self.index}b"
+
+
+class Shaper:
+    """Common part: builds the two veth pairs; subclasses shape the middle."""
+
+    name = "none"
+
+    def __init__(self, net, shaper_node, run_id: str, env: dict[str, str]):
+        self.net = net
+        self.node = shaper_node
+        self.run_id = run_id
+        self.env = env
+
+    # -- structure -------------------------------------------------------------------------
+    def connect(self, link: ShapedLink, near_mac: str | None = None, far_mac: str | None = None) -> None:
+        """Create both veth pairs and shape the middle."""
+        from mininet.link import Link
+
+        link.mininet_links.append(Link(link.near_node, self.node, intfName1=link.near_intf,
+                                       intfName2=link.shaper_a, addr1=near_mac or _shaper_mac(link.index, 0),
+                                       addr2=_shaper_mac(link.index, 1)))
+        link.mininet_links.append(Link(self.node, link.far_node, intfName1=link.shaper_b,
+                                       intfName2=link.far_intf, addr1=_shaper_mac(link.index, 2),
+                                       addr2=far_mac or _shaper_mac(link.index, 3)))
+        self._up(link)
+        self.shape(link)
+
+    def move_far_end(self, link: ShapedLink, new_far_node, far_mac: str | None = None,
+                     shaping: Shaping | None = None) -> None:
+        """Relink: replace the shaper<->far veth pair with one to `new_far_node`."""
+        from mininet.link import Link
+
+        self.unshape(link)
+        old = link.mininet_links.pop()
+        old.delete()
+        link.far_node = new_far_node
+        if shaping is not None:
+            link.shaping = shaping
+        link.mininet_links.append(Link(self.node, new_far_node, intfName1=link.shaper_b,
+                                       intfName2=link.far_intf, addr1=_shaper_mac(link.index, 2),
+                                       addr2=far_mac or _shaper_mac(link.index, 3)))
+        self._up(link)
+        self.shape(link)
+
+    def _up(self, link: ShapedLink) -> None:
+        for node, intf in ((self.node, link.shaper_a), (self.node, link.shaper_b),
+                           (link.near_node, link.near_intf), (link.far_node, link.far_intf)):
+            out = node.cmd(f"ip link set {intf} up")
+            if out.strip():
+                raise ShaperError(f"{node.name}: cannot bring {intf} up: {out.strip()}")
+
+    # -- shaping ---------------------------------------------------------------------------
+    def shape(self, link: ShapedLink) -> None:
+        raise NotImplementedError
+
+    def unshape(self, link: ShapedLink) -> None:
+        raise NotImplementedError
+
+    def check(self) -> list[str]:
+        """Problems seen since the last call (e.g. a relay that died)."""
+        return []
+
+
+class DelayLineShaper(Shaper):
+    """User-space delay line: one relay process per link, both directions."""
+
+    name = "delayline"
+
+    def __init__(self, net, shaper_node, run_id: str, env: dict[str, str]):
+        super().__init__(net, shaper_node, run_id, env)
+        from testbed.emulation import delayline
+
+        self.delayline = delayline
+        self.binary = delayline.ensure_built()
+        self.links: dict[int, ShapedLink] = {}
+
+    def shape(self, link: ShapedLink) -> None:
+        dl = self.delayline
+        s = link.shaping
+        direction = dl.Direction(delay_s=s.delay, jitter_s=s.jitter, loss=s.loss, rate_bps=s.bandwidth or 0.0)
+        for intf in (link.shaper_a, link.shaper_b):
+            for command in getattr(dl, "offload_commands", lambda _i: [])(intf):
+                self.node.cmd(" ".join(command))
+        argv = dl.command(self.binary, link.shaper_a, link.shaper_b, direction, direction,
+                          seed=link.seed, tag=f"tb-{self.run_id}")
+        relay = self.node.popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        line = _read_line(relay, READY_TIMEOUT_S)
+        if line != "ready":
+            relay.kill()
+            _, err = relay.communicate(timeout=2)
+            raise ShaperError(f"delay line for link {link.index} did not start: {(line or '').strip()} {err.strip()}")
+        link.relay = relay
+        self.links[link.index] = link
+
+    def unshape(self, link: ShapedLink) -> None:
+        relay, link.relay = link.relay, None
+        if relay and relay.poll() is None:
+            relay.terminate()
+            try:
+                relay.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                relay.kill()
+                relay.wait()
+        self.links.pop(link.index, None)
+
+    def check(self) -> list[str]:
+        problems = []
+        for link in list(self.links.values()):
+            if link.relay and link.relay.poll() is not None:
+                err = link.relay.stderr.read() if link.relay.stderr else ""
+                problems.append(f"delay line of link {link.index} ({link.near_node.name}:{link.near_intf}) "
+                                f"exited with {link.relay.returncode}: {err.strip()}")
+                self.links.pop(link.index)
+        return problems
+
+
+class NetemShaper(Shaper):
+    """tc netem on both shaper-side interfaces, frames handed across with mirred redirects."""
+
+    name = "netem"
+
+    def shape(self, link: ShapedLink) -> None:
+        s = link.shaping
+        spec = f"delay {s.delay * 1e6:.0f}us"
+        if s.jitter:
+            spec += f" {s.jitter * 1e6:.0f}us distribution normal"
+        if s.loss:
+            spec += f" loss {s.loss * 100:.6f}%"
+        if s.bandwidth:
+            limit_bytes = max(64_000, s.bandwidth / 8 * max(s.delay, 0.001))
+            spec += f" rate {s.bandwidth:.0f}bit limit {int(limit_bytes // 1500) + 10}"
+        else:
+            spec += " limit 100000"
+        for a, b in ((link.shaper_a, link.shaper_b), (link.shaper_b, link.shaper_a)):
+            commands = [
+                f"tc qdisc replace dev {b} root netem {spec}",
+                f"tc qdisc replace dev {a} ingress",
+                f"tc filter replace dev {a} parent ffff: protocol all prio 1 u32 match u32 0 0 "
+                f"action mirred egress redirect dev {b}",
+            ]
+            for command in commands:
+                out = self.node.cmd(command)
+                if out.strip():
+                    raise ShaperError(f"tc refused '{command}': {out.strip()}")
+
+    def unshape(self, link: ShapedLink) -> None:
+        for intf in (link.shaper_a, link.shaper_b):
+            self.node.cmd(f"tc qdisc del dev {intf} ingress 2>/dev/null; tc qdisc del dev {intf} root 2>/dev/null")
+
+
+def _shaper_mac(index: int, end: int) -> str:
+    """MACs of the veth ends the emulator owns; mininet wants both ends' addresses or neither."""
+    return f"02:03:{(index >> 16) & 255:02x}:{(index >> 8) & 255:02x}:{index & 255:02x}:{end:02x}"
+
+
+def _read_line(process: subprocess.Popen, timeout: float) -> str | None:
+    """First stdout line of a child, or None after `timeout` seconds (the child may hang)."""
+    import select
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], 0.05)
+        if ready:
+            return process.stdout.readline().strip()
+        if process.poll() is not None:
+            return None
+    return None
+
+
+SHAPERS = {"delayline": DelayLineShaper, "netem": NetemShaper}

@@ -1,0 +1,190 @@
+"""One run: choose backend and shaper, bring the network up, drive the mobility timeline, record,
+tear down (also after Ctrl-C or SIGTERM; after SIGKILL `testbed clean` finishes the job).
+
+results/<run-id>/ holds the scenario as run, run.json (metadata) and events.jsonl (relinks and
+their checks), written as they happen so an interrupted run keeps what it recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import yaml
+
+from testbed import doctor, mobility
+from testbed import topology as topo_mod
+from testbed.emulation import choose, runstate
+from testbed.emulation.network import EmulationError, Network
+from testbed.scenario.model import Scenario
+
+MISSING_PARTS = ("the role processes (Serf agents and NC proxies: issue 5; nats-server brokers, ZooKeeper, "
+                 "the topic manager and the workload: issue 6) and the trace analysis (issue 7)")
+
+
+class BadRunInput(ValueError):
+    """The run cannot start as asked (forced backend or shaper missing): exit code 2."""
+
+
+class Interrupted(Exception):
+    """SIGTERM or SIGINT arrived: unwind through the teardown."""
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
+class Session:
+    """Context manager owning a running network for a scenario; always tears it down."""
+
+    def __init__(self, scenario: Scenario, backend: str = "auto", shaper: str = "auto", console=None,
+                 topology: topo_mod.Topology | None = None):
+        self.scenario = scenario
+        self.console = console
+        self.topology = topology or topo_mod.build(scenario)
+        self.handovers = mobility.plan(scenario, self.topology)
+        backend_choice = choose.choose_backend(backend if backend != "auto" else scenario.emulation.backend)
+        if not backend_choice.value:
+            raise BadRunInput(backend_choice.reason)
+        shaper_choice = choose.choose_shaper(shaper if shaper != "auto" else scenario.emulation.shaper)
+        if not shaper_choice.value:
+            raise BadRunInput(shaper_choice.reason)
+        self.backend, self.shaper = backend_choice.value, shaper_choice.value
+        self.reasons = (backend_choice.reason, shaper_choice.reason)
+        self.run_id = runstate.new_run_id()
+        self.network: Network | None = None
+        self._old_handlers = {}
+
+    def say(self, message: str) -> None:
+        if self.console is not None:
+            self.console.print(f"[{self.run_id}] {message}", highlight=False)
+
+    def __enter__(self) -> Session:
+        problems = doctor.preflight(len(self.topology.nodes) + len(self.topology.sites))
+        if problems:
+            raise BadRunInput("cannot run here: " + "; ".join(problems))
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            self._old_handlers[sig] = signal.signal(sig, _raise_interrupted)
+        runstate.register(self.run_id, scenario=self.scenario.name, backend=self.backend, shaper=self.shaper)
+        self.say(f"backend {self.backend} ({self.reasons[0]}), shaper {self.shaper} ({self.reasons[1]})")
+        self.network = Network(self.topology, self.run_id, self.backend, self.shaper, seed=self.scenario.seed,
+                               progress=self.say)
+        started = time.monotonic()
+        try:
+            self.network.start()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        self.say(f"network up: {len(self.topology.sites)} sites, {len(self.topology.nodes)} nodes "
+                 f"in {time.monotonic() - started:.1f}s")
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        # A second Ctrl-C must not cut the teardown short.
+        for sig in self._old_handlers:
+            signal.signal(sig, signal.SIG_IGN)
+        try:
+            if self.network is not None:
+                started = time.monotonic()
+                self.network.stop()
+                self.say(f"network down in {time.monotonic() - started:.1f}s")
+        finally:
+            from testbed.emulation import cleanup
+
+            cleanup.clean(self.run_id, force=True)
+            runstate.unregister(self.run_id)
+            for sig, handler in self._old_handlers.items():
+                signal.signal(sig, handler)
+
+
+def _write_event(handle, **event) -> None:
+    handle.write(json.dumps(event) + "\n")
+    handle.flush()
+
+
+def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: bool, results_root: Path,
+        console) -> int:
+    """Run a scenario as far as the built parts go; returns the exit code."""
+    session = Session(scenario, backend=backend, shaper=shaper, console=console)
+    out = results_root / f"{scenario.name}-{session.run_id}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+    meta = {"run_id": session.run_id, "scenario": scenario.name, "scenario_file": str(path),
+            "git_commit": git_commit(), "backend": session.backend, "shaper": session.shaper,
+            "machine": platform.node(), "kernel": platform.release(), "seed": scenario.seed, "scale": scenario.scale,
+            "started": time.time(), "complete": False}
+    (out / "run.json").write_text(json.dumps(meta, indent=2))
+    code = 0
+    with (out / "events.jsonl").open("a") as events:
+        try:
+            with session:
+                if interactive:
+                    from mininet.cli import CLI
+
+                    session.say("interactive: the Mininet CLI on the running network (mobility paused); exit to tear down")
+                    CLI(session.network.net)
+                else:
+                    code = _drive(session, events)
+        except Interrupted as why:
+            session.say(f"interrupted by {why}: network torn down, results so far kept in {out}")
+            meta["interrupted"] = str(why)
+            code = 130
+        except EmulationError as error:
+            session.say(f"failed: {error}")
+            code = 1
+    meta.update(finished=time.time(), complete=code == 0, handovers_planned=len(session.handovers))
+    (out / "run.json").write_text(json.dumps(meta, indent=2))
+    session.say(f"results in {out}")
+    if code == 0:
+        session.say(f"not built yet: {MISSING_PARTS}. This run emulated the network and its mobility only.")
+        return 1
+    return code
+
+
+def _drive(session: Session, events) -> int:
+    """Follow the mobility timeline for the scenario's duration; check every handover happened."""
+    network, duration = session.network, session.scenario.duration
+    start = time.monotonic()
+    _write_event(events, type="run_start", time=time.time(), run_id=session.run_id)
+    pending = list(session.handovers)
+    done = 0
+    next_report = 0.0
+    while True:
+        elapsed = time.monotonic() - start
+        if elapsed >= duration:
+            break
+        while pending and pending[0].time <= elapsed:
+            planned = pending.pop(0)
+            event = network.relink(planned.node, planned.to_site)
+            done += 1
+            _write_event(events, type="relink", time=event.time, node=event.node, from_site=event.from_site,
+                         to_site=event.to_site, planned_at_s=planned.time, late_s=round(elapsed - planned.time, 4),
+                         call_s=round(event.duration_s, 4))
+        for problem in network.check():
+            _write_event(events, type="data_path_problem", time=time.time(), detail=problem)
+            session.say(f"problem: {problem}")
+        if elapsed >= next_report:
+            session.say(f"running: {elapsed:5.0f}s of {duration:g}s, {duration - elapsed:4.0f}s left, "
+                        f"handovers {done}/{len(session.handovers)}")
+            next_report += 10
+        wait = min(0.05, (pending[0].time - elapsed) if pending else 0.05)
+        time.sleep(max(0.001, wait))
+    _write_event(events, type="run_end", time=time.time(), handovers_done=done, handovers_planned=len(session.handovers))
+    if done != len(session.handovers):
+        session.say(f"only {done} of {len(session.handovers)} planned handovers happened")
+        return 1
+    session.say(f"all {done} planned handovers happened")
+    return 0
