@@ -175,6 +175,7 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         shaper: str = typer.Option("auto", help="auto | netem | delayline"),
         scale: Optional[float] = typer.Option(None, help="Multiply counts and rates."),
         interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
+        duration: Optional[str] = typer.Option(None, help="Override the scenario's duration, e.g. 20s."),
         results: Path = typer.Option(Path("results"), help="Directory for run results.")) -> None:
     """Build the emulated network for a scenario, run it, collect results, tear down.
 
@@ -183,6 +184,13 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     from testbed import experiment
 
     scenario = _load(path, scale)
+    if duration is not None:
+        from testbed.units import parse_duration
+
+        try:
+            scenario = scenario.model_copy(update={"duration": parse_duration(duration)})
+        except ValueError as error:
+            raise _fail_input(ValueError(f"--duration: {error}")) from None
     try:
         code = experiment.run(scenario, path, backend=backend, shaper=shaper, interactive=interactive,
                               results_root=results, console=console)
@@ -214,7 +222,8 @@ def probe(path: Path = typer.Argument(..., help="Scenario file."),
 
 
 @app.command()
-def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all runs when omitted.")) -> None:
+def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all runs when omitted."),
+          force: bool = typer.Option(False, "--force", help="Also tear down runs whose controller is alive.")) -> None:
     """Remove what crashed or killed runs left: namespaces, links, relays, processes, containers.
 
     Example: sudo testbed clean
@@ -222,11 +231,11 @@ def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all r
     from testbed.emulation import cleanup
 
     try:
-        removed = cleanup.clean(run_id)
+        removed, notes = cleanup.clean(run_id, force=force)
     except ValueError as error:
         raise _fail_input(error) from None
-    for line in removed:
-        console.print(line, highlight=False)
+    for line in removed + notes:
+        console.print(line, highlight=False, markup=False)
     console.print(f"clean: removed {len(removed)} leftover item(s)" + (f" of run {run_id}" if run_id else ""))
 
 

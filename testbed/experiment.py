@@ -70,7 +70,7 @@ class Session:
 
     def say(self, message: str) -> None:
         if self.console is not None:
-            self.console.print(f"[{self.run_id}] {message}", highlight=False)
+            self.console.print(f"[{self.run_id}] {message}", highlight=False, markup=False)
 
     def __enter__(self) -> Session:
         problems = doctor.preflight(len(self.topology.nodes) + len(self.topology.sites))

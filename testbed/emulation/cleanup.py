@@ -56,17 +56,18 @@ def docker_containers(run_id: str | None) -> list[str]:
     return [line for line in out.stdout.split() if line] if out.returncode == 0 else []
 
 
-def clean(run_id: str | None = None, force: bool = False) -> list[str]:
-    """Remove the leftovers of one run (or of every dead run); returns what was removed."""
+def clean(run_id: str | None = None, force: bool = False) -> tuple[list[str], list[str]]:
+    """Remove the leftovers of one run (or of every dead run); returns (removed, left alone)."""
     if run_id is not None:
         runstate.check_run_id(run_id)
     runs = runstate.known_runs()
     removed: list[str] = []
+    notes: list[str] = []
     skip: set[str] = set()
     for rid, info in runs.items():
         if (run_id is None or rid == run_id) and runstate.is_live(info) and not force:
             skip.add(rid)
-            removed.append(f"run {rid} is live (pid {info.get('pid')}): left alone")
+            notes.append(f"run {rid} is live (pid {info.get('pid')}): left alone")
     mine = _ancestors()
     by_run: dict[str, list[int]] = {}
     for pid, rid in runstate.tagged_processes().items():
@@ -86,4 +87,4 @@ def clean(run_id: str | None = None, force: bool = False) -> list[str]:
         if rid not in skip and (run_id is None or rid == run_id):
             runstate.unregister(rid)
             removed.append(f"run {rid}: state file")
-    return [line for line in removed if line]
+    return removed, notes

@@ -78,6 +78,7 @@ struct port { const char *name; int ifindex; int fd; };
 
 static struct port ports[2];
 static struct dir dirs[2];              /* [0] = A->B, [1] = B->A */
+static uint64_t ports_kdrops[2];        /* PACKET_STATISTICS resets on read */
 static uint64_t ts_fallback;            /* frames without a usable timestamp */
 static uint8_t *scratch;                /* BATCH receive slots */
 
@@ -140,7 +141,16 @@ static void dump_stats(void)
             d->name, d->rx, d->tx, d->drop_loss, d->drop_queue, d->rx_bytes,
             d->tx_bytes, d->tx_err, d->rx_err, d->count, d->late_1ms, d->late_max / 1000);
     }
-    snprintf(line + n, sizeof line - n, "\"ts_fallback\":%" PRIu64 "}\n", ts_fallback);
+    /* Frames the kernel dropped because our receive buffer was full. */
+    uint64_t kdrops[2] = {0, 0};
+    for (int i = 0; i < 2; i++) {
+        struct tpacket_stats st; socklen_t l = sizeof st;
+        if (!getsockopt(ports[i].fd, SOL_PACKET, PACKET_STATISTICS, &st, &l))
+            kdrops[i] = (ports_kdrops[i] += st.tp_drops);
+    }
+    snprintf(line + n, sizeof line - n, "\"kernel_drops_a\":%" PRIu64
+             ",\"kernel_drops_b\":%" PRIu64 ",\"ts_fallback\":%" PRIu64 "}\n",
+             kdrops[0], kdrops[1], ts_fallback);
     fputs(line, stderr);
     fflush(stderr);
 }

@@ -253,6 +253,7 @@ class Network:
 
     def stop(self) -> None:
         """Tear everything down: relays, links, node shells (their namespaces go with them)."""
+        os.environ.pop(runstate.ENV_TAG, None)
         if self.net is None:
             return
         if self.shaper:

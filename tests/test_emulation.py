@@ -1,0 +1,187 @@
+"""The emulated network with real namespaces and packets (root only; CI runs them as root)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import probe, topology
+from testbed.emulation import choose, runstate
+from testbed.experiment import Session
+from testbed.scenario.loader import ScenarioError, parse_text
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+    pytest.mark.skipif(not choose.mininet_importable()[0], reason="Mininet is not installed (apt-get install mininet)"),
+]
+
+STAR = """\
+name: star
+duration: 30s
+infrastructure:
+  star: {nodes: 2, link_delay: 10ms}
+emulation: {backend: mininet}
+"""
+
+THREE_SITES = """\
+name: three
+duration: 30s
+infrastructure:
+  cities: {names: [nyc, chi, atl], access_latency: 2ms}
+  cloud: {city: nyc}
+  links:
+    local: {delay: 1ms}
+nodes:
+  nc_proxies_per_site: 0
+  clients:
+    - {name: gs, role: game-server, count: 1, site: each}
+emulation: {backend: mininet}
+"""
+
+MOBILE = """\
+name: mobile
+duration: 30s
+infrastructure:
+  mec_zones: {zones: 3, inter_site_rtt: 30ms}
+  cloud: {one_way: 40ms}
+  links:
+    access: {delay: 5ms}
+    local: {delay: 1ms}
+nodes:
+  nc_proxies_per_site: 0
+  clients:
+    - {name: uav, role: uav-swarm, count: 1, mobile: true, site: zone1}
+emulation: {backend: mininet}
+"""
+
+
+def namespaces() -> set[int]:
+    """Inodes of every network namespace a process holds (the root one included)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                found.add(os.stat(entry / "ns" / "net").st_ino)
+            except OSError:
+                pass
+    return found
+
+
+def run_namespaces(run_id: str) -> set[int]:
+    """Network namespaces held by the run's own (tagged) processes, the root one excluded."""
+    root = os.stat("/proc/self/ns/net").st_ino
+    found = set()
+    for pid, rid in runstate.tagged_processes().items():
+        if rid == run_id:
+            try:
+                found.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
+            except OSError:
+                pass
+    return found - {root}
+
+
+def rtts(session: Session, a: str, b: str, count: int = 30) -> list[float]:
+    return probe.measure(session, [(a, b)], count)[(a, b)]
+
+
+def median(values: list[float]) -> float:
+    values = sorted(values)
+    return values[len(values) // 2]
+
+
+def test_two_hosts_with_20ms_path_measure_40ms_rtt():
+    scenario = parse_text(STAR)
+    with Session(scenario) as session:
+        rtts(session, "n1", "n2", 3)
+        measured = rtts(session, "n1", "n2", 50)
+    assert len(measured) == 50
+    assert median(measured) == pytest.approx(40.0, abs=max(0.5, 0.8))
+
+
+def test_three_site_matrix_matches_the_scenario():
+    scenario = parse_text(THREE_SITES)
+    topo = topology.build(scenario)
+    with Session(scenario, topology=topo) as session:
+        pairs = probe.pairs_of_interest(topo)
+        probe.measure(session, pairs, 3)
+        raw = probe.measure(session, pairs, 40)
+    results = [probe.evaluate(topo, a, b, raw[(a, b)], 40) for a, b in pairs]
+    assert len(results) >= 6
+    for r in results:
+        assert r.received == 40, r
+        assert r.median_ms == pytest.approx(r.configured_ms, abs=max(1.0, 0.03 * r.configured_ms)), r
+
+
+def test_relink_changes_the_measured_rtt():
+    scenario = parse_text(MOBILE)
+    topo = topology.build(scenario)
+    with Session(scenario, topology=topo) as session:
+        assert session.network.site_of("uav1") == "zone1"
+        before = median(rtts(session, "uav1", "bzone1"))
+        session.network.relink("uav1", "zone2")
+        after = median(rtts(session, "uav1", "bzone1"))
+        home = median(rtts(session, "uav1", "bzone2"))
+    # zone1 broker from zone1: 2*(5+1) = 12 ms; from zone2 add the 30 ms inter-site RTT.
+    assert before == pytest.approx(12.0, abs=1.0)
+    assert after == pytest.approx(42.0, abs=1.5)
+    assert home == pytest.approx(12.0, abs=1.0)
+
+
+def test_bad_link_parameters_are_rejected_at_validation():
+    with pytest.raises(ScenarioError, match="must not be negative"):
+        parse_text(STAR.replace("link_delay: 10ms", "link_delay: -10ms"))
+    with pytest.raises(ScenarioError, match="not between 0% and 100%"):
+        parse_text(STAR.replace("emulation:", "  links: {access: {loss: 101%}}\nemulation:"))
+
+
+def test_kill_9_then_clean_leaves_nothing(tmp_path):
+    scenario_file = tmp_path / "long.yaml"
+    scenario_file.write_text(STAR.replace("duration: 30s", "duration: 10m"))
+    process = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(scenario_file), "--results", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    run_id = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if "network up" in line:
+            run_id = line.split("]")[0].strip("[ ")
+            break
+    assert run_id, "the run did not come up"
+    tagged = [pid for pid, rid in runstate.tagged_processes().items() if rid == run_id]
+    assert len(tagged) >= 4  # node shells and relays
+    held = run_namespaces(run_id)
+    assert len(held) >= 3  # two nodes, the hub site, the shaper
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    out = subprocess.run([sys.executable, "-m", "testbed.cli", "clean", run_id], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    time.sleep(0.5)
+    assert not [pid for pid, rid in runstate.tagged_processes().items() if rid == run_id]
+    assert not (held & namespaces())
+    assert run_id not in runstate.known_runs()
+    again = subprocess.run([sys.executable, "-m", "testbed.cli", "clean", run_id], capture_output=True, text=True, cwd=ROOT)
+    assert again.returncode == 0 and "removed 0" in again.stdout
+
+
+def test_clean_rejects_a_bad_run_id():
+    out = subprocess.run([sys.executable, "-m", "testbed.cli", "clean", "x;rm -rf /"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 2 and "is not a run id" in out.stderr
+
+
+def test_a_normal_run_leaves_nothing_behind():
+    scenario = parse_text(STAR)
+    with Session(scenario) as session:
+        run_id = session.run_id
+        held = run_namespaces(run_id)
+        assert len(held) >= 3
+    assert not [p for p, r in runstate.tagged_processes().items() if r == run_id]
+    assert not (held & namespaces())
