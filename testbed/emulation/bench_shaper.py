@@ -49,6 +49,7 @@ class LinkTopology:
     a_to_b: Direction = field(default_factory=Direction)
     b_to_a: Direction = field(default_factory=Direction)
     seed: int = 1
+    rt_priority: int = 0
 
     def __post_init__(self) -> None:
         uid = uuid.uuid4().hex[:6]
@@ -111,7 +112,8 @@ class LinkTopology:
         self.a_to_b = a_to_b or self.a_to_b
         self.b_to_a = b_to_a or self.b_to_a
         self.seed = self.seed if seed is None else seed
-        argv = command(ensure_built(), "A", "B", self.a_to_b, self.b_to_a, self.seed, self.tag)
+        argv = command(ensure_built(), "A", "B", self.a_to_b, self.b_to_a, self.seed, self.tag,
+                       rt_priority=self.rt_priority)
         self._stderr = []
         self.proc = subprocess.Popen(["ip", "netns", "exec", self.relay_ns, *argv],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

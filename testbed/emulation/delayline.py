@@ -116,6 +116,8 @@ def command(
     b_to_a: Direction,
     seed: int,
     tag: str,
+    *,
+    rt_priority: int = 0,
 ) -> list[str]:
     """argv for one link's relay: frames from ``if_a`` leave ``if_b`` per ``a_to_b``.
 
@@ -137,6 +139,8 @@ def command(
         limit = d.effective_limit()
         if limit is not None:
             argv += [f"--limit-{suffix}", str(int(limit))]
+    if rt_priority:
+        argv += ["--rt-prio", str(int(rt_priority))]
     argv += ["--seed", str(int(seed)), "--tag", tag]
     return argv
 

@@ -153,7 +153,7 @@ def _build_from_upstream(name: str, packages: Sequence[str]) -> None:
     )
     with tempfile.TemporaryDirectory(prefix="testbed-base-") as ctx:
         (Path(ctx) / "Dockerfile").write_text(dockerfile)
-        res = _docker(["build", "-t", name, ctx], capture=False)
+        res = _docker(["build", "--force-rm", "-t", name, ctx], capture=False)
     if res.returncode != 0:
         raise RuntimeError(f"docker build of {name} from {UPSTREAM_IMAGE} failed")
 
@@ -199,6 +199,10 @@ def _slim_rootfs(root: Path) -> None:
                 elif child.name != "lock":
                     child.unlink(missing_ok=True)
     (root / "var/cache/apt/archives/partial").mkdir(parents=True, exist_ok=True)
+    # Keep the man section dirs: openjdk's postinst (update-alternatives)
+    # fails without /usr/share/man/man1 (a known slim-image pitfall).
+    for section in range(1, 9):
+        (root / f"usr/share/man/man{section}").mkdir(parents=True, exist_ok=True)
     (root / "etc/apt/sources.list").write_text(
         f"deb {MIRROR} {SUITE} main\n"
         f"deb {MIRROR} {SUITE}-updates main\n"

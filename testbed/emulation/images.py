@@ -80,7 +80,7 @@ def build_role(role: str, root: Path | None = None, base: str = BASE_IMAGE,
     progress(f"building {image_name(role)}")
     started = time.monotonic()
     res = subprocess.run(
-        ["docker", "build", "-f", str(dockerfile), "-t", image_name(role),
+        ["docker", "build", "--force-rm", "-f", str(dockerfile), "-t", image_name(role),
          "--build-arg", f"BASE={base}", "--build-arg", f"PROJECT={project_name(root)}",
          "."],
         cwd=root, capture_output=True, text=True, check=False)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -189,26 +190,35 @@ class Network:
             if out.strip():
                 raise EmulationError(f"node {name}: '{command}' failed: {out.strip()}")
 
-    def _route_commands(self, site: str, node: str) -> list[str]:
+    def _route_lines(self, site: str, node: str) -> list[str]:
+        """`ip -batch` lines that point `site`'s router at `node` where it is now."""
         ip, mac = self._host_ip[node]
         where = self.node_site[node]
         if where == site:
-            return [f"ip route replace {ip}/32 dev br0", f"ip neigh replace {ip} lladdr {mac} dev br0 nud permanent"]
-        _, ip_a, ip_b = self.site_links[frozenset((site, where))]
-        shaped = self.site_links[frozenset((site, where))][0]
+            return [f"route replace {ip}/32 dev br0", f"neigh replace {ip} lladdr {mac} dev br0 nud permanent"]
+        shaped, ip_a, ip_b = self.site_links[frozenset((site, where))]
         peer_ip = ip_b if shaped.near_node.name == site else ip_a
-        return [f"ip route replace {ip}/32 via {peer_ip} dev p-{where}", f"ip neigh del {ip} dev br0 2>/dev/null; true"]
+        return [f"neigh flush to {ip} dev br0", f"route replace {ip}/32 via {peer_ip} dev p-{where}"]
+
+    def _ip_batch(self, router, lines: list[str]) -> None:
+        """Many route changes in one `ip` call: fast, and no shell line-length limit."""
+        if not lines:
+            return
+        with tempfile.NamedTemporaryFile("w", prefix=f"tb{self.run_id}-", suffix=".ip", delete=False) as handle:
+            handle.write("\n".join(lines) + "\n")
+        try:
+            out = router.cmd(f"ip -force -batch {handle.name}")
+        finally:
+            os.unlink(handle.name)
+        if "rror" in out or "annot" in out:
+            raise EmulationError(f"site {router.name}: route setup failed: {out.strip()}")
 
     def _install_routes(self) -> None:
         self.progress("routes: installing per-node routes at every site")
         for name in self.nodes:
             self._finish_host(name)
         for site, router in self.sites.items():
-            script = "; ".join(cmd for node in self.nodes for cmd in self._route_commands(site, node))
-            if script:
-                out = router.cmd(script)
-                if "rror" in out or "annot" in out:
-                    raise EmulationError(f"site {site}: route setup failed: {out.strip()}")
+            self._ip_batch(router, [line for node in self.nodes for line in self._route_lines(site, node)])
 
     # -- run -------------------------------------------------------------------------------
     def popen(self, node: str, argv: list[str], **kwargs) -> subprocess.Popen:
@@ -242,7 +252,7 @@ class Network:
             # New site first (it starts delivering), then the others point at it, old site last.
             order = [to_site] + [s for s in self.sites if s not in (to_site, from_site)] + [from_site]
             for site in order:
-                self.sites[site].cmd("; ".join(self._route_commands(site, node)))
+                self.sites[site].cmd(" && ".join(f"ip {line}" for line in self._route_lines(site, node)))
         event = RelinkEvent(started, node, from_site, to_site, time.monotonic() - t0)
         self.relinks.append(event)
         return event

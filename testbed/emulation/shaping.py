@@ -47,6 +47,21 @@ class ShapedLink:
         return f"l{self.index}b"
 
 
+def _preset_intf_class():
+    """A Mininet Intf that only brings itself up: the veth was created with its MAC already set,
+    and Mininet's default config would take it down and up again with three more commands."""
+    from mininet.link import Intf
+
+    class PresetIntf(Intf):
+        def config(self, mac=None, ip=None, ifconfig=None, up=True, **_params):
+            self.mac = mac
+            if up:
+                self.cmd(f"ip link set {self.name} up")
+            return {}
+
+    return PresetIntf
+
+
 class Shaper:
     """Common part: builds the two veth pairs; subclasses shape the middle."""
 
@@ -63,13 +78,13 @@ class Shaper:
         """Create both veth pairs and shape the middle."""
         from mininet.link import Link
 
+        intf = _preset_intf_class()
         link.mininet_links.append(Link(link.near_node, self.node, intfName1=link.near_intf,
                                        intfName2=link.shaper_a, addr1=near_mac or _shaper_mac(link.index, 0),
-                                       addr2=_shaper_mac(link.index, 1)))
+                                       addr2=_shaper_mac(link.index, 1), intf=intf))
         link.mininet_links.append(Link(self.node, link.far_node, intfName1=link.shaper_b,
                                        intfName2=link.far_intf, addr1=_shaper_mac(link.index, 2),
-                                       addr2=far_mac or _shaper_mac(link.index, 3)))
-        self._up(link)
+                                       addr2=far_mac or _shaper_mac(link.index, 3), intf=intf))
         self.shape(link)
 
     def move_far_end(self, link: ShapedLink, new_far_node, far_mac: str | None = None,
@@ -79,22 +94,16 @@ class Shaper:
 
         self.unshape(link)
         old = link.mininet_links.pop()
-        old.delete()
+        # Deleting one end of a veth removes its peer: one command, then forget the far end.
+        old.intf1.delete()
+        old.intf2.node.delIntf(old.intf2)
         link.far_node = new_far_node
         if shaping is not None:
             link.shaping = shaping
         link.mininet_links.append(Link(self.node, new_far_node, intfName1=link.shaper_b,
                                        intfName2=link.far_intf, addr1=_shaper_mac(link.index, 2),
-                                       addr2=far_mac or _shaper_mac(link.index, 3)))
-        self._up(link)
+                                       addr2=far_mac or _shaper_mac(link.index, 3), intf=_preset_intf_class()))
         self.shape(link)
-
-    def _up(self, link: ShapedLink) -> None:
-        for node, intf in ((self.node, link.shaper_a), (self.node, link.shaper_b),
-                           (link.near_node, link.near_intf), (link.far_node, link.far_intf)):
-            out = node.cmd(f"ip link set {intf} up")
-            if out.strip():
-                raise ShaperError(f"{node.name}: cannot bring {intf} up: {out.strip()}")
 
     # -- shaping ---------------------------------------------------------------------------
     def shape(self, link: ShapedLink) -> None:
@@ -125,9 +134,6 @@ class DelayLineShaper(Shaper):
         dl = self.delayline
         s = link.shaping
         direction = dl.Direction(delay_s=s.delay, jitter_s=s.jitter, loss=s.loss, rate_bps=s.bandwidth or 0.0)
-        for intf in (link.shaper_a, link.shaper_b):
-            for command in getattr(dl, "offload_commands", lambda _i: [])(intf):
-                self.node.cmd(" ".join(command))
         argv = dl.command(self.binary, link.shaper_a, link.shaper_b, direction, direction,
                           seed=link.seed, tag=f"tb-{self.run_id}")
         relay = self.node.popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -141,14 +147,11 @@ class DelayLineShaper(Shaper):
 
     def unshape(self, link: ShapedLink) -> None:
         relay, link.relay = link.relay, None
-        if relay and relay.poll() is None:
-            relay.terminate()
-            try:
-                relay.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                relay.kill()
-                relay.wait()
         self.links.pop(link.index, None)
+        if relay and relay.poll() is None:
+            # The relay holds no state worth a graceful exit; SIGKILL makes relinking fast.
+            relay.kill()
+            relay.wait()
 
     def check(self) -> list[str]:
         problems = []

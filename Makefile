@@ -1,0 +1,65 @@
+# Two commands on a fresh Debian 12 / Ubuntu 22.04 machine (as root): `make scenario` and `make test`.
+SHELL := /bin/bash
+# Debian's python3: the venv sees the distribution's Mininet (--system-site-packages).
+PYTHON ?= /usr/bin/python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+SCENARIO ?= scenarios/uav-smoke.yaml
+APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 psmisc procps python3-venv \
+                serf nats-server zookeeper default-jre-headless
+IMAGE_PACKAGES := docker.io debootstrap
+
+.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper doctor
+
+setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
+
+apt:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "setup: installing $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
+	else echo "setup: distribution packages present"; fi
+
+venv: $(BIN)/testbed
+
+$(BIN)/testbed: requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps -e .
+	touch $(BIN)/testbed
+
+scenario: setup  ## the default smoke scenario end to end, then its figures (SCENARIO=... picks another)
+	$(BIN)/testbed validate $(SCENARIO)
+	$(BIN)/testbed run $(SCENARIO)
+	$(BIN)/testbed figures
+
+test: setup  ## the test suite (namespace tests need root; Containernet tests skip with the reason)
+	$(BIN)/python -m pytest -q -ra
+
+figures: venv
+	$(BIN)/testbed figures
+
+paper: setup
+	$(BIN)/testbed figures --paper
+
+images: venv  ## Docker images for the Containernet backend (bootstraps the base image locally)
+	@missing=$$(for p in $(IMAGE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
+	$(BIN)/python -m testbed.emulation.images build
+
+doctor: venv
+	$(BIN)/testbed doctor
+
+bench-emulation: setup  ## accuracy, shaper throughput, bring-up/teardown, relink -> results/bench/emulation.json
+	$(BIN)/python -m testbed.bench.emulation
+
+bench-shaper: setup
+	$(BIN)/python -m testbed.emulation.bench_shaper
+
+clean:  ## remove what crashed runs left behind, and build artefacts
+	-test -x $(BIN)/testbed && $(BIN)/testbed clean
+	rm -rf testbed/emulation/_build .pytest_cache .ruff_cache
+
+lint: venv
+	$(BIN)/ruff check testbed tests analysis

@@ -1,0 +1,210 @@
+"""`make bench-emulation`: accuracy, shaper throughput, bring-up/teardown and relink figures.
+
+Prints a table and writes results/bench/emulation.json. Targets (issue 4): median RTT within
+max(0.5 ms, 2 %) and p99 within +3 ms for 10-200 ms over 1-3 hops; >= 40,000 pkt/s of 200-byte
+UDP with < 0.1 % loss and TCP >= 500 Mbit/s through the user-space shaper; 50 hosts on 10
+switches up and pingable in <= 30 s, down in <= 10 s, no leftovers; a moved host reaches its
+peers over the new path within 200 ms of the relink call.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from testbed import probe
+from testbed.emulation import runstate
+from testbed.experiment import Session
+from testbed.scenario.loader import parse_text
+
+OUT = Path("results/bench/emulation.json")
+console = Console()
+
+
+def _accuracy_scenario(rtt_ms: float, shaper: str) -> str:
+    """One network holding the three path lengths for one configured RTT:
+    1 hop: node -> its site gateway; 2 hops: node -> node on one switch; 3 hops: across two sites."""
+    r = rtt_ms
+    return f"""
+name: bench-acc
+duration: 1m
+infrastructure:
+  mec_zones: {{zones: 2, inter_site_rtt: {r / 2}ms}}
+  cloud: {{one_way: 1ms}}
+nodes:
+  cloud_brokers: 0
+  brokers_per_site: 0
+  nc_proxies_per_site: 0
+  clients:
+    - {{name: one, role: static, count: 1, site: zone1, access: {{delay: {r / 2}ms}}}}
+    - {{name: two, role: static, count: 2, site: zone1, access: {{delay: {r / 4}ms}}}}
+    - {{name: thra, role: static, count: 1, site: zone1, access: {{delay: {r / 8}ms}}}}
+    - {{name: thrb, role: static, count: 1, site: zone2, access: {{delay: {r / 8}ms}}}}
+emulation: {{backend: mininet, shaper: {shaper}}}
+"""
+
+
+def _ping(session: Session, node: str, target_ip: str, count: int) -> list[float]:
+    process = session.network.popen(node, ["ping", "-n", "-c", str(count), "-i", "0.01", "-W", "2", target_ip], text=True)
+    out, _ = process.communicate(timeout=count * 0.01 + 30)
+    return probe.parse_ping(out)
+
+
+def accuracy(shaper: str, count: int = 100) -> list[dict]:
+    from testbed.topology import GATEWAY_IP
+
+    rows = []
+    for rtt_ms in (10, 40, 100, 200):
+        scenario = parse_text(_accuracy_scenario(rtt_ms, shaper))
+        with Session(scenario) as session:
+            ip = session.network.ip_of
+            cases = {1: ("one1", GATEWAY_IP), 2: ("two1", ip("two2")), 3: ("thra1", ip("thrb1"))}
+            for node, target in cases.values():
+                _ping(session, node, target, 3)
+            for hops, (node, target) in cases.items():
+                values = _ping(session, node, target, count)
+                median = statistics.median(values) if values else float("nan")
+                p99 = probe.percentile(values, 99) if values else float("nan")
+                tolerance = max(0.5, 0.02 * rtt_ms)
+                rows.append({"shaper": shaper, "configured_ms": rtt_ms, "hops": hops, "received": len(values),
+                             "median_ms": round(median, 3), "p99_ms": round(p99, 3),
+                             "median_error_ms": round(median - rtt_ms, 3),
+                             "ok": abs(median - rtt_ms) <= tolerance and p99 <= rtt_ms + 3})
+    return rows
+
+
+BRINGUP = """
+name: bench-bringup
+duration: 1m
+infrastructure:
+  mec_zones: {zones: 10, inter_site_rtt: 10ms}
+  cloud: {one_way: 5ms}
+nodes:
+  cloud_brokers: 0
+  brokers_per_site: 1
+  nc_proxies_per_site: 1
+  clients:
+    - {name: c, role: static, count: 30, site: random}
+emulation: {backend: mininet}
+"""
+
+
+def bringup() -> dict:
+    """50 hosts on 10 switches: time to up-and-pingable end to end, teardown time, leftovers."""
+    scenario = parse_text(BRINGUP)
+    started = time.monotonic()
+    session = Session(scenario)
+    session.__enter__()
+    try:
+        built = time.monotonic() - started
+        names = list(session.topology.nodes)
+        first = names[0]
+        pending = set(names[1:])
+        while pending and time.monotonic() - started < 60:
+            processes = {n: session.network.popen(first, ["ping", "-n", "-c", "1", "-W", "1", session.network.ip_of(n)])
+                         for n in pending}
+            pending = {n for n, p in processes.items() if p.wait() != 0}
+        pingable = time.monotonic() - started
+        run_id = session.run_id
+        hosts = len(names)
+    finally:
+        down_started = time.monotonic()
+        session.__exit__(None, None, None)
+        teardown = time.monotonic() - down_started
+    leftovers = [p for p, r in runstate.tagged_processes().items() if r == run_id]
+    return {"hosts": hosts, "switches": len(session.topology.sites), "build_s": round(built, 2),
+            "up_and_pingable_s": round(pingable, 2), "unreachable": len(pending), "teardown_s": round(teardown, 2),
+            "leftover_processes": len(leftovers),
+            "ok": not pending and pingable <= 30 and teardown <= 10 and not leftovers}
+
+
+MOBILE = """
+name: bench-relink
+duration: 1m
+infrastructure:
+  mec_zones: {zones: 3, inter_site_rtt: 30ms}
+  cloud: {one_way: 40ms}
+  links: {access: {delay: 5ms}, local: {delay: 1ms}}
+nodes:
+  cloud_brokers: 0
+  nc_proxies_per_site: 0
+  clients:
+    - {name: uav, role: uav-swarm, count: 1, mobile: true, site: zone1}
+emulation: {backend: mininet}
+"""
+
+_REPLY = re.compile(r"^\[(\d+\.\d+)\].*icmp_seq=(\d+) .*time=([0-9.]+) ms")
+
+
+def relink(trials: int = 6) -> dict:
+    """Continuous 2 ms pings from the moving host to the zone-2 broker while it moves zone1 <-> zone2."""
+    scenario = parse_text(MOBILE)
+    reach_ms, call_ms, settled_ok = [], [], []
+    with Session(scenario) as session:
+        net = session.network
+        target = net.ip_of("bzone2")
+        for trial in range(trials):
+            to_site = "zone2" if trial % 2 == 0 else "zone1"
+            expected = session.topology.node_rtt("uav1", "bzone2", site_a=to_site) * 1e3
+            pinger = net.popen("uav1", ["ping", "-D", "-n", "-i", "0.002", "-W", "1", target], text=True)
+            time.sleep(0.5)
+            call = time.time()
+            event = net.relink("uav1", to_site)
+            time.sleep(1.0)
+            pinger.terminate()
+            out, _ = pinger.communicate(timeout=5)
+            replies = [(float(m.group(1)), float(m.group(3))) for m in map(_REPLY.match, out.splitlines()) if m]
+            # First reply *sent* after the call that came back over the new path (RTT near the new one).
+            after = [(t, rtt) for t, rtt in replies if t - rtt / 1e3 >= call and abs(rtt - expected) < 3]
+            reach_ms.append(round((after[0][0] - call) * 1e3, 1) if after else None)
+            call_ms.append(round(event.duration_s * 1e3, 1))
+            probe_rtt = statistics.median(r for _t, r in replies[-20:]) if replies else float("nan")
+            settled_ok.append(abs(probe_rtt - expected) <= max(0.5, 0.02 * expected))
+    reached = [r for r in reach_ms if r is not None]
+    return {"trials": trials, "relink_call_ms": call_ms, "reach_new_path_ms": reach_ms,
+            "max_reach_ms": max(reached) if reached else None, "next_probe_shows_new_delay": all(settled_ok),
+            "ok": len(reached) == trials and max(reached) <= 200 and all(settled_ok)}
+
+
+def main() -> int:
+    if os.geteuid() != 0:
+        console.print("bench-emulation needs root (network namespaces)")
+        return 1
+    results: dict = {"machine": os.uname().nodename, "kernel": os.uname().release, "time": time.time()}
+    from testbed.emulation import choose
+
+    shapers = ["delayline"] + (["netem"] if choose.netem_available() else [])
+    console.print(f"accuracy: shapers {', '.join(shapers)} (netem {'present' if 'netem' in shapers else 'absent on this kernel'})")
+    results["accuracy"] = [row for shaper in shapers for row in accuracy(shaper)]
+    console.print("shaper throughput (user-space delay line)")
+    from testbed.emulation import bench_shaper
+
+    results["shaper"] = bench_shaper.run_shaper_benchmark()
+    console.print("bring-up: 50 hosts on 10 switches")
+    results["bringup"] = bringup()
+    console.print("relink")
+    results["relink"] = relink()
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.write_text(json.dumps(results, indent=2))
+    table = Table("shaper", "configured ms", "hops", "median ms", "p99 ms", "error ms", "ok", title="RTT accuracy")
+    for row in results["accuracy"]:
+        table.add_row(row["shaper"], str(row["configured_ms"]), str(row["hops"]), str(row["median_ms"]),
+                      str(row["p99_ms"]), str(row["median_error_ms"]), "yes" if row["ok"] else "NO")
+    console.print(table)
+    console.print("shaper:", json.dumps(results["shaper"], indent=1))
+    console.print("bring-up:", results["bringup"])
+    console.print("relink:", results["relink"])
+    console.print(f"written {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
