@@ -10,11 +10,11 @@ Dockerfiles install them with ``pip --no-index``.
 from __future__ import annotations
 
 import argparse
+import platform
 import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -28,6 +28,8 @@ from testbed.emulation.docker_engine import (
 
 ROLES: tuple[str, ...] = ("cloud", "broker", "nc-proxy", "client")
 WHEELHOUSE = Path("build/wheels")  # relative to the repo root (the build context)
+IMAGE_PYTHON = "3.11"  # Debian bookworm's python3
+IMAGE_GLIBC = (2, 36)  # Debian bookworm's glibc
 
 
 def repo_root() -> Path:
@@ -40,34 +42,50 @@ def image_name(role: str) -> str:
     return f"testbed/{role}:latest"
 
 
-def project_name(root: Path) -> str:
-    """Distribution name from pyproject.toml, passed to the Dockerfiles."""
-    try:
-        return tomllib.loads((root / "pyproject.toml").read_text())["project"]["name"]
-    except (OSError, KeyError, tomllib.TOMLDecodeError) as exc:
-        raise RuntimeError(f"cannot read [project].name from {root / 'pyproject.toml'}: {exc}") from exc
+def _image_platforms() -> list[str]:
+    """manylinux tags that bookworm's glibc 2.36 accepts, on this machine's arch."""
+    arch = platform.machine()
+    return [f"manylinux_2_{minor}_{arch}" for minor in range(IMAGE_GLIBC[1], 4, -1)] + [
+        f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}"]
+
+
+def _pip(args: Sequence[str], what: str) -> None:
+    res = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True,
+                         check=False)
+    if res.returncode != 0:
+        raise RuntimeError(f"{what} failed:\n{res.stdout}{res.stderr}")
 
 
 def build_wheelhouse(root: Path, progress: Progress = print) -> Path:
-    """Build wheels for the project and its dependencies into build/wheels.
+    """Put the project's wheel and its dependencies' wheels into build/wheels.
 
-    The host's Python (3.11 on Debian 12) matches the image's python3, so the
-    wheels install unchanged and the image build stays offline from PyPI.
+    Dependencies are fetched as CPython 3.11 manylinux wheels whatever the
+    host's Python is (Ubuntu 22.04 has 3.10), because they install into the
+    image's python3 (3.11); requirements.txt pins their versions when present.
+    Returns the project's wheel.
     """
     wheels = root / WHEELHOUSE
     shutil.rmtree(wheels, ignore_errors=True)
     wheels.mkdir(parents=True)
-    progress(f"building wheels for {root} into {wheels}")
-    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet",
-                          "--wheel-dir", str(wheels), str(root)],
-                         capture_output=True, text=True, check=False)
-    if res.returncode != 0:
-        raise RuntimeError(f"pip wheel failed:\n{res.stdout}{res.stderr}")
-    return wheels
+    progress(f"building the project wheel and fetching dependency wheels into {wheels}")
+    _pip(["wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(root)], "pip wheel")
+    built = sorted(wheels.glob("*.whl"))
+    if len(built) != 1:
+        raise RuntimeError(f"expected one project wheel in {wheels}, found {built}")
+    project = built[0]
+    download = ["download", "--quiet", "--dest", str(wheels), "--only-binary=:all:",
+                "--python-version", IMAGE_PYTHON, "--implementation", "cp",
+                "--abi", f"cp{IMAGE_PYTHON.replace('.', '')}"]
+    for tag in _image_platforms():
+        download += ["--platform", tag]
+    if (root / "requirements.txt").is_file():
+        download += ["--constraint", str(root / "requirements.txt")]
+    _pip([*download, str(project)], "pip download of the dependency wheels")
+    return project
 
 
 def build_role(role: str, root: Path | None = None, base: str = BASE_IMAGE,
-               progress: Progress = print) -> None:
+               progress: Progress = print, project: str = "testbed") -> None:
     """``docker build -f images/<role>/Dockerfile -t testbed/<role>:latest .``
 
     Expects the engine, the base image and build/wheels to be there already
@@ -81,7 +99,7 @@ def build_role(role: str, root: Path | None = None, base: str = BASE_IMAGE,
     started = time.monotonic()
     res = subprocess.run(
         ["docker", "build", "--force-rm", "-f", str(dockerfile), "-t", image_name(role),
-         "--build-arg", f"BASE={base}", "--build-arg", f"PROJECT={project_name(root)}",
+         "--build-arg", f"BASE={base}", "--build-arg", f"PROJECT={project}",
          "."],
         cwd=root, capture_output=True, text=True, check=False)
     if res.returncode != 0:
@@ -97,9 +115,9 @@ def build_all(progress: Progress = print, roles: Sequence[str] = ROLES,
     start_engine()
     if not image_exists(base):
         bootstrap_base_image(base, progress)
-    build_wheelhouse(root, progress)
+    project = build_wheelhouse(root, progress).name.split("-")[0]  # distribution name
     for role in roles:
-        build_role(role, root=root, base=base, progress=progress)
+        build_role(role, root=root, base=base, progress=progress, project=project)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

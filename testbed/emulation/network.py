@@ -80,7 +80,7 @@ class Network:
     # -- build -----------------------------------------------------------------------------
     def start(self) -> None:
         """Create sites, nodes and shaped links; configure addresses and routes."""
-        from mininet.node import Host, Node
+        from mininet.node import Node
 
         # Everything Mininet spawns (node shells, relays) inherits the run tag: `testbed clean` finds it.
         os.environ[runstate.ENV_TAG] = self.run_id
