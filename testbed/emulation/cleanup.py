@@ -2,13 +2,14 @@
 
 Node namespaces are held by the run's processes (Mininet node shells), so killing every process
 tagged with the run id removes the namespaces, and with them every veth, bridge and qdisc inside.
-Containers are found by label. Live runs (their controller still running) are left alone, and
+Containers are found by name (`tb<run-id>.<node>`). Live runs (their controller still running) are left alone, and
 nothing without our tag is touched. Cleaning twice is harmless.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -46,14 +47,16 @@ def _kill(pids: list[int], grace_s: float = 2.0) -> list[int]:
 
 
 def docker_containers(run_id: str | None) -> list[str]:
-    """Names of containers labelled with our run tag (empty when no Docker engine answers)."""
-    label = runstate.CONTAINER_LABEL + (f"={run_id}" if run_id else "")
+    """Names of our containers (`tb<run-id>.<node>`; empty when no Docker engine answers)."""
     try:
-        out = subprocess.run(["docker", "ps", "-a", "--filter", f"label={label}", "--format", "{{.Names}}"],
+        out = subprocess.run(["docker", "ps", "-a", "--filter", "label=com.containernet", "--format", "{{.Names}}"],
                              capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return []
-    return [line for line in out.stdout.split() if line] if out.returncode == 0 else []
+    if out.returncode != 0:
+        return []
+    pattern = re.compile(rf"tb({re.escape(run_id) if run_id else runstate.RUN_ID_RE.pattern})\.[a-z0-9]+")
+    return [name for name in out.stdout.split() if pattern.fullmatch(name)]
 
 
 def clean(run_id: str | None = None, force: bool = False) -> tuple[list[str], list[str]]:

@@ -17,9 +17,16 @@
  * PACKET_VNET_HDR is used on both sockets so GSO super-frames (up to 64 KB)
  * and CHECKSUM_PARTIAL frames are relayed intact: no need to disable offloads.
  *
+ * Interface: prints "ready" on stdout once both sockets are bound.  SIGUSR1
+ * writes one JSON line of counters to stderr ({"ab":{rx,tx,drop_loss,
+ * drop_queue,rx_bytes,tx_bytes,tx_err,rx_err,kernel_drops,queued,late_1ms,
+ * late_max_us},"ba":{...},"ts_fallback":N}).  --rt-prio N asks for SCHED_FIFO
+ * so busy emulated hosts cannot make frames late.
+ *
  * Exit codes: 0 on SIGTERM/SIGINT, 1 on unexpected errors, 2 on bad
  * arguments, 3 "interface gone" when an interface does not exist (any more),
  * so a launcher can tell "relink and restart" apart from real failures.
+ * An interface that is merely down is waited for (its frames are dropped).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -54,15 +61,12 @@
 #define BATCH      64                       /* recvmmsg / sendmmsg batch */
 #define RX_BUDGET  4                        /* batches per wakeup per socket */
 #define QSLOTS     65536                    /* frame descriptors per direction */
-/* Timing (this VM: hrtimer wakeups land ~20 us late at the median).  A wakeup
- * sends every frame due within EARLY_NS, so under load one wakeup serves a
- * burst instead of one frame; errors stay well inside +-100 us. */
-#ifndef EARLY_NS
+/* Timing.  We ask to wake WAKE_NS before the head frame is due (hrtimer
+ * wakeups on this VM land ~20 us late at the median), then send every frame
+ * due within EARLY_NS: under load one wakeup serves a burst instead of one
+ * frame, and no frame leaves more than 50 us early. */
 #define EARLY_NS   50000
-#endif
-#ifndef WAKE_NS
-#define WAKE_NS    10000      /* wake this much before due (timer latency) */
-#endif
+#define WAKE_NS    20000
 #define HOLDOFF_MAX 500000    /* longest RX coalescing pause, see main loop */
 #define MIN_LIMIT  (64 * 1024)
 #define NS         1000000000LL
@@ -135,30 +139,29 @@ static void check_ports(void)
 
 static int is_iface_errno(int e) { return e == ENETDOWN || e == ENXIO || e == ENODEV; }
 
+/* SIGUSR1: one JSON line of counters on stderr.  kernel_drops are frames
+ * the kernel discarded because our receive buffer was full. */
 static void dump_stats(void)
 {
     char line[1024]; int n = 0;
+    for (int i = 0; i < 2; i++) {
+        struct tpacket_stats st; socklen_t l = sizeof st;
+        if (!getsockopt(ports[i].fd, SOL_PACKET, PACKET_STATISTICS, &st, &l))
+            ports_kdrops[i] += st.tp_drops;             /* reading resets them */
+    }
     n += snprintf(line + n, sizeof line - n, "{");
     for (int i = 0; i < 2; i++) {
         struct dir *d = &dirs[i];
         n += snprintf(line + n, sizeof line - n,
             "\"%s\":{\"rx\":%" PRIu64 ",\"tx\":%" PRIu64 ",\"drop_loss\":%" PRIu64
             ",\"drop_queue\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"tx_bytes\":%" PRIu64
-            ",\"tx_err\":%" PRIu64 ",\"rx_err\":%" PRIu64 ",\"queued\":%u"
-            ",\"late_1ms\":%" PRIu64 ",\"late_max_us\":%" PRId64 "},",
+            ",\"tx_err\":%" PRIu64 ",\"rx_err\":%" PRIu64 ",\"kernel_drops\":%" PRIu64
+            ",\"queued\":%u,\"late_1ms\":%" PRIu64 ",\"late_max_us\":%" PRId64 "},",
             d->name, d->rx, d->tx, d->drop_loss, d->drop_queue, d->rx_bytes,
-            d->tx_bytes, d->tx_err, d->rx_err, d->count, d->late_1ms, d->late_max / 1000);
+            d->tx_bytes, d->tx_err, d->rx_err, ports_kdrops[i], d->count, d->late_1ms,
+            d->late_max / 1000);
     }
-    /* Frames the kernel dropped because our receive buffer was full. */
-    uint64_t kdrops[2] = {0, 0};
-    for (int i = 0; i < 2; i++) {
-        struct tpacket_stats st; socklen_t l = sizeof st;
-        if (!getsockopt(ports[i].fd, SOL_PACKET, PACKET_STATISTICS, &st, &l))
-            kdrops[i] = (ports_kdrops[i] += st.tp_drops);
-    }
-    snprintf(line + n, sizeof line - n, "\"kernel_drops_a\":%" PRIu64
-             ",\"kernel_drops_b\":%" PRIu64 ",\"ts_fallback\":%" PRIu64 "}\n",
-             kdrops[0], kdrops[1], ts_fallback);
+    snprintf(line + n, sizeof line - n, "\"ts_fallback\":%" PRIu64 "}\n", ts_fallback);
     fputs(line, stderr);
     fflush(stderr);
 }
@@ -184,18 +187,19 @@ static uint64_t wire_len(const uint8_t *p, uint32_t len)
     return flen + (segs - 1) * hl;
 }
 
-/* Reserve len contiguous bytes in the byte ring; UINT64_MAX if no room. */
+/* Reserve len contiguous bytes in the byte ring; UINT64_MAX if no room.
+ * Frames are stored back to back and freed in FIFO order, so live data is
+ * [oldest, wpos) or, once wrapped, [oldest, end) + [0, wpos). */
 static uint64_t ring_alloc(struct dir *d, uint32_t len)
 {
-    if (d->count == 0)
-        d->wpos = 0;
     if (d->count == QSLOTS)
         return UINT64_MAX;
-    uint64_t oldest = d->count ? d->q[d->head].off : 0, at;
-    if (d->count == 0 || d->wpos > oldest) {
+    if (d->count == 0)
+        d->wpos = 0;
+    uint64_t oldest = d->count ? d->q[d->head].off : d->bcap, at;
+    if (d->count && d->wpos > oldest) {
         if (d->wpos + len <= d->bcap) at = d->wpos;
-        else if (d->count && len < oldest) at = 0;   /* wrap, waste the tail */
-        else if (!d->count && len <= d->bcap) at = 0;
+        else if (len < oldest) at = 0;          /* wrap, wasting the tail */
         else return UINT64_MAX;
     } else if (d->wpos + len < oldest) {
         at = d->wpos;
@@ -216,7 +220,7 @@ static void enqueue(struct dir *d, const uint8_t *src, uint32_t len, int64_t t_r
 {
     uint32_t extra = vlan_tci >= 0 ? 4 : 0, tot = len + extra;
     d->rx++;
-    d->rx_bytes += len - VNET_LEN;
+    d->rx_bytes += tot - VNET_LEN;
     if (d->loss > 0 && rng_unit(&d->loss_rng) < d->loss) {
         d->drop_loss++;
         return;
@@ -285,6 +289,8 @@ static void flush(struct dir *d, int64_t now)
         }
         int r = sendmmsg(d->tx_fd, m, n, MSG_DONTWAIT);
         if (r < 0) {
+            /* Send buffer full (16 MB, so only under extreme load): retry on
+             * the next loop pass, which does not sleep while frames are due. */
             if (errno == EAGAIN || errno == EINTR) return;
             if (is_iface_errno(errno)) check_ports();   /* exits if deleted */
             /* The head frame is unsendable (interface down, oversize,
@@ -398,18 +404,26 @@ static void setup_dir(struct dir *d, const char *name, int rx, int tx, uint64_t 
                       int has_limit)
 {
     d->name = name; d->rx_fd = rx; d->tx_fd = tx;
+    /* Separate streams: jitter draws must not shift the loss pattern. */
     d->loss_rng = seed * 4 + (d == &dirs[0] ? 1 : 2);
     d->jit_rng = seed * 4 + (d == &dirs[0] ? 3 : 4) + 0x5851f42d4c957f2dULL;
-    double bps = d->rate > 0 ? d->rate / 8 : 1e9;   /* unlimited: assume <= 8 Gbit/s */
-    if (!has_limit)
-        d->limit = d->rate > 0 ? (uint64_t)(bps * d->delay > MIN_LIMIT ? bps * d->delay : MIN_LIMIT) : 0;
-    /* Memory for queue + frames in flight (propagation), bounded. */
-    double cap = (d->rate > 0 ? d->limit : 0) + bps * (d->delay + d->jitter) + 4.0 * (1 << 20);
+    /* Default drop-tail limit: bandwidth x delay, at least 64 KB (same rule
+     * as Direction.default_limit() in delayline.py). */
+    if (!has_limit && d->rate > 0) {
+        d->limit = (uint64_t)(d->rate / 8 * d->delay);
+        if (d->limit < MIN_LIMIT) d->limit = MIN_LIMIT;
+    }
+    /* Ring memory = queue + bytes in propagation; an unlimited direction is
+     * sized for ~8 Gbit/s.  Bounded at 256 MB; beyond that frames drop. */
+    double bytes_per_s = d->rate > 0 ? d->rate / 8 : 1e9;
+    double cap = bytes_per_s * (d->delay + d->jitter) + 4.0 * (1 << 20);
+    if (d->rate > 0) cap += d->limit;
+    else if (has_limit && d->limit + 2.0 * SLOT_LEN < cap) cap = d->limit + 2.0 * SLOT_LEN;
     if (cap > 256.0 * (1 << 20)) cap = 256.0 * (1 << 20);
-    if (d->rate <= 0 && has_limit && d->limit + 2.0 * SLOT_LEN < cap) cap = d->limit + 2.0 * SLOT_LEN;
     d->bcap = (uint64_t)cap;
     if (d->rate <= 0 && !has_limit) d->limit = d->bcap;
-    /* MAP_NORESERVE: pages only become resident when traffic needs them. */
+    /* MAP_NORESERVE + the ring restarting at 0 whenever it empties: pages
+     * only become resident when traffic really needs them. */
     d->buf = mmap(NULL, d->bcap, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     d->q = calloc(QSLOTS, sizeof *d->q);
@@ -462,7 +476,13 @@ int main(int argc, char **argv)
             dirs[c - 9].limit = (uint64_t)parse_num(optarg, o, 1, 1 << 30);
             has_limit[c - 9] = 1;
             break;
-        case 11: seed = (uint64_t)parse_num(optarg, o, 0, 1.8e19); break;
+        case 11: {
+            char *end; errno = 0;
+            seed = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || *optarg == '-')
+                usage("--seed must be a non-negative integer");
+            break;
+        }
         case 12: break;                                 /* only for pgrep */
         case 13: rt_prio = (int)parse_num(optarg, o, 0, 99); break;
         default: usage("unknown option or missing value");
@@ -483,6 +503,7 @@ int main(int argc, char **argv)
     sigaddset(&ss, SIGTERM); sigaddset(&ss, SIGINT); sigaddset(&ss, SIGUSR1);
     sigprocmask(SIG_BLOCK, &ss, NULL);
     int sfd = signalfd(-1, &ss, SFD_NONBLOCK | SFD_CLOEXEC);
+    signal(SIGPIPE, SIG_IGN);   /* a launcher that closed our pipes must not kill us */
 
     /* Default 50 us timer slack would eat most of our accuracy budget. */
     prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -544,12 +565,12 @@ int main(int argc, char **argv)
          * No busy-polling: idle CPU is ~0 and CPU under load goes to work. */
         int64_t next = INT64_MAX, wait;
         for (int i = 0; i < 2; i++) {
-            if (dirs[i].count && dirs[i].q[dirs[i].head].due - EARLY_NS < next)
-                next = dirs[i].q[dirs[i].head].due - EARLY_NS;
-            if (!rx_armed[i] && rx_poll_at[i] + WAKE_NS < next)
-                next = rx_poll_at[i] + WAKE_NS;
+            if (dirs[i].count && dirs[i].q[dirs[i].head].due - WAKE_NS < next)
+                next = dirs[i].q[dirs[i].head].due - WAKE_NS;
+            if (!rx_armed[i] && rx_poll_at[i] < next)
+                next = rx_poll_at[i];
         }
-        wait = next == INT64_MAX ? NS : next - now - WAKE_NS;   /* idle: 1 s */
+        wait = next == INT64_MAX ? NS : next - now;     /* idle: check in 1 s */
         if (wait > NS) wait = NS;
         if (wait < 0) wait = 0;
         struct timespec to = { wait / NS, wait % NS };

@@ -118,6 +118,25 @@ def build_all(progress: Progress = print, roles: Sequence[str] = ROLES,
     project = build_wheelhouse(root, progress).name.split("-")[0]  # distribution name
     for role in roles:
         build_role(role, root=root, base=base, progress=progress, project=project)
+    remove_stale_images()
+
+
+def remove_stale_images() -> None:
+    """Drop untagged images that earlier builds left behind.
+
+    Rebuilt role images leave their predecessors untagged, and every change of
+    the source leaves a new project stage; only the newest stage is kept, as
+    the build cache for the next run.  Only images carrying our labels go.
+    """
+    def dangling(label: str) -> list[str]:
+        res = subprocess.run(["docker", "images", "--quiet", "--filter", "dangling=true",
+                              "--filter", f"label={label}"],
+                             capture_output=True, text=True, check=False)
+        return list(dict.fromkeys(res.stdout.split()))  # newest first
+
+    stale = dangling("org.testbed.role") + dangling("org.testbed.stage=project")[1:]
+    if stale:
+        subprocess.run(["docker", "rmi", *stale], capture_output=True, check=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

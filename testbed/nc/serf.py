@@ -1,0 +1,104 @@
+"""A client of Serf's RPC protocol (msgpack over TCP) and Serf's coordinate distance.
+
+Only what the testbed needs: handshake, `members`, `get-coordinate`. The distance is computed
+exactly as Serf's Vivaldi client does (hashicorp/serf coordinate.DistanceTo): the Euclidean
+distance of the vectors plus both heights, plus both adjustments when that sum stays positive.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from dataclasses import dataclass
+
+import msgpack
+
+RPC_PORT = 7373
+
+
+@dataclass(frozen=True)
+class Coordinate:
+    """A Serf network coordinate; distances in seconds."""
+
+    vec: tuple[float, ...]
+    error: float
+    adjustment: float
+    height: float
+
+    @classmethod
+    def from_rpc(cls, data: dict) -> Coordinate:
+        return cls(tuple(float(v) for v in data["Vec"]), float(data["Error"]), float(data["Adjustment"]),
+                   float(data["Height"]))
+
+    def raw_distance_to(self, other: Coordinate) -> float:
+        if len(self.vec) != len(other.vec):
+            raise ValueError("coordinates of different dimensions")
+        return math.dist(self.vec, other.vec) + self.height + other.height
+
+    def distance_to(self, other: Coordinate) -> float:
+        """Estimated RTT in seconds, as `serf rtt` reports it."""
+        dist = self.raw_distance_to(other)
+        adjusted = dist + self.adjustment + other.adjustment
+        return adjusted if adjusted > 0.0 else dist
+
+    def with_extra_height(self, seconds: float) -> Coordinate:
+        """The NC proxy's answer: its coordinate with the client's access latency in the height."""
+        return Coordinate(self.vec, self.error, self.adjustment, self.height + seconds)
+
+
+class SerfError(RuntimeError):
+    """The agent answered with an error, or did not answer."""
+
+
+class SerfRPC:
+    """One connection to an agent's RPC listener (127.0.0.1:7373 inside the agent's node)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = RPC_PORT, timeout: float = 5.0,
+                 netns_pid: int | None = None):
+        if netns_pid is None:
+            self._sock = socket.create_connection((host, port), timeout=timeout)
+        else:
+            from testbed.emulation.netns import connect_in
+
+            self._sock = connect_in(netns_pid, (host, port), timeout)
+        self._unpacker = msgpack.Unpacker(raw=False)
+        self._seq = 0
+        self._call("handshake", {"Version": 1})
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> SerfRPC:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.close()
+
+    def _next(self):
+        while True:
+            for item in self._unpacker:
+                return item
+            chunk = self._sock.recv(65536)
+            if not chunk:
+                raise SerfError("agent closed the RPC connection")
+            self._unpacker.feed(chunk)
+
+    def _call(self, command: str, body: dict | None = None, has_body: bool = False):
+        seq, self._seq = self._seq, self._seq + 1
+        payload = msgpack.packb({"Command": command, "Seq": seq})
+        if body is not None:
+            payload += msgpack.packb(body)
+        self._sock.sendall(payload)
+        header = self._next()
+        if header.get("Error"):
+            raise SerfError(f"{command}: {header['Error']}")
+        if header.get("Seq") != seq:
+            raise SerfError(f"{command}: answer out of sequence ({header.get('Seq')} != {seq})")
+        return self._next() if has_body else None
+
+    def members(self) -> list[dict]:
+        return self._call("members", has_body=True)["Members"]
+
+    def coordinate(self, node: str) -> Coordinate | None:
+        answer = self._call("get-coordinate", {"Node": node}, has_body=True)
+        return Coordinate.from_rpc(answer["Coord"]) if answer.get("Ok") else None
