@@ -51,7 +51,7 @@ class Session:
     """Context manager owning a running network for a scenario; always tears it down."""
 
     def __init__(self, scenario: Scenario, backend: str = "auto", shaper: str = "auto", console=None,
-                 topology: topo_mod.Topology | None = None):
+                 topology: topo_mod.Topology | None = None, log_dir: Path | None = None):
         self.scenario = scenario
         self.console = console
         self.topology = topology or topo_mod.build(scenario)
@@ -65,6 +65,7 @@ class Session:
         self.backend, self.shaper = backend_choice.value, shaper_choice.value
         self.reasons = (backend_choice.reason, shaper_choice.reason)
         self.run_id = runstate.new_run_id()
+        self.log_dir = log_dir
         self.network: Network | None = None
         self._old_handlers = {}
 
@@ -81,7 +82,7 @@ class Session:
         runstate.register(self.run_id, scenario=self.scenario.name, backend=self.backend, shaper=self.shaper)
         self.say(f"backend {self.backend} ({self.reasons[0]}), shaper {self.shaper} ({self.reasons[1]})")
         self.network = Network(self.topology, self.run_id, self.backend, self.shaper, seed=self.scenario.seed,
-                               progress=self.say)
+                               progress=self.say, log_dir=self.log_dir)
         started = time.monotonic()
         try:
             self.network.start()
@@ -120,6 +121,7 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
     """Run a scenario as far as the built parts go; returns the exit code."""
     session = Session(scenario, backend=backend, shaper=shaper, console=console)
     out = results_root / f"{scenario.name}-{session.run_id}"
+    session.log_dir = out / "logs"
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
     meta = {"run_id": session.run_id, "scenario": scenario.name, "scenario_file": str(path),

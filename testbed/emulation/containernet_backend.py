@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from testbed.emulation import runstate
 
+# The same settings as NODE_SYSCTLS for namespace hosts; Docker applies them at creation.
+DOCKER_SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1",
+                  "net.ipv4.tcp_rmem": "4096 131072 33554432", "net.ipv4.tcp_wmem": "4096 65536 33554432"}
 ROLE_IMAGES = {"cloud": "cloud", "broker": "broker", "nc-proxy": "nc-proxy"}
 DEFAULT_IMAGE_ROLE = "client"
 
@@ -46,7 +49,7 @@ def _docker_class():
 def add_docker_host(net, name: str, role: str, run_id: str, images: dict[str, str] | None = None):
     """A container for one node: no Docker network (the emulator gives it eth0), net_admin only."""
     return net.addDocker(name, cls=_docker_class(), run_id=run_id, dimage=image_for(role, images), ip=None,
-                         network_mode="none")
+                         network_mode="none", sysctls=DOCKER_SYSCTLS)
 
 
 def missing_images(roles: set[str], images: dict[str, str] | None = None) -> list[str]:

@@ -4,12 +4,15 @@ Usage: ``python -m testbed.emulation.images build [ROLE ...]``.
 
 The project and its Python dependencies are turned into wheels on the host
 first (build/wheels), so ``docker build`` needs no access to PyPI; the role
-Dockerfiles install them with ``pip --no-index``.
+Dockerfiles install them with ``pip --no-index``.  The source tree goes to
+the images as a snapshot (build/image-src), the only other thing in the
+build context.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import shutil
 import subprocess
@@ -27,7 +30,12 @@ from testbed.emulation.docker_engine import (
 )
 
 ROLES: tuple[str, ...] = ("cloud", "broker", "nc-proxy", "client")
-WHEELHOUSE = Path("build/wheels")  # relative to the repo root (the build context)
+# Both relative to the repo root, the build context; .dockerignore sends only these.
+WHEELHOUSE = Path("build/wheels")
+SOURCE_SNAPSHOT = Path("build/image-src")
+# Not copied into the images: VCS, venvs, caches, run results, host-built binaries.
+_SKIP_ANYWHERE = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "_build"}
+_SKIP_TOP = {"build", "results"}
 IMAGE_PYTHON = "3.11"  # Debian bookworm's python3
 IMAGE_GLIBC = (2, 36)  # Debian bookworm's glibc
 
@@ -50,8 +58,11 @@ def _image_platforms() -> list[str]:
 
 
 def _pip(args: Sequence[str], what: str) -> None:
+    # A fixed SOURCE_DATE_EPOCH makes the project wheel byte-identical for the
+    # same source, so docker's build cache survives a rebuild of the wheelhouse.
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}
     res = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True,
-                         check=False)
+                         check=False, env=env)
     if res.returncode != 0:
         raise RuntimeError(f"{what} failed:\n{res.stdout}{res.stderr}")
 
@@ -84,12 +95,31 @@ def build_wheelhouse(root: Path, progress: Progress = print) -> Path:
     return project
 
 
+def snapshot_source(root: Path, progress: Progress = print) -> Path:
+    """Copy the source tree to build/image-src for /opt/testbed in the images.
+
+    One snapshot serves all role builds of a run, so the images agree with
+    each other and the build cache holds even while files are being edited.
+    """
+    dest = root / SOURCE_SNAPSHOT
+
+    def skip(directory: str, names: list[str]) -> set[str]:
+        top = Path(directory).resolve() == root.resolve()
+        return {n for n in names if n in _SKIP_ANYWHERE or n.endswith((".pyc", ".egg-info"))
+                or (top and n in _SKIP_TOP)}
+
+    shutil.rmtree(dest, ignore_errors=True)
+    progress(f"snapshotting the source into {dest}")
+    shutil.copytree(root, dest, ignore=skip, symlinks=True)
+    return dest
+
+
 def build_role(role: str, root: Path | None = None, base: str = BASE_IMAGE,
                progress: Progress = print, project: str = "testbed") -> None:
     """``docker build -f images/<role>/Dockerfile -t testbed/<role>:latest .``
 
-    Expects the engine, the base image and build/wheels to be there already
-    (``build_all`` sees to that).
+    Expects the engine, the base image, build/wheels and build/image-src to
+    be there already (``build_all`` sees to that).
     """
     root = root or repo_root()
     dockerfile = root / "images" / role / "Dockerfile"
@@ -116,6 +146,7 @@ def build_all(progress: Progress = print, roles: Sequence[str] = ROLES,
     if not image_exists(base):
         bootstrap_base_image(base, progress)
     project = build_wheelhouse(root, progress).name.split("-")[0]  # distribution name
+    snapshot_source(root, progress)
     for role in roles:
         build_role(role, root=root, base=base, progress=progress, project=project)
     remove_stale_images()

@@ -27,6 +27,10 @@ SHAPER_NODE = "shaper"
 RESERVED_NAMES = {SHAPER_NODE}
 
 Progress = Callable[[str], None]
+# IPv4-only network (no IPv6 chatter on shaped links); TCP buffers large enough for
+# bandwidth x delay of WAN-like links (the defaults cap a 40 ms path well below 1 Gbit/s).
+NODE_SYSCTLS = ("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 "
+                "net.ipv4.tcp_rmem='4096 131072 33554432' net.ipv4.tcp_wmem='4096 65536 33554432'")
 
 
 class EmulationError(RuntimeError):
@@ -58,7 +62,8 @@ class Network:
     """An emulated network on the mininet or containernet backend."""
 
     def __init__(self, topology: Topology, run_id: str, backend: str, shaper: str, seed: int = 1,
-                 progress: Progress = lambda _m: None, images: dict[str, str] | None = None):
+                 progress: Progress = lambda _m: None, images: dict[str, str] | None = None,
+                 log_dir=None):
         self.topology = topology
         self.run_id = run_id
         self.backend = backend
@@ -66,6 +71,7 @@ class Network:
         self.seed = seed
         self.progress = progress
         self.images = images or {}
+        self.log_dir = log_dir
         self.env = {**os.environ, runstate.ENV_TAG: run_id}
         self.net = None
         self.nodes: dict[str, object] = {}
@@ -90,7 +96,7 @@ class Network:
         if clash:
             raise EmulationError(f"names reserved by the emulator: {', '.join(sorted(clash))}")
         shaper_node = self.net.addHost(SHAPER_NODE, cls=Node, inNamespace=True, ip=None)
-        self.shaper = SHAPERS[self.shaper_kind](self.net, shaper_node, self.run_id, self.env)
+        self.shaper = SHAPERS[self.shaper_kind](self.net, shaper_node, self.run_id, self.env, self.log_dir)
         shaper_node.cmd("ip link set lo up")
         self.progress(f"sites: creating {len(topo.sites)} site routers")
         for index, name in enumerate(topo.sites):
@@ -140,6 +146,7 @@ class Network:
     def _configure_router(self, router) -> None:
         commands = [
             "ip link set lo up",
+            NODE_SYSCTLS,
             "sysctl -qw net.ipv4.ip_forward=1 net.ipv4.conf.all.rp_filter=0 net.ipv4.conf.default.rp_filter=0 "
             "net.ipv4.conf.all.send_redirects=0 net.ipv4.conf.default.send_redirects=0",
             "ip link add br0 type bridge",
@@ -178,6 +185,8 @@ class Network:
     def _finish_host(self, name: str) -> None:
         host = self.nodes[name]
         ip, _mac_addr = self._host_ip[name]
+        # Best effort: a Docker host's /proc/sys is read-only (its sysctls are set when it is created).
+        host.cmd(NODE_SYSCTLS + " 2>/dev/null")
         commands = [
             "ip link set lo up",
             f"ip addr replace {ip}/32 dev {HOST_INTF}",
@@ -233,6 +242,15 @@ class Network:
 
     def ip_of(self, node: str) -> str:
         return self._host_ip[node][0]
+
+    def add_anycast(self, node: str, address: str) -> None:
+        """Give a node a service address that every site routes to its own holder (NC proxies)."""
+        ip, mac = self._host_ip[node]
+        out = self.nodes[node].cmd(f"ip addr replace {address}/32 dev {HOST_INTF}")
+        out += self.sites[self.node_site[node]].cmd(
+            f"ip route replace {address}/32 dev br0 && ip neigh replace {address} lladdr {mac} dev br0 nud permanent")
+        if out.strip():
+            raise EmulationError(f"{node}: cannot add anycast address {address}: {out.strip()}")
 
     def site_of(self, node: str) -> str:
         return self.node_site[node]

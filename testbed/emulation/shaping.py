@@ -12,7 +12,9 @@ addresses and its routes never go away.
 from __future__ import annotations
 
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 from dataclasses import dataclass, field
 
 from testbed.topology import Shaping
@@ -67,11 +69,14 @@ class Shaper:
 
     name = "none"
 
-    def __init__(self, net, shaper_node, run_id: str, env: dict[str, str]):
+    def __init__(self, net, shaper_node, run_id: str, env: dict[str, str], log_dir: Path | None = None):
         self.net = net
         self.node = shaper_node
         self.run_id = run_id
         self.env = env
+        self.log_dir = log_dir or Path(tempfile.gettempdir()) / f"testbed-{run_id}"
+        # IPv4-only network: the shaper's own IPv6 chatter would otherwise reach the hosts.
+        shaper_node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
 
     # -- structure -------------------------------------------------------------------------
     def connect(self, link: ShapedLink, near_mac: str | None = None, far_mac: str | None = None) -> None:
@@ -122,8 +127,8 @@ class DelayLineShaper(Shaper):
 
     name = "delayline"
 
-    def __init__(self, net, shaper_node, run_id: str, env: dict[str, str]):
-        super().__init__(net, shaper_node, run_id, env)
+    def __init__(self, net, shaper_node, run_id: str, env: dict[str, str], log_dir: Path | None = None):
+        super().__init__(net, shaper_node, run_id, env, log_dir)
         from testbed.emulation import delayline
 
         self.delayline = delayline
@@ -136,12 +141,17 @@ class DelayLineShaper(Shaper):
         direction = dl.Direction(delay_s=s.delay, jitter_s=s.jitter, loss=s.loss, rate_bps=s.bandwidth or 0.0)
         argv = dl.command(self.binary, link.shaper_a, link.shaper_b, direction, direction,
                           seed=link.seed, tag=f"tb-{self.run_id}")
-        relay = self.node.popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # stderr goes to a file: a pipe nobody reads could fill up and block the relay.
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f"delayline-{link.index}.log"
+        with log_path.open("ab") as log:
+            relay = self.node.popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=log, text=True)
         line = _read_line(relay, READY_TIMEOUT_S)
         if line != "ready":
             relay.kill()
-            _, err = relay.communicate(timeout=2)
-            raise ShaperError(f"delay line for link {link.index} did not start: {(line or '').strip()} {err.strip()}")
+            relay.wait()
+            raise ShaperError(f"delay line for link {link.index} did not start: {(line or '').strip()} "
+                              f"{_tail(log_path)}")
         link.relay = relay
         self.links[link.index] = link
 
@@ -157,7 +167,7 @@ class DelayLineShaper(Shaper):
         problems = []
         for link in list(self.links.values()):
             if link.relay and link.relay.poll() is not None:
-                err = link.relay.stderr.read() if link.relay.stderr else ""
+                err = _tail(self.log_dir / f"delayline-{link.index}.log")
                 problems.append(f"delay line of link {link.index} ({link.near_node.name}:{link.near_intf}) "
                                 f"exited with {link.relay.returncode}: {err.strip()}")
                 self.links.pop(link.index)
@@ -196,6 +206,13 @@ class NetemShaper(Shaper):
     def unshape(self, link: ShapedLink) -> None:
         for intf in (link.shaper_a, link.shaper_b):
             self.node.cmd(f"tc qdisc del dev {intf} ingress 2>/dev/null; tc qdisc del dev {intf} root 2>/dev/null")
+
+
+def _tail(path: Path, lines: int = 3) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-lines:])
+    except OSError:
+        return ""
 
 
 def _shaper_mac(index: int, end: int) -> str:

@@ -1,0 +1,132 @@
+"""The NC proxy (paper section 4): a mobile client's network coordinate, served by its zone's gateway.
+
+Mobile clients run no Serf agent (Vivaldi does not settle for moving nodes). They ask the NC proxy
+of the zone they are attached to, which answers with its own Serf coordinate with the client-proxy
+access latency added to the height. Every zone's proxy listens on the same anycast address, routed
+by each site to its own proxy, so a client always reaches the proxy of the zone it is in now and
+the answer changes when the client is relinked. The proxy measures the access latency itself: it
+answers a query with a probe, and the probe's round trip gives RTT/2.
+
+Protocol (JSON over UDP, port 7400): client {"op":"query","id":n} -> proxy {"op":"probe","id":n,"t":..}
+-> client echoes it as "probe-ack" -> proxy {"op":"coord","id":n,"proxy":name,"access_s":..,"coord":{..}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import time
+
+from testbed.nc.serf import Coordinate, SerfError, SerfRPC
+
+NC_ANYCAST_IP = "10.255.255.253"
+NC_PORT = 7400
+REFRESH_S = 1.0
+
+
+def _coord_dict(c: Coordinate) -> dict:
+    return {"Vec": list(c.vec), "Error": c.error, "Adjustment": c.adjustment, "Height": c.height}
+
+
+class ProxyService:
+    """Serve this node's coordinate to mobile clients, with their access latency in the height."""
+
+    def __init__(self, node: str, listen: str, port: int = NC_PORT):
+        self.node = node
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind((listen, port))
+        self.coordinate: Coordinate | None = None
+        self.fetched = 0.0
+        self.answered = 0
+        self.rejected = 0
+
+    def _refresh(self) -> None:
+        if time.monotonic() - self.fetched < REFRESH_S and self.coordinate is not None:
+            return
+        try:
+            with SerfRPC() as rpc:
+                self.coordinate = rpc.coordinate(self.node) or self.coordinate
+            self.fetched = time.monotonic()
+        except (OSError, SerfError):
+            pass  # keep serving the last coordinate; the agent supervisor restarts the agent
+
+    def handle(self, data: bytes, peer) -> None:
+        try:
+            message = json.loads(data)
+            op, ident = message["op"], int(message["id"])
+        except (ValueError, KeyError, TypeError):
+            self.rejected += 1
+            return
+        if op == "query":
+            reply = {"op": "probe", "id": ident, "t": time.monotonic()}
+        elif op == "probe-ack":
+            self._refresh()
+            if self.coordinate is None:
+                return
+            try:
+                access = max(0.0, (time.monotonic() - float(message["t"])) / 2)
+            except (KeyError, TypeError, ValueError):
+                self.rejected += 1
+                return
+            reply = {"op": "coord", "id": ident, "proxy": self.node, "access_s": access,
+                     "coord": _coord_dict(self.coordinate.with_extra_height(access))}
+            self.answered += 1
+        else:
+            self.rejected += 1
+            return
+        self.sock.sendto(json.dumps(reply).encode(), peer)
+
+    def serve_forever(self) -> None:
+        while True:
+            data, peer = self.sock.recvfrom(2048)
+            self.handle(data, peer)
+
+
+def query(proxy_ip: str = NC_ANYCAST_IP, port: int = NC_PORT, timeout: float = 1.0, ident: int = 1) -> dict:
+    """Ask the zone's proxy for this client's coordinate; raises TimeoutError when nobody answers."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(timeout)
+        sock.sendto(json.dumps({"op": "query", "id": ident}).encode(), (proxy_ip, port))
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                data, peer = sock.recvfrom(2048)
+            except socket.timeout:
+                break
+            message = json.loads(data)
+            if message.get("id") != ident:
+                continue
+            if message["op"] == "probe":
+                sock.sendto(json.dumps({"op": "probe-ack", "id": ident, "t": message["t"]}).encode(), peer)
+            elif message["op"] == "coord":
+                message["coordinate"] = Coordinate.from_rpc(message["coord"])
+                return message
+    raise TimeoutError(f"no NC proxy answered at {proxy_ip}:{port}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="NC proxy service (runs inside an NC proxy node)")
+    parser.add_argument("--node", required=True, help="this node's Serf name")
+    parser.add_argument("--listen", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=NC_PORT)
+    parser.add_argument("--query", action="store_true", help="act as a client: query once and print JSON")
+    args = parser.parse_args(argv)
+    if args.query:
+        answer = query(args.listen if args.listen != "0.0.0.0" else NC_ANYCAST_IP, args.port)
+        answer.pop("coordinate")
+        print(json.dumps(answer))
+        return 0
+    service = ProxyService(args.node, args.listen, args.port)
+    print("ready", flush=True)
+    try:
+        service.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
