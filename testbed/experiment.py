@@ -22,8 +22,9 @@ from testbed.emulation import choose, runstate
 from testbed.emulation.network import EmulationError, Network
 from testbed.scenario.model import Scenario
 
-MISSING_PARTS = ("the role processes (Serf agents and NC proxies: issue 5; nats-server brokers, ZooKeeper, "
-                 "the topic manager and the workload: issue 6) and the trace analysis (issue 7)")
+MISSING_PARTS = ("the pub/sub system under test (nats-server brokers, ZooKeeper, the topic manager, policies, "
+                 "migration and the workload: issue 6) and the trace analysis and figures (issue 7)")
+SNAPSHOT_PERIOD_S = 30.0
 
 
 class BadRunInput(ValueError):
@@ -139,7 +140,14 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
                     session.say("interactive: the Mininet CLI on the running network (mobility paused); exit to tear down")
                     CLI(session.network.net)
                 else:
-                    code = _drive(session, events)
+                    from testbed.roles import Roles
+
+                    roles = Roles(session.network, session.topology, scenario, out / "logs", say=session.say)
+                    try:
+                        roles.start()
+                        code = _drive(session, roles, events)
+                    finally:
+                        roles.stop()
         except Interrupted as why:
             session.say(f"interrupted by {why}: network torn down, results so far kept in {out}")
             meta["interrupted"] = str(why)
@@ -156,10 +164,34 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
     return code
 
 
-def _drive(session: Session, events) -> int:
+def _settle(session: Session, roles, events) -> None:
+    """Let the coordinates converge for `control.settle`, recording snapshots (marked unconverged)."""
+    settle = session.scenario.control.settle
+    if not roles.agents or settle <= 0:
+        return
+    started = time.monotonic()
+    session.say(f"settle: {settle:g}s for the network coordinates to converge")
+    while True:
+        elapsed = time.monotonic() - started
+        snap = roles.snapshot()
+        snap["phase"] = "settle"
+        _write_event(events, **snap)
+        for event in roles.supervise():
+            _write_event(events, **event)
+        error = snap["median_error_ms"]
+        session.say(f"settle: {elapsed:4.0f}s of {settle:g}s, {snap['agents']}/{snap['expected']} agents, "
+                    f"median NC error {error:.2f} ms" if error is not None else "settle: waiting for coordinates")
+        if elapsed >= settle:
+            break
+        time.sleep(min(5.0, max(0.5, settle - elapsed)))
+
+
+def _drive(session: Session, roles, events) -> int:
     """Follow the mobility timeline for the scenario's duration; check every handover happened."""
     network, duration = session.network, session.scenario.duration
+    _settle(session, roles, events)
     start = time.monotonic()
+    next_snapshot = 0.0
     _write_event(events, type="run_start", time=time.time(), run_id=session.run_id)
     pending = list(session.handovers)
     done = 0
@@ -178,6 +210,14 @@ def _drive(session: Session, events) -> int:
         for problem in network.check():
             _write_event(events, type="data_path_problem", time=time.time(), detail=problem)
             session.say(f"problem: {problem}")
+        for event in roles.supervise():
+            _write_event(events, **event)
+            session.say(f"restarted: {event}")
+        if elapsed >= next_snapshot and roles.agents:
+            snap = roles.snapshot()
+            snap["phase"] = "run"
+            _write_event(events, **snap)
+            next_snapshot += SNAPSHOT_PERIOD_S
         if elapsed >= next_report:
             session.say(f"running: {elapsed:5.0f}s of {duration:g}s, {duration - elapsed:4.0f}s left, "
                         f"handovers {done}/{len(session.handovers)}")
@@ -185,6 +225,8 @@ def _drive(session: Session, events) -> int:
         wait = min(0.05, (pending[0].time - elapsed) if pending else 0.05)
         time.sleep(max(0.001, wait))
     _write_event(events, type="run_end", time=time.time(), handovers_done=done, handovers_planned=len(session.handovers))
+    for answer in roles.nc_answers():
+        _write_event(events, **answer)
     if done != len(session.handovers):
         session.say(f"only {done} of {len(session.handovers)} planned handovers happened")
         return 1

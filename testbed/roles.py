@@ -1,0 +1,117 @@
+"""What runs in each node, started and supervised for a run.
+
+Built so far: Serf agents in every broker, cloud node, static client and NC proxy; the NC proxy
+service in one proxy per site (the one on the site's anycast NC address); in every mobile client
+the coordinate loop that asks its zone's proxy every `nc_report_period`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed.nc import snapshots
+from testbed.nc.agents import SerfAgents, agent_nodes
+from testbed.nc.proxy import NC_ANYCAST_IP
+from testbed.emulation.shaping import _read_line
+
+
+class RoleError(RuntimeError):
+    """A role process could not start."""
+
+
+class Roles:
+    def __init__(self, network, topology, scenario, log_dir: Path, say=lambda _m: None):
+        self.network = network
+        self.topology = topology
+        self.scenario = scenario
+        self.log_dir = Path(log_dir)
+        self.say = say
+        self.agents: SerfAgents | None = None
+        self.proxies: dict[str, subprocess.Popen] = {}
+        self.reporters: dict[str, subprocess.Popen] = {}
+
+    def python(self) -> list[str]:
+        return [sys.executable, "-m"]
+
+    def start(self) -> None:
+        nodes = agent_nodes(self.topology)
+        if nodes:
+            self.agents = SerfAgents(self.network, self.topology, self.log_dir)
+            self.agents.start(nodes, progress=self.say)
+            took = self.agents.wait_joined(progress=self.say)
+            self.say(f"serf: all {len(nodes)} agents joined in {took:.1f}s")
+        self._start_proxies()
+        self._start_reporters()
+
+    def _start_proxies(self) -> None:
+        serving: set[str] = set()
+        for node in self.topology.nodes.values():
+            if node.role != "nc-proxy" or node.site in serving:
+                continue
+            serving.add(node.site)
+            self.network.add_anycast(node.name, NC_ANYCAST_IP)
+            argv = [*self.python(), "testbed.nc.proxy", "--node", node.name]
+            log = (self.log_dir / f"ncproxy-{node.name}.log").open("ab")
+            process = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log, text=True)
+            if _read_line(process, 10.0) != "ready":
+                process.kill()
+                raise RoleError(f"NC proxy in {node.name} did not start (see {log.name})")
+            self.proxies[node.name] = process
+        if self.proxies:
+            self.say(f"nc proxies: {len(self.proxies)} serving {NC_ANYCAST_IP}")
+
+    def _start_reporters(self) -> None:
+        if not self.proxies:
+            return
+        period = self.scenario.control.nc_report_period
+        for node in self.topology.nodes.values():
+            if not node.mobile:
+                continue
+            argv = [*self.python(), "testbed.nc.reporter", "--node", node.name, "--period", f"{period:g}"]
+            out = (self.log_dir / f"nc-{node.name}.jsonl").open("ab")
+            self.reporters[node.name] = self.network.popen(node.name, argv, stdout=out, stderr=subprocess.STDOUT)
+        self.say(f"nc reporters: {len(self.reporters)} mobile clients ask their zone's proxy every {period:g}s")
+
+    def snapshot(self) -> dict | None:
+        if not self.agents:
+            return None
+        return snapshots.snapshot(self.agents.coordinates(), self.topology, len(self.agents.agents))
+
+    def supervise(self) -> list[dict]:
+        """Restart what died; every restart is an event, never a silent gap."""
+        events = self.agents.supervise() if self.agents else []
+        for kind, processes in (("nc_proxy", self.proxies), ("nc_reporter", self.reporters)):
+            for node, process in processes.items():
+                if process.poll() is not None:
+                    events.append({"type": f"{kind}_died", "time": time.time(), "node": node,
+                                   "exit_code": process.returncode})
+        return events
+
+    def nc_answers(self) -> list[dict]:
+        """Every mobile client's proxy answers so far."""
+        answers = []
+        for node in self.reporters:
+            path = self.log_dir / f"nc-{node}.jsonl"
+            if path.exists():
+                for line in path.read_text().splitlines():
+                    try:
+                        answers.append(json.loads(line))
+                    except ValueError:
+                        pass
+        return answers
+
+    def stop(self) -> None:
+        for process in list(self.reporters.values()) + list(self.proxies.values()):
+            if process.poll() is None:
+                process.terminate()
+        for process in list(self.reporters.values()) + list(self.proxies.values()):
+            try:
+                process.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        if self.agents:
+            self.agents.stop()
