@@ -9,7 +9,7 @@ APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 psmis
                 serf nats-server zookeeper default-jre-headless
 IMAGE_PACKAGES := docker.io debootstrap
 
-.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper doctor
+.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc doctor
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -63,3 +63,6 @@ clean:  ## remove what crashed runs left behind, and build artefacts
 
 lint: venv
 	$(BIN)/ruff check testbed tests analysis
+
+bench-nc: setup  ## Serf coordinate accuracy and overhead (paper 5.3) -> results/bench/nc.json, fig3b.png
+	$(BIN)/python -m testbed.bench.nc

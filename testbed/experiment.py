@@ -63,6 +63,9 @@ class Session:
         shaper_choice = choose.choose_shaper(shaper if shaper != "auto" else scenario.emulation.shaper)
         if not shaper_choice.value:
             raise BadRunInput(shaper_choice.reason)
+        if scenario.emulation.switch == "ovs":
+            raise BadRunInput("emulation.switch: ovs is not supported yet: site switches are Linux bridges inside "
+                              "each site's namespace, where Open vSwitch's daemons cannot reach; use switch: bridge")
         self.backend, self.shaper = backend_choice.value, shaper_choice.value
         self.reasons = (backend_choice.reason, shaper_choice.reason)
         self.run_id = runstate.new_run_id()

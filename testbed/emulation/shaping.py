@@ -64,6 +64,27 @@ def _preset_intf_class():
     return PresetIntf
 
 
+def _link_class():
+    """A Mininet Link whose veth pair is made by the shaper node, directly into the other node.
+
+    Containernet creates pairs in the host's namespace first (where `eth0` exists and two runs
+    would collide on names); from the shaper's namespace, with the peer sent straight into the
+    other node's namespace by pid, nothing of ours ever appears in the host's namespace."""
+    from mininet.link import Link
+
+    class ShaperLink(Link):
+        @classmethod
+        def makeIntfPair(cls, intfname1, intfname2, addr1=None, addr2=None, node1=None, node2=None,
+                         deleteIntfs=True):
+            out = node1.cmd(f"ip link add name {intfname1} address {addr1} type veth "
+                            f"peer name {intfname2} address {addr2} netns {node2.pid}")
+            if out.strip():
+                raise ShaperError(f"cannot create veth {node1.name}:{intfname1} <-> {node2.name}:{intfname2}: "
+                                  f"{out.strip()}")
+
+    return ShaperLink
+
+
 class Shaper:
     """Common part: builds the two veth pairs; subclasses shape the middle."""
 
@@ -81,12 +102,13 @@ class Shaper:
     # -- structure -------------------------------------------------------------------------
     def connect(self, link: ShapedLink, near_mac: str | None = None, far_mac: str | None = None) -> None:
         """Create both veth pairs and shape the middle."""
-        from mininet.link import Link
-
+        Link = _link_class()
         intf = _preset_intf_class()
-        link.mininet_links.append(Link(link.near_node, self.node, intfName1=link.near_intf,
-                                       intfName2=link.shaper_a, addr1=near_mac or _shaper_mac(link.index, 0),
-                                       addr2=_shaper_mac(link.index, 1), intf=intf))
+        # The shaper node creates both pairs: a container's own shell lives in another PID namespace,
+        # where `ip link ... netns <pid>` would name the wrong process.
+        link.mininet_links.append(Link(self.node, link.near_node, intfName1=link.shaper_a,
+                                       intfName2=link.near_intf, addr1=_shaper_mac(link.index, 1),
+                                       addr2=near_mac or _shaper_mac(link.index, 0), intf=intf))
         link.mininet_links.append(Link(self.node, link.far_node, intfName1=link.shaper_b,
                                        intfName2=link.far_intf, addr1=_shaper_mac(link.index, 2),
                                        addr2=far_mac or _shaper_mac(link.index, 3), intf=intf))
@@ -95,7 +117,7 @@ class Shaper:
     def move_far_end(self, link: ShapedLink, new_far_node, far_mac: str | None = None,
                      shaping: Shaping | None = None) -> None:
         """Relink: replace the shaper<->far veth pair with one to `new_far_node`."""
-        from mininet.link import Link
+        Link = _link_class()
 
         self.unshape(link)
         old = link.mininet_links.pop()

@@ -1,0 +1,206 @@
+"""`make bench-nc`: accuracy and overhead of Serf's network coordinates (paper 5.3, Fig. 3b).
+
+Accuracy: a star of N real Serf agents, every node with the same one-way latency to one switch
+(actual RTT between any two nodes = 4 x link delay); after convergence, the per-pair error
+|estimated - actual| RTT: median, p95, relative to the RTT, and how long convergence took.
+Convergence = the first snapshot from which the median relative error stays under 6 % for
+`HOLD_S` seconds. Overhead: CPU % and RSS of the agents while each is queried every 1 s and every 5 s.
+
+Writes results/bench/nc.json and results/bench/fig3b.png; prints the tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from testbed.experiment import Session
+from testbed.nc import snapshots
+from testbed.nc.agents import SerfAgents
+from testbed.scenario.loader import parse_text
+
+OUT = Path("results/bench")
+console = Console()
+POLL_S = 2.0
+HOLD_S = 10.0
+MAX_WAIT_S = 180.0
+AFTER_S = 20.0
+PAPER = {"median_error_ms": 3.5, "median_relative": 0.06, "cpu_percent": 1.0, "rss_mb": 15.0}
+
+
+def _star(nodes: int, rtt_ms: float) -> str:
+    return f"""
+name: nc-bench
+duration: 10m
+infrastructure:
+  star: {{nodes: {nodes}, link_delay: {rtt_ms / 4}ms}}
+emulation: {{backend: mininet}}
+"""
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def accuracy(nodes: int, rtt_ms: float, log_dir: Path) -> dict:
+    with Session(parse_text(_star(nodes, rtt_ms))) as session:
+        agents = SerfAgents(session.network, session.topology, log_dir / f"n{nodes}-rtt{rtt_ms:g}")
+        agents.start()
+        try:
+            joined = agents.wait_joined(60)
+            started = time.monotonic()
+            converged_at, below_since = None, None
+            history = []
+            while time.monotonic() - started < MAX_WAIT_S:
+                time.sleep(POLL_S)
+                snap = snapshots.snapshot(agents.coordinates(), session.topology, nodes)
+                elapsed = time.monotonic() - started
+                history.append((round(elapsed, 1), snap["median_error_ms"], snap["median_relative"]))
+                if snap["converged"]:
+                    below_since = below_since if below_since is not None else elapsed
+                    if elapsed - below_since >= HOLD_S:
+                        converged_at = below_since
+                        break
+                else:
+                    below_since = None
+            # After convergence: pool the per-pair errors of several snapshots.
+            errors = []
+            until = time.monotonic() + (AFTER_S if converged_at is not None else 0)
+            while True:
+                errors += snapshots.pair_errors(agents.coordinates(), session.topology)
+                if time.monotonic() >= until:
+                    break
+                time.sleep(POLL_S)
+            stats = snapshots.summary(errors)
+        finally:
+            agents.stop()
+    return {"nodes": nodes, "rtt_ms": rtt_ms, "join_s": round(joined, 2),
+            "convergence_s": round(converged_at, 1) if converged_at is not None else None,
+            "median_error_ms": round(stats["median_error_ms"], 3), "p95_error_ms": round(stats["p95_error_ms"], 3),
+            "median_relative": round(stats["median_relative"], 4), "pairs": stats["pairs"], "history": history,
+            "ok": (converged_at is not None and stats["median_error_ms"] < PAPER["median_error_ms"]
+                   and stats["median_relative"] < PAPER["median_relative"])}
+
+
+def overhead(nodes: int, period_s: float, log_dir: Path, window_s: float = 30.0) -> dict:
+    """Agents' CPU % and RSS while the harness asks every agent for its coordinate every period."""
+    with Session(parse_text(_star(nodes, 50))) as session:
+        agents = SerfAgents(session.network, session.topology, log_dir / f"overhead-n{nodes}")
+        agents.start()
+        try:
+            agents.wait_joined(60)
+            time.sleep(5)
+            pids = agents.pids()
+            cpu0 = {n: _cpu_seconds(p) for n, p in pids.items()}
+            started = time.monotonic()
+            queries = 0
+            while time.monotonic() - started < window_s:
+                agents.coordinates()
+                queries += len(pids)
+                time.sleep(max(0.0, period_s - (time.monotonic() - started) % period_s))
+            wall = time.monotonic() - started
+            cpu = [(_cpu_seconds(p) - cpu0[n]) / wall * 100 for n, p in pids.items()]
+            rss = [_rss_mb(p) for p in pids.values()]
+        finally:
+            agents.stop()
+    return {"nodes": nodes, "query_period_s": period_s, "queries": queries, "window_s": round(wall, 1),
+            "cpu_percent_mean": round(statistics.mean(cpu), 3), "cpu_percent_max": round(max(cpu), 3),
+            "rss_mb_mean": round(statistics.mean(rss), 1), "rss_mb_max": round(max(rss), 1),
+            "ok": max(cpu) < PAPER["cpu_percent"]}
+
+
+def figure(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_abs, ax_rel) = plt.subplots(1, 2, figsize=(10, 4))
+    for rtt in sorted({r["rtt_ms"] for r in rows}):
+        series = sorted((r for r in rows if r["rtt_ms"] == rtt), key=lambda r: r["nodes"])
+        xs = [r["nodes"] for r in series]
+        ax_abs.errorbar(xs, [r["median_error_ms"] for r in series],
+                        yerr=[[0] * len(series), [r["p95_error_ms"] - r["median_error_ms"] for r in series]],
+                        marker="o", capsize=3, label=f"actual RTT {rtt:g} ms")
+        ax_rel.plot(xs, [100 * r["median_relative"] for r in series], marker="o", label=f"actual RTT {rtt:g} ms")
+    ax_abs.axhline(PAPER["median_error_ms"], color="red", linestyle="--", label="paper: 3.5 ms")
+    ax_rel.axhline(100 * PAPER["median_relative"], color="red", linestyle="--", label="paper: 6 %")
+    for ax in (ax_abs, ax_rel):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("nodes in the NC cluster")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_abs.set_ylabel("per-pair RTT estimation error (ms)\nmedian, bar to p95")
+    ax_rel.set_ylabel("median error relative to the actual RTT (%)")
+    fig.suptitle("Fig. 3b: RTT estimation error of Serf's Vivaldi coordinates (star topology)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", default="2,4,8,16,32", help="cluster sizes for the 50 ms sweep")
+    parser.add_argument("--rtts", default="20,50,100,200", help="actual RTTs (ms) for the 8-node sweep")
+    parser.add_argument("--overhead-nodes", default="2,8,32")
+    parser.add_argument("--quick", action="store_true", help="a small sweep (CI-sized)")
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        console.print("bench-nc needs root (network namespaces)")
+        return 1
+    nodes = [int(n) for n in ("2,4,8" if args.quick else args.nodes).split(",")]
+    rtts = [float(r) for r in ("20,100" if args.quick else args.rtts).split(",")]
+    over = [int(n) for n in ("2,8" if args.quick else args.overhead_nodes).split(",")]
+    log_dir = Path(tempfile.mkdtemp(prefix="testbed-bench-nc-"))
+    configs = sorted({(n, 50.0) for n in nodes} | {(8, r) for r in rtts})
+    rows = []
+    for n, rtt in configs:
+        console.print(f"accuracy: {n} nodes, actual RTT {rtt:g} ms ...")
+        rows.append(accuracy(n, rtt, log_dir))
+        console.print(f"  median error {rows[-1]['median_error_ms']} ms, converged after {rows[-1]['convergence_s']} s")
+    costs = []
+    for n in over:
+        for period in (1.0, 5.0):
+            console.print(f"overhead: {n} nodes, queried every {period:g} s ...")
+            costs.append(overhead(n, period, log_dir))
+    OUT.mkdir(parents=True, exist_ok=True)
+    result = {"time": time.time(), "machine": os.uname().nodename, "paper": PAPER, "accuracy": rows, "overhead": costs,
+              "max_nodes_note": "32 agents run on this 2-core VM; 128 as in the paper was not attempted"}
+    (OUT / "nc.json").write_text(json.dumps(result, indent=2))
+    figure(rows, OUT / "fig3b.png")
+    table = Table("nodes", "actual RTT ms", "converged after s", "median err ms", "p95 err ms", "median rel %", "ok",
+                  title="NC accuracy (paper: < 3.5 ms and < 6 %)")
+    for r in rows:
+        table.add_row(str(r["nodes"]), f"{r['rtt_ms']:g}", str(r["convergence_s"]), f"{r['median_error_ms']:.2f}",
+                      f"{r['p95_error_ms']:.2f}", f"{100 * r['median_relative']:.2f}", "yes" if r["ok"] else "NO")
+    console.print(table)
+    table = Table("nodes", "query every s", "CPU % mean", "CPU % max", "RSS MB mean", "RSS MB max",
+                  title="Serf agent overhead (paper: CPU < 1 %, memory < 15 MB)")
+    for c in costs:
+        table.add_row(str(c["nodes"]), f"{c['query_period_s']:g}", str(c["cpu_percent_mean"]), str(c["cpu_percent_max"]),
+                      str(c["rss_mb_mean"]), str(c["rss_mb_max"]))
+    console.print(table)
+    console.print(f"written {OUT / 'nc.json'} and {OUT / 'fig3b.png'}")
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
