@@ -241,7 +241,8 @@ def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all r
 
 @app.command()
 def figures(results: Path = typer.Option(Path("results"), help="Results directory."),
-            out: Path = typer.Option(Path("results/figures"), help="Where to write figures.")) -> None:
+            out: Path = typer.Option(Path("results/figures"), help="Where to write figures."),
+            paper: bool = typer.Option(False, "--paper", help="Run every experiment and render every figure.")) -> None:
     """Reduce run traces with PySpark and render the paper's figures.
 
     Example: testbed figures --results results

@@ -162,7 +162,7 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
     (out / "run.json").write_text(json.dumps(meta, indent=2))
     session.say(f"results in {out}")
     if code == 0:
-        session.say(f"not built yet: {MISSING_PARTS}. This run emulated the network and its mobility only.")
+        session.say(f"not built yet: {MISSING_PARTS}. This run emulated the network, its coordinates (Serf, NC proxies) and its mobility only.")
         return 1
     return code
 

@@ -95,8 +95,9 @@ def accuracy(nodes: int, rtt_ms: float, log_dir: Path) -> dict:
             "convergence_s": round(converged_at, 1) if converged_at is not None else None,
             "median_error_ms": round(stats["median_error_ms"], 3), "p95_error_ms": round(stats["p95_error_ms"], 3),
             "median_relative": round(stats["median_relative"], 4), "pairs": stats["pairs"], "history": history,
-            "ok": (converged_at is not None and stats["median_error_ms"] < PAPER["median_error_ms"]
-                   and stats["median_relative"] < PAPER["median_relative"])}
+            # The paper bounds the error by 3.5 ms in its node sweep and by 6 % of the RTT in its RTT sweep.
+            "ok": (converged_at is not None and stats["median_relative"] < PAPER["median_relative"]
+                   and (rtt_ms > 50 or stats["median_error_ms"] < PAPER["median_error_ms"]))}
 
 
 def overhead(nodes: int, period_s: float, log_dir: Path, window_s: float = 30.0) -> dict:
