@@ -147,6 +147,8 @@ def build_all(progress: Progress = print, roles: Sequence[str] = ROLES,
         bootstrap_base_image(base, progress)
     project = build_wheelhouse(root, progress).name.split("-")[0]  # distribution name
     snapshot_source(root, progress)
+    # The shared project image first: the role images are thin layers on top of it.
+    build_role("project", root=root, base=base, progress=progress, project=project)
     for role in roles:
         build_role(role, root=root, base=base, progress=progress, project=project)
     remove_stale_images()
