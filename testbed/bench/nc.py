@@ -37,14 +37,14 @@ AFTER_S = 20.0
 PAPER = {"median_error_ms": 3.5, "median_relative": 0.06, "cpu_percent": 1.0, "rss_mb": 15.0}
 
 
-def _star(nodes: int, rtt_ms: float) -> str:
-    return f"""
-name: nc-bench
-duration: 10m
-infrastructure:
-  star: {{nodes: {nodes}, link_delay: {rtt_ms / 4}ms}}
-emulation: {{backend: mininet}}
-"""
+def _star(nodes: int, rtt_ms: float):
+    """The shipped scenarios/nc-accuracy-n<N>.yaml at the asked RTT (link delay = RTT / 4)."""
+    path = Path("scenarios") / f"nc-accuracy-n{nodes}.yaml"
+    text = path.read_text() if path.exists() else (
+        f"name: nc-accuracy-n{nodes}\nduration: 5m\ninfrastructure:\n  star: {{nodes: {nodes}, link_delay: 12.5ms}}\n")
+    scenario = parse_text(text, str(path))
+    star = scenario.infrastructure.star.model_copy(update={"link_delay": rtt_ms / 4 / 1e3})
+    return scenario.model_copy(update={"infrastructure": scenario.infrastructure.model_copy(update={"star": star})})
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -60,7 +60,7 @@ def _rss_mb(pid: int) -> float:
 
 
 def accuracy(nodes: int, rtt_ms: float, log_dir: Path) -> dict:
-    with Session(parse_text(_star(nodes, rtt_ms))) as session:
+    with Session(_star(nodes, rtt_ms), backend="mininet") as session:
         agents = SerfAgents(session.network, session.topology, log_dir / f"n{nodes}-rtt{rtt_ms:g}")
         agents.start()
         try:
@@ -102,7 +102,7 @@ def accuracy(nodes: int, rtt_ms: float, log_dir: Path) -> dict:
 
 def overhead(nodes: int, period_s: float, log_dir: Path, window_s: float = 30.0) -> dict:
     """Agents' CPU % and RSS while the harness asks every agent for its coordinate every period."""
-    with Session(parse_text(_star(nodes, 50))) as session:
+    with Session(_star(nodes, 50), backend="mininet") as session:
         agents = SerfAgents(session.network, session.topology, log_dir / f"overhead-n{nodes}")
         agents.start()
         try:
@@ -128,29 +128,40 @@ def overhead(nodes: int, period_s: float, log_dir: Path, window_s: float = 30.0)
 
 
 def figure(rows: list[dict], path: Path) -> None:
+    """Left: error against cluster size at 50 ms; right: error relative to the RTT, 8 nodes."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax_abs, ax_rel) = plt.subplots(1, 2, figsize=(10, 4))
-    for rtt in sorted({r["rtt_ms"] for r in rows}):
-        series = sorted((r for r in rows if r["rtt_ms"] == rtt), key=lambda r: r["nodes"])
-        xs = [r["nodes"] for r in series]
-        ax_abs.errorbar(xs, [r["median_error_ms"] for r in series],
-                        yerr=[[0] * len(series), [r["p95_error_ms"] - r["median_error_ms"] for r in series]],
-                        marker="o", capsize=3, label=f"actual RTT {rtt:g} ms")
-        ax_rel.plot(xs, [100 * r["median_relative"] for r in series], marker="o", label=f"actual RTT {rtt:g} ms")
-    ax_abs.axhline(PAPER["median_error_ms"], color="red", linestyle="--", label="paper: 3.5 ms")
-    ax_rel.axhline(100 * PAPER["median_relative"], color="red", linestyle="--", label="paper: 6 %")
-    for ax in (ax_abs, ax_rel):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("nodes in the NC cluster")
+    fig, (ax_n, ax_rtt) = plt.subplots(1, 2, figsize=(10, 4))
+    by_n = sorted((r for r in rows if r["rtt_ms"] == 50), key=lambda r: r["nodes"])
+    if by_n:
+        ax_n.errorbar([r["nodes"] for r in by_n], [r["median_error_ms"] for r in by_n],
+                      yerr=[[0] * len(by_n), [r["p95_error_ms"] - r["median_error_ms"] for r in by_n]],
+                      marker="o", capsize=3, label="median per-pair error (bar: p95)")
+    ax_n.axhline(PAPER["median_error_ms"], color="red", linestyle="--", label="paper's bound: 3.5 ms")
+    ax_n.set_xscale("log", base=2)
+    ax_n.set_xlabel("nodes in the NC cluster")
+    ax_n.set_ylabel("RTT estimation error (ms)")
+    ax_n.set_title("actual RTT 50 ms")
+    by_rtt = sorted((r for r in rows if r["nodes"] == 8), key=lambda r: r["rtt_ms"])
+    if by_rtt:
+        xs = [r["rtt_ms"] for r in by_rtt]
+        ax_rtt.plot(xs, [100 * r["median_relative"] for r in by_rtt], marker="o", label="median error / actual RTT")
+        for r in by_rtt:
+            ax_rtt.annotate(f"{r['median_error_ms']:.1f} ms", (r["rtt_ms"], 100 * r["median_relative"]),
+                            textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+    ax_rtt.axhline(100 * PAPER["median_relative"], color="red", linestyle="--", label="paper's bound: 6 %")
+    ax_rtt.set_xlabel("actual RTT (ms)")
+    ax_rtt.set_ylabel("relative RTT estimation error (%)")
+    ax_rtt.set_title("8 nodes")
+    ax_rtt.set_ylim(bottom=0)
+    ax_n.set_ylim(bottom=0)
+    for ax in (ax_n, ax_rtt):
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    ax_abs.set_ylabel("per-pair RTT estimation error (ms)\nmedian, bar to p95")
-    ax_rel.set_ylabel("median error relative to the actual RTT (%)")
-    fig.suptitle("Fig. 3b: RTT estimation error of Serf's Vivaldi coordinates (star topology)")
+        ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle("Fig. 3b: RTT estimation error of Serf's Vivaldi coordinates (star topology, after convergence)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -163,7 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rtts", default="20,50,100,200", help="actual RTTs (ms) for the 8-node sweep")
     parser.add_argument("--overhead-nodes", default="2,8,32")
     parser.add_argument("--quick", action="store_true", help="a small sweep (CI-sized)")
+    parser.add_argument("--figure-only", action="store_true", help="redraw fig3b.png from results/bench/nc.json")
     args = parser.parse_args(argv)
+    if args.figure_only:
+        figure(json.loads((OUT / "nc.json").read_text())["accuracy"], OUT / "fig3b.png")
+        return 0
     if os.geteuid() != 0:
         console.print("bench-nc needs root (network namespaces)")
         return 1
