@@ -185,3 +185,26 @@ def test_a_normal_run_leaves_nothing_behind():
         assert len(held) >= 3
     assert not [p for p, r in runstate.tagged_processes().items() if r == run_id]
     assert not (held & namespaces())
+
+
+def test_sigterm_tears_down_and_keeps_what_was_recorded(tmp_path):
+    scenario_file = tmp_path / "long.yaml"
+    scenario_file.write_text(STAR.replace("duration: 30s", "duration: 10m"))
+    process = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(scenario_file), "--results", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    run_id = None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if "median NC error" in line:  # a coordinate snapshot has been recorded
+            run_id = line.split("]")[0].strip("[ ")
+            break
+    assert run_id, "the run did not come up"
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, out
+    assert not [pid for pid, rid in runstate.tagged_processes().items() if rid == run_id]
+    (run_dir,) = tmp_path.glob(f"star-{run_id}")
+    meta = __import__("json").loads((run_dir / "run.json").read_text())
+    assert meta["interrupted"] == "SIGTERM" and meta["complete"] is False
+    assert (run_dir / "events.jsonl").read_text().strip()
