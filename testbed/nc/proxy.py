@@ -5,10 +5,10 @@ of the zone they are attached to, which answers with its own Serf coordinate wit
 access latency added to the height. Every zone's proxy listens on the same anycast address, routed
 by each site to its own proxy, so a client always reaches the proxy of the zone it is in now and
 the answer changes when the client is relinked. The proxy measures the access latency itself: it
-answers a query with a probe, and the probe's round trip gives RTT/2.
+answers a query with probes, and the smallest probe round trip gives RTT/2.
 
 Protocol (JSON over UDP, port 7400): client {"op":"query","id":n} -> proxy {"op":"probe","id":n,"t":..}
--> client echoes it as "probe-ack" -> proxy {"op":"coord","id":n,"proxy":name,"access_s":..,"coord":{..}}.
+-> client echoes it as "probe-ack" (three times) -> proxy {"op":"coord","id":n,"proxy":name,"access_s":..,"coord":{..}}.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from testbed.nc.serf import Coordinate, SerfError, SerfRPC
 NC_ANYCAST_IP = "10.255.255.253"
 NC_PORT = 7400
 REFRESH_S = 1.0
+PROBES = 3  # the access latency is the smallest of a few probe round trips: processing noise only adds
 
 
 def _coord_dict(c: Coordinate) -> dict:
@@ -42,6 +43,7 @@ class ProxyService:
         self.fetched = 0.0
         self.answered = 0
         self.rejected = 0
+        self.samples: dict[tuple, list[float]] = {}
 
     def _refresh(self) -> None:
         if time.monotonic() - self.fetched < REFRESH_S and self.coordinate is not None:
@@ -63,14 +65,24 @@ class ProxyService:
         if op == "query":
             reply = {"op": "probe", "id": ident, "t": time.monotonic()}
         elif op == "probe-ack":
-            self._refresh()
-            if self.coordinate is None:
-                return
             try:
-                access = max(0.0, (time.monotonic() - float(message["t"])) / 2)
+                rtt = time.monotonic() - float(message["t"])
             except (KeyError, TypeError, ValueError):
                 self.rejected += 1
                 return
+            key = (peer, ident)
+            samples = self.samples.setdefault(key, [])
+            samples.append(rtt)
+            if len(samples) < PROBES:
+                self.sock.sendto(json.dumps({"op": "probe", "id": ident, "t": time.monotonic()}).encode(), peer)
+                return
+            del self.samples[key]
+            if len(self.samples) > 10_000:  # abandoned queries must not grow without bound
+                self.samples.clear()
+            self._refresh()
+            if self.coordinate is None:
+                return
+            access = max(0.0, min(samples) / 2)
             reply = {"op": "coord", "id": ident, "proxy": self.node, "access_s": access,
                      "coord": _coord_dict(self.coordinate.with_extra_height(access))}
             self.answered += 1
