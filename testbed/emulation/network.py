@@ -119,6 +119,9 @@ class Network:
             if count % 10 == 0 or count == total:
                 self.progress(f"nodes up: {count}/{total}")
         self._install_routes()
+        # Node pids let `testbed topic ...` and other tools act inside a running experiment's nodes.
+        runstate.update(self.run_id, nodes={name: node.pid for name, node in self.nodes.items()},
+                        ips={name: self.ip_of(name) for name in self.nodes})
 
     def _make_net(self):
         if self.backend == "containernet":

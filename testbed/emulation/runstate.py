@@ -50,8 +50,11 @@ def register(run_id: str, **info) -> Path:
 
 
 def update(run_id: str, **info) -> None:
+    """Add to a registered run's state (a network built outside a registered run has none)."""
     path = STATE_DIR / f"{run_id}.json"
-    data = json.loads(path.read_text()) if path.exists() else {"run_id": run_id}
+    if not path.exists():
+        return
+    data = json.loads(path.read_text())
     data.update(info)
     path.write_text(json.dumps(data))
 
