@@ -1,0 +1,104 @@
+"""The paper's latency formulas (section 3.2, 3.4.1, Table 1) on Serf coordinates: pure functions.
+
+Convention. The paper's d(nc1, nc2) is a latency; Serf's coordinate distance
+(`Coordinate.distance_to`) estimates a round-trip time. Here
+
+    d(a, b) = a.distance_to(b) / 2        (a one-way latency estimate, in seconds)
+
+so that E(t) = max_p d(p, b) + max_c d(c, b) estimates the one-way end-to-end pub/sub latency
+producer -> broker -> consumer, which is what the testbed measures (receive_time - send_time, every
+node shares the host's clock) and compares to the topic's threshold Lth(t). Every value returned
+here is a one-way latency in seconds.
+
+Topics with no producers (or no consumers) have no centroid on that side: that side contributes 0
+to W(t), E(t) and W(t, b), so a one-sided topic is still ranked by its distance to the clients it has.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from testbed.nc.serf import Coordinate
+from testbed.pubsub.model import ClientNC, TopicReport
+
+
+def _coord(x: Coordinate | ClientNC) -> Coordinate:
+    return x.coord if isinstance(x, ClientNC) else x
+
+
+def d(a: Coordinate, b: Coordinate) -> float:
+    """One-way latency estimate between two coordinates in seconds: Serf's RTT estimate / 2."""
+    return a.distance_to(b) / 2.0
+
+
+def centroid(coords: Iterable[Coordinate | ClientNC]) -> Coordinate:
+    """NC(I) of Table 1: the mean of the vectors, heights, adjustments and errors.
+
+    Serf's distance is ||v1 - v2|| + h1 + h2 (+ adj1 + adj2): the vector is the position in the
+    Euclidean core, the height the part of the latency a node adds on every path (its access link),
+    the adjustment a per-node correction. Averaging the vectors gives the geometric centre;
+    averaging the heights and adjustments too keeps the clients' typical access latency in the
+    centroid, so d(centroid, broker) is close to the mean of d(client, broker) instead of leaving
+    every client's access link out (a centroid with zero height would underestimate every distance
+    by the mean height). The error is averaged only so the result is a complete Coordinate; Serf's
+    distance does not use it.
+    """
+    items = [_coord(c) for c in coords]
+    if not items:
+        raise ValueError("the centroid of no coordinates is undefined")
+    dims = {len(c.vec) for c in items}
+    if len(dims) != 1:
+        raise ValueError("coordinates of different dimensions")
+    n = len(items)
+    vec = tuple(sum(c.vec[i] for c in items) / n for i in range(dims.pop()))
+    return Coordinate(vec, sum(c.error for c in items) / n, sum(c.adjustment for c in items) / n,
+                      sum(c.height for c in items) / n)
+
+
+def _max_d(coords: Sequence[Coordinate], to: Coordinate) -> float:
+    return max((d(c, to) for c in coords), default=0.0)
+
+
+def deviation_w(producers: Sequence[Coordinate | ClientNC], consumers: Sequence[Coordinate | ClientNC]) -> float:
+    """W(t) = max_p d(NC(p), NCP(t)) + max_c d(NC(c), NCC(t)), seconds."""
+    ps, cs = [_coord(p) for p in producers], [_coord(c) for c in consumers]
+    w = _max_d(ps, centroid(ps)) if ps else 0.0
+    return w + (_max_d(cs, centroid(cs)) if cs else 0.0)
+
+
+def worst_case_e(producers: Sequence[Coordinate | ClientNC], consumers: Sequence[Coordinate | ClientNC],
+                 broker: Coordinate) -> float:
+    """E(t) = max_p d(NC(p), NC(P[t])) + max_c d(NC(c), NC(P[t])), seconds."""
+    return _max_d([_coord(p) for p in producers], broker) + _max_d([_coord(c) for c in consumers], broker)
+
+
+def expected_w_tb(report: TopicReport, broker_coord: Coordinate) -> float:
+    """W(t, b) = d(NCP(t), NC(b)) + d(NCC(t), NC(b)) + W(t), from the topic's aggregates only."""
+    w = report.w
+    if report.ncp is not None:
+        w += d(report.ncp, broker_coord)
+    if report.ncc is not None:
+        w += d(report.ncc, broker_coord)
+    return w
+
+
+def aggregate(topic: str, broker: str, broker_coord: Coordinate, producers: Sequence[Coordinate | ClientNC],
+              consumers: Sequence[Coordinate | ClientNC], rate_in: float = 0.0, rate_out: float = 0.0) -> TopicReport:
+    """What broker `broker` reports for `topic` from its clients' coordinates (paper 3.2)."""
+    ps, cs = [_coord(p) for p in producers], [_coord(c) for c in consumers]
+    return TopicReport(topic=topic, broker=broker, rate_in=float(rate_in), rate_out=float(rate_out),
+                       producers=len(ps), consumers=len(cs), ncp=centroid(ps) if ps else None,
+                       ncc=centroid(cs) if cs else None, w=deviation_w(ps, cs), e=worst_case_e(ps, cs, broker_coord))
+
+
+def allpairs_worst(producers: Sequence[Coordinate | ClientNC], consumers: Sequence[Coordinate | ClientNC],
+                   broker_coord: Coordinate) -> float:
+    """The AllPairs baseline's estimate: max over producer-consumer pairs of d(p, b) + d(b, c), seconds.
+
+    The pair latency is a sum of a producer term and a consumer term, so the worst pair is the worst
+    producer with the worst consumer: computed as max_p + max_c in O(P + C) rather than O(P * C). It
+    equals E(t) through broker b on the individual coordinates; AllPairs differs from ePulsar in
+    using every client's coordinate instead of the centroids and W(t). With one side empty, the
+    other side's worst term (as E(t)).
+    """
+    return worst_case_e(producers, consumers, broker_coord)
