@@ -5,7 +5,8 @@ of the zone they are attached to, which answers with its own Serf coordinate wit
 access latency added to the height. Every zone's proxy listens on the same anycast address, routed
 by each site to its own proxy, so a client always reaches the proxy of the zone it is in now and
 the answer changes when the client is relinked. The proxy measures the access latency itself: it
-answers a query with probes, and the smallest probe round trip gives RTT/2.
+answers a query with probes, and the smallest probe round trip is the client-proxy RTT; Serf heights
+are RTTs, so that RTT (less the proxy's own leg) goes into the height (see client_coordinate).
 
 Protocol (JSON over UDP, port 7400): client {"op":"query","id":n} -> proxy {"op":"probe","id":n,"t":..}
 -> client echoes it as "probe-ack" (three times) -> proxy {"op":"coord","id":n,"proxy":name,"access_s":..,"coord":{..}}.
@@ -29,6 +30,14 @@ PROBES = 3  # the access latency is the smallest of a few probe round trips: pro
 
 def _coord_dict(c: Coordinate) -> dict:
     return {"Vec": list(c.vec), "Error": c.error, "Adjustment": c.adjustment, "Height": c.height}
+
+
+def client_coordinate(proxy: Coordinate, client_proxy_rtt: float) -> Coordinate:
+    """The proxy's coordinate with the client's access latency in the height, in Serf's RTT units.
+
+    The proxy's own height stands for its own leg to the site; the client's leg is the measured
+    client-proxy RTT less that, so the height becomes RTT - h_proxy (never below the proxy's)."""
+    return proxy.with_extra_height(max(0.0, client_proxy_rtt - 2 * proxy.height))
 
 
 class ProxyService:
@@ -82,9 +91,8 @@ class ProxyService:
             self._refresh()
             if self.coordinate is None:
                 return
-            access = max(0.0, min(samples) / 2)
-            reply = {"op": "coord", "id": ident, "proxy": self.node, "access_s": access,
-                     "coord": _coord_dict(self.coordinate.with_extra_height(access))}
+            reply = {"op": "coord", "id": ident, "proxy": self.node, "access_s": min(samples) / 2,
+                     "coord": _coord_dict(client_coordinate(self.coordinate, min(samples)))}
             self.answered += 1
         else:
             self.rejected += 1

@@ -10,12 +10,16 @@ producer -> broker -> consumer, which is what the testbed measures (receive_time
 node shares the host's clock) and compares to the topic's threshold Lth(t). Every value returned
 here is a one-way latency in seconds.
 
+W(t) uses `deviation` rather than the literal d(NC(p), NCP(t)) (they agree when heights and
+adjustments are zero): see its docstring for why Serf's heights make the difference.
+
 Topics with no producers (or no consumers) have no centroid on that side: that side contributes 0
 to W(t), E(t) and W(t, b), so a one-sided topic is still ranked by its distance to the clients it has.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 from testbed.nc.serf import Coordinate
@@ -59,11 +63,40 @@ def _max_d(coords: Sequence[Coordinate], to: Coordinate) -> float:
     return max((d(c, to) for c in coords), default=0.0)
 
 
-def deviation_w(producers: Sequence[Coordinate | ClientNC], consumers: Sequence[Coordinate | ClientNC]) -> float:
-    """W(t) = max_p d(NC(p), NCP(t)) + max_c d(NC(c), NCC(t)), seconds."""
+def deviation(client: Coordinate | ClientNC, center: Coordinate) -> float:
+    """How much farther (one-way, seconds) `client` can be from any broker than `center` is:
+    (||v_client - v_center|| + (h_client - h_center) + (adj_client - adj_center)) / 2.
+
+    For any broker b, d(client, b) <= d(center, b) + deviation(client, center) (triangle inequality
+    on the vectors; the broker's height and adjustment cancel; exact as long as Serf does not drop
+    the adjustments, which it does only when the adjusted distance would not be positive). With zero heights and adjustments it
+    is d(client, center), the paper's formula. With Serf's heights the paper's d(client, center)
+    would count the client's and the centroid's heights (access links) although neither lies on the
+    path to a broker twice: a topic with one producer and one consumer would get W(t) = h_p + h_c
+    instead of 0, and W(t, b) would exceed E(t) through b by that much.
+    """
+    c = _coord(client)
+    return (math.dist(c.vec, center.vec) + (c.height - center.height) + (c.adjustment - center.adjustment)) / 2.0
+
+
+def deviation_w(producers: Sequence[Coordinate | ClientNC], consumers: Sequence[Coordinate | ClientNC],
+                literal: bool = False) -> float:
+    """W(t) = max_p dev(NC(p), NCP(t)) + max_c dev(NC(c), NCC(t)), seconds.
+
+    dev is `deviation` (the default), which makes W(t, b) an upper bound of the worst pair through b
+    (so ePulsar never calls a broker feasible that AllPairs would not) and exact when all clients of
+    a side share one coordinate; `literal=True` uses the paper's d(NC(p), NCP(t)) as written. Both
+    are equal when heights and adjustments are zero.
+    """
     ps, cs = [_coord(p) for p in producers], [_coord(c) for c in consumers]
-    w = _max_d(ps, centroid(ps)) if ps else 0.0
-    return w + (_max_d(cs, centroid(cs)) if cs else 0.0)
+    return _w(ps, cs, centroid(ps) if ps else None, centroid(cs) if cs else None, literal)
+
+
+def _w(ps: Sequence[Coordinate], cs: Sequence[Coordinate], ncp: Coordinate | None, ncc: Coordinate | None,
+       literal: bool) -> float:
+    dev = d if literal else deviation
+    w = max(dev(p, ncp) for p in ps) if ps else 0.0
+    return w + (max(dev(c, ncc) for c in cs) if cs else 0.0)
 
 
 def worst_case_e(producers: Sequence[Coordinate | ClientNC], consumers: Sequence[Coordinate | ClientNC],
@@ -83,12 +116,15 @@ def expected_w_tb(report: TopicReport, broker_coord: Coordinate) -> float:
 
 
 def aggregate(topic: str, broker: str, broker_coord: Coordinate, producers: Sequence[Coordinate | ClientNC],
-              consumers: Sequence[Coordinate | ClientNC], rate_in: float = 0.0, rate_out: float = 0.0) -> TopicReport:
-    """What broker `broker` reports for `topic` from its clients' coordinates (paper 3.2)."""
+              consumers: Sequence[Coordinate | ClientNC], rate_in: float = 0.0, rate_out: float = 0.0,
+              literal: bool = False) -> TopicReport:
+    """What broker `broker` reports for `topic` from its clients' coordinates (paper 3.2); `literal`
+    as in `deviation_w`."""
     ps, cs = [_coord(p) for p in producers], [_coord(c) for c in consumers]
+    ncp, ncc = centroid(ps) if ps else None, centroid(cs) if cs else None
     return TopicReport(topic=topic, broker=broker, rate_in=float(rate_in), rate_out=float(rate_out),
-                       producers=len(ps), consumers=len(cs), ncp=centroid(ps) if ps else None,
-                       ncc=centroid(cs) if cs else None, w=deviation_w(ps, cs), e=worst_case_e(ps, cs, broker_coord))
+                       producers=len(ps), consumers=len(cs), ncp=ncp, ncc=ncc, w=_w(ps, cs, ncp, ncc, literal),
+                       e=worst_case_e(ps, cs, broker_coord))
 
 
 def allpairs_worst(producers: Sequence[Coordinate | ClientNC], consumers: Sequence[Coordinate | ClientNC],
