@@ -1,0 +1,515 @@
+"""The broker role: one independent nats-server per broker node (the data plane) and its broker
+agent (the control plane's hands on that broker), as docs/pubsub-protocol.md describes.
+
+The agent registers the broker in ZooKeeper, owns topics through ephemeral owner nodes, answers
+the topic manager on `_ep.cmd.<broker>` (acquire, release in the enhanced and baseline workflows,
+status), aggregates its clients' NC reports per topic and writes a BrokerReport to ZooKeeper every
+monitoring period. Releasing a topic never loses traffic silently: for a grace period the old
+broker forwards what is still published to it to the new owner (and re-sends the redirect), and
+bridges the new owner's traffic back to consumers that have not moved yet, which stands in for
+the message retention a persistent Pulsar topic gives across a migration.
+
+    python -m testbed.pubsub.broker --node bzone1 --nats nats://10.1.0.2:4222 --zk 10.1.0.1:2181
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import json
+import logging
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.nc.serf import Coordinate, SerfError, SerfRPC
+from testbed.pubsub.client import connect_nats
+from testbed.pubsub.metadata import Metadata, check_topic
+from testbed.pubsub.model import BrokerReport, coord_to_dict
+from testbed.pubsub.monitoring import ClientEntry, Owned, parse_nc_report, topic_report
+from testbed.pubsub.resources import ResourceSampler
+
+NATS_PORT = 4222
+MONITOR_PORT = 8222
+FWD_HEADER = "Ep-Fwd"  # set on forwarded copies so that two bridged servers never loop a message
+MAX_BUFFER = 10_000  # strays held while a released topic has no new owner yet (baseline)
+REDIRECT_EVERY_S = 0.25  # re-sent redirects per topic, at most this often
+
+
+class BrokerError(RuntimeError):
+    """nats-server did not start."""
+
+
+def nats_url(ip: str) -> str:
+    return f"nats://{ip}:{NATS_PORT}"
+
+
+def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0) -> subprocess.Popen:
+    """nats-server in `node` on its IP (clients 4222, monitoring 8222); waits until it says INFO."""
+    from testbed.emulation.netns import connect_in
+
+    ip = network.ip_of(node)
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"nats-{node}.log"
+    argv = ["nats-server", "-a", ip, "-p", str(NATS_PORT), "-m", str(MONITOR_PORT), "-n", node, "-l", str(log)]
+    process = network.popen(node, argv, stdout=subprocess.DEVNULL, stderr=log.open("ab"))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise BrokerError(f"nats-server in {node} exited with {process.returncode} (see {log})")
+        try:
+            with connect_in(network.nodes[node].pid, (ip, NATS_PORT), timeout=1.0) as sock:
+                if sock.recv(4) == b"INFO":
+                    return process
+        except OSError:
+            pass
+        time.sleep(0.05)
+    process.kill()
+    raise BrokerError(f"nats-server in {node} did not accept connections within {timeout:g}s (see {log})")
+
+
+def start_agent(network, node: str, zk_hosts: str, log_dir: Path, site: str = "", cloud: bool = False,
+                period: float = 5.0, grace: float = 10.0, nc_period: float = 5.0, bandwidth: float = 100e6,
+                timeout: float = 20.0) -> subprocess.Popen:
+    """The broker agent in `node` (next to its nats-server); returns once it is registered."""
+    from testbed.emulation.shaping import _read_line
+
+    log_dir = Path(log_dir)
+    argv = [sys.executable, "-m", "testbed.pubsub.broker", "--node", node, "--nats", nats_url(network.ip_of(node)),
+            "--zk", zk_hosts, "--site", site, "--period", f"{period:g}", "--grace", f"{grace:g}",
+            "--nc-period", f"{nc_period:g}", "--bandwidth", f"{bandwidth:g}",
+            "--events", str(log_dir / f"broker-{node}.events.jsonl"), *(["--cloud"] if cloud else [])]
+    log = (log_dir / f"broker-{node}.log").open("ab")
+    process = network.popen(node, argv, stdout=subprocess.PIPE, stderr=log, text=True)
+    if _read_line(process, timeout) != "ready":
+        process.kill()
+        raise BrokerError(f"broker agent in {node} did not start (see {log.name})")
+    return process
+
+
+@dataclass
+class Grace:
+    """A released topic: what still arrives here goes to `target` (broker, address) once known."""
+
+    until: float
+    target: tuple[str, str] | None = None
+    subs: list = field(default_factory=list)
+    buffer: list = field(default_factory=list)
+    strays: int = 0
+    forwarded: int = 0
+    bridged: int = 0
+    last_redirect: float = 0.0
+    looking_up: bool = False
+    released: bool = False  # until the owner node is gone, what arrives here is ordinary traffic
+
+
+class BrokerAgent:
+    def __init__(self, args):
+        self.name = args.node
+        self.local_url = args.nats
+        self.address = args.address or args.nats
+        self.site, self.cloud = args.site, args.cloud
+        self.period, self.grace_s, self.stale_s = args.period, args.grace, 3 * args.nc_period
+        self.monitor = args.monitor or f"http://{self.local_url.split('//')[-1].split(':')[0]}:{MONITOR_PORT}/varz"
+        self.events_path = Path(args.events) if args.events else None
+        self.serf_name = args.serf_name or args.node
+        self.meta = Metadata(args.zk, session_timeout=args.session_timeout, on_restored=self._restored_threadsafe)
+        self.sampler = ResourceSampler(capacity_bps=args.bandwidth)
+        self.owned: dict[str, Owned] = {}
+        self.grace: dict[str, Grace] = {}
+        self.peers: dict[str, object] = {}
+        self._connecting: dict[str, asyncio.Future] = {}
+        self.counters = {"nc_reports": 0, "malformed": 0, "strays": 0, "forwarded": 0, "bridged": 0,
+                         "redirects": 0, "dropped": 0, "reacquired": 0, "lost": 0, "reports_written": 0}
+        self.last_report: dict | None = None
+        self.coord: Coordinate | None = None
+        self._varz: tuple[float, int] | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._last_wrong: dict[str, float] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.nc = None
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def event(self, kind: str, **data) -> None:
+        line = json.dumps({"type": kind, "time": time.time(), "broker": self.name, **data})
+        if self.events_path:
+            with self.events_path.open("a") as handle:
+                handle.write(line + "\n")
+        else:
+            print(line, flush=True)
+
+    def spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _peer(self, address: str):
+        """A connection to another broker's nats-server (one per address, shared by concurrent callers)."""
+        nc = self.peers.get(address)
+        if nc is not None and not nc.is_closed:
+            return nc
+        if address not in self._connecting:
+            self._connecting[address] = asyncio.ensure_future(connect_nats(address, name=f"agent-{self.name}"))
+        try:
+            nc = await asyncio.shield(self._connecting[address])
+        finally:
+            self._connecting.pop(address, None)
+        self.peers[address] = nc
+        return nc
+
+    async def _warm_peers(self) -> None:
+        """Connect ahead to every registered broker, so a migration does not wait for a TCP and NATS
+        handshake with the new owner (as Pulsar's brokers keep their admin clients)."""
+        try:
+            brokers = await self.zk(self.meta.brokers)
+        except Exception:  # noqa: BLE001 - next period
+            return
+        for name, info in brokers.items():
+            address = info.get("address")
+            if name != self.name and address and address not in self.peers and address not in self._connecting:
+                self.spawn(self._peer_quietly(address))
+
+    async def _peer_quietly(self, address: str) -> None:
+        try:
+            await self._peer(address)
+        except Exception as error:  # noqa: BLE001 - a broker that is gone; a migration to it will say so
+            self.event("peer_unreachable", address=address, error=f"{type(error).__name__}: {error}")
+
+    async def zk(self, fn, *args):
+        return await asyncio.to_thread(fn, *args)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    async def run(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(sig, stop.set)
+        self.nc = await connect_nats(self.local_url, name=f"agent-{self.name}")
+        await self.zk(self.meta.start)
+        await self.zk(self.meta.ensure_layout)
+        await self.zk(self.meta.register_broker, self.name, self.address, self.site, self.cloud)
+        for topic in await self.zk(self.meta.adopt, self.name, self.address):
+            self.owned[topic] = Owned(since=time.time())
+            self.event("adopted", topic=topic)
+        await self.nc.subscribe(f"_ep.cmd.{self.name}", cb=self._on_cmd)
+        await self.nc.subscribe("_ep.nc.>", cb=self._on_nc)
+        await self.nc.flush()
+        self.event("broker_registered", address=self.address, site=self.site, cloud=self.cloud)
+        print("ready", flush=True)
+        await self._warm_peers()
+        reporter = asyncio.create_task(self._report_loop())
+        await stop.wait()
+        reporter.cancel()
+        for nc in [self.nc, *self.peers.values()]:
+            try:
+                await nc.close()
+            except Exception:  # noqa: BLE001 - closing on the way out
+                pass
+        await self.zk(self.meta.stop)
+
+    # -- commands ---------------------------------------------------------------------------------
+    async def _on_cmd(self, msg) -> None:
+        self.spawn(self._command(msg))
+
+    async def _command(self, msg) -> None:
+        try:
+            request = json.loads(msg.data)
+            op = request.get("op")
+            if op == "acquire":
+                answer = await self.acquire(check_topic(request["topic"]))
+            elif op == "release":
+                answer = await self.release(check_topic(request["topic"]), request.get("to"), request.get("address"))
+            elif op == "status":
+                answer = self.status()
+            else:
+                answer = {"ok": False, "error": f"unknown op {op!r}"}
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            answer = {"ok": False, "error": f"bad command: {error}"}
+        except Exception as error:  # noqa: BLE001 - the caller must get an answer
+            answer = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        if msg.reply:
+            await msg.respond(json.dumps(answer).encode())
+
+    async def acquire(self, topic: str) -> dict:
+        started = time.time()
+        ok = await self.zk(self.meta.acquire, topic, self.name, self.address)
+        if not ok:
+            owner = await self.zk(self.meta.owner, topic)
+            return {"ok": False, "op": "acquire", "topic": topic, "error": "owned by another broker", "owner": owner}
+        if topic not in self.owned:
+            self.owned[topic] = Owned(since=time.time())
+        grace = self.grace.pop(topic, None)  # the topic came back: no more forwarding
+        if grace:
+            await self._end_grace(topic, grace)
+        self.event("acquired", topic=topic, zk_s=round(time.time() - started, 6))
+        return {"ok": True, "op": "acquired", "topic": topic, "broker": self.name, "address": self.address}
+
+    async def release(self, topic: str, to: str | None, address: str | None) -> dict:
+        """Enhanced when `to` and `address` are given (Fig. 2), else baseline (lazy reassignment)."""
+        t0 = time.time()
+        if topic not in self.owned:
+            return {"ok": False, "op": "release", "topic": topic, "error": "not the owner"}
+        target = (to, address) if to and address else None
+        # The grace subscriptions are in place before anyone is told, so nothing published here is lost;
+        # reaching the new owner's server and deleting the owner node go on at the same time.
+        setup, released = await asyncio.gather(self._start_grace(topic, target),
+                                               self.zk(self.meta.release, topic, self.name), return_exceptions=True)
+        if isinstance(released, BaseException):
+            raise released  # ZooKeeper unreachable: nothing changed, the caller gets the error
+        grace = self.grace[topic]
+        self.owned.pop(topic, None)
+        grace.released = True
+        t1 = time.time()
+        control = ({"op": "redirect", "topic": topic, "broker": to, "address": address} if target
+                   else {"op": "disconnect", "topic": topic})
+        await self.nc.publish(f"_ep.ctl.{topic}", json.dumps(control).encode())
+        await self.nc.flush()
+        t2 = time.time()
+        acquired = None
+        if target:
+            try:
+                peer = await self._peer(address)
+                reply = await peer.request(f"_ep.cmd.{to}", json.dumps({"op": "acquire", "topic": topic}).encode(),
+                                           timeout=10)
+                acquired = json.loads(reply.data).get("ok", False)
+            except Exception as error:  # noqa: BLE001 - report it to the topic manager
+                acquired = False
+                self.event("acquire_request_failed", topic=topic, to=to, error=str(error))
+        t3 = time.time()
+        timing = {"zk_release_s": round(t1 - t0, 6), "notify_s": round(t2 - t1, 6),
+                  "new_acquire_s": round(t3 - t2, 6) if target else None, "total_s": round(t3 - t0, 6)}
+        workflow = "enhanced" if target else "baseline"
+        self.event("released", topic=topic, workflow=workflow, to=to, acquired=acquired, zk_deleted=released, **timing)
+        answer = {"ok": True, "op": "released", "topic": topic, "workflow": workflow, "to": to, "acquired": acquired,
+                  "timing": timing}
+        if isinstance(setup, BaseException):  # the new broker's server could not be reached: no bridge
+            answer["bridge_error"] = f"{type(setup).__name__}: {setup}"
+        return answer
+
+    def status(self) -> dict:
+        session_id, password = self.meta.session
+        return {"ok": True, "op": "status", "broker": self.name, "address": self.address, "owned": sorted(self.owned),
+                "grace": {t: {"target": g.target and g.target[0], "strays": g.strays, "forwarded": g.forwarded,
+                              "bridged": g.bridged, "left_s": round(g.until - time.time(), 3)}
+                          for t, g in self.grace.items()},
+                "clients": {t: len(o.clients) for t, o in self.owned.items()}, "counters": dict(self.counters),
+                "zk_session": {"id": session_id, "password": password.hex()}, "last_report": self.last_report}
+
+    # -- grace: forwarding what still arrives for a released topic --------------------------------
+    async def _start_grace(self, topic: str, target: tuple[str, str] | None) -> Grace:
+        old = self.grace.pop(topic, None)
+        if old:
+            await self._end_grace(topic, old)
+        grace = Grace(until=time.time() + self.grace_s)
+        self.grace[topic] = grace
+        self.spawn(self._grace_timer(topic, grace))
+        grace.subs.append(await self.nc.subscribe(f"t.{topic}", cb=functools.partial(self._on_stray, topic, grace)))
+        await self.nc.flush()
+        if target:
+            await self._set_target(topic, grace, target)
+        return grace
+
+    async def _set_target(self, topic: str, grace: Grace, target: tuple[str, str]) -> None:
+        peer = await self._peer(target[1])
+
+        async def back(msg) -> None:  # the new owner's traffic, for consumers still attached here
+            if msg.headers and FWD_HEADER in msg.headers:
+                return
+            grace.bridged += 1
+            self.counters["bridged"] += 1
+            await self.nc.publish(msg.subject, msg.data, headers={FWD_HEADER: target[0]})
+
+        grace.subs.append(await peer.subscribe(f"t.{topic}", cb=back))
+        await peer.flush()
+        grace.target = target
+        buffered, grace.buffer = grace.buffer, []
+        for data in buffered:
+            await self._forward(topic, grace, data)
+
+    async def _forward(self, topic: str, grace: Grace, data: bytes) -> None:
+        peer = await self._peer(grace.target[1])
+        await peer.publish(f"t.{topic}", data, headers={FWD_HEADER: self.name})
+        grace.forwarded += 1
+        self.counters["forwarded"] += 1
+
+    async def _on_stray(self, topic: str, grace: Grace, msg) -> None:
+        if (msg.headers and FWD_HEADER in msg.headers) or not grace.released:
+            return  # our own bridged copy, or traffic from before the release (delivered here as usual)
+        grace.strays += 1
+        self.counters["strays"] += 1
+        if grace.target is None:
+            if len(grace.buffer) < MAX_BUFFER:
+                grace.buffer.append(msg.data)
+            else:
+                self.counters["dropped"] += 1
+            if not grace.looking_up:
+                grace.looking_up = True
+                self.spawn(self._find_target(topic, grace))
+            return
+        await self._forward(topic, grace, msg.data)
+        await self._redirect(topic, grace)
+
+    async def _redirect(self, topic: str, grace: Grace) -> None:
+        now = time.monotonic()
+        if grace.target is None or not grace.released or now - grace.last_redirect < REDIRECT_EVERY_S:
+            return
+        grace.last_redirect = now
+        self.counters["redirects"] += 1
+        control = {"op": "redirect", "topic": topic, "broker": grace.target[0], "address": grace.target[1]}
+        await self.nc.publish(f"_ep.ctl.{topic}", json.dumps(control).encode())
+
+    async def _find_target(self, topic: str, grace: Grace) -> None:
+        """Baseline: the new owner is whoever acquires next; ask ZooKeeper until one does."""
+        try:
+            while self.grace.get(topic) is grace and grace.target is None:
+                try:
+                    owner = await self.zk(self.meta.owner, topic)
+                    if owner and owner.get("broker") != self.name:
+                        await self._set_target(topic, grace, (owner["broker"], owner["address"]))
+                        await self._redirect(topic, grace)
+                        break
+                except Exception as error:  # noqa: BLE001 - ZooKeeper or the new owner unreachable: retry
+                    self.event("forward_target_failed", topic=topic, error=f"{type(error).__name__}: {error}")
+                    await asyncio.sleep(0.5)
+                await asyncio.sleep(0.1)
+        finally:
+            grace.looking_up = False
+
+    async def _grace_timer(self, topic: str, grace: Grace) -> None:
+        await asyncio.sleep(max(0.0, grace.until - time.time()))
+        if self.grace.get(topic) is grace:
+            del self.grace[topic]
+            await self._end_grace(topic, grace)
+
+    async def _end_grace(self, topic: str, grace: Grace) -> None:
+        for sub in grace.subs:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - a closed peer connection
+                pass
+        self.counters["dropped"] += len(grace.buffer)
+        self.event("grace_end", topic=topic, target=grace.target and grace.target[0], strays=grace.strays,
+                   forwarded=grace.forwarded, bridged=grace.bridged, dropped=len(grace.buffer))
+
+    # -- NC reports -------------------------------------------------------------------------------
+    async def _on_nc(self, msg) -> None:
+        topic = msg.subject[len("_ep.nc."):]
+        try:
+            check_topic(topic)
+            client, role, coord, rate = parse_nc_report(msg.data)
+        except ValueError:
+            self.counters["malformed"] += 1
+            return
+        self.counters["nc_reports"] += 1
+        state = self.owned.get(topic)
+        if state is not None:
+            state.clients[(client, role)] = ClientEntry(role, coord, rate, time.time())
+        elif topic in self.grace:
+            await self._redirect(topic, self.grace[topic])
+        elif time.monotonic() - self._last_wrong.get(topic, 0.0) > 1.0:
+            self._last_wrong[topic] = time.monotonic()
+            self.spawn(self._tell_wrong_broker(topic))
+
+    async def _tell_wrong_broker(self, topic: str) -> None:
+        """A client reports to a broker that does not own its topic: send it where the topic is.
+        Redirected clients may arrive before the acquire that follows the redirect: wait for it first."""
+        await asyncio.sleep(1.0)
+        if topic in self.owned or topic in self.grace:
+            return
+        owner = await self.zk(self.meta.owner, topic)
+        if owner and owner.get("broker") != self.name:
+            control = {"op": "redirect", "topic": topic, "broker": owner["broker"], "address": owner["address"]}
+        else:
+            control = {"op": "disconnect", "topic": topic}
+        self.counters["redirects"] += 1
+        await self.nc.publish(f"_ep.ctl.{topic}", json.dumps(control).encode())
+
+    # -- ZooKeeper session loss -------------------------------------------------------------------
+    def _restored_threadsafe(self, reacquired: list[str], lost: list[str]) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._restored, reacquired, lost)
+
+    def _restored(self, reacquired: list[str], lost: list[str]) -> None:
+        self.counters["reacquired"] += len(reacquired)
+        self.counters["lost"] += len(lost)
+        for topic in lost:
+            self.owned.pop(topic, None)
+            self.spawn(self._tell_wrong_broker(topic))
+        self.event("zk_session_restored", reacquired=reacquired, lost=lost)
+
+    # -- monitoring -------------------------------------------------------------------------------
+    def _serf_coordinate(self) -> Coordinate | None:
+        try:
+            with SerfRPC(timeout=1.0) as rpc:
+                return rpc.coordinate(self.serf_name)
+        except (OSError, SerfError):
+            return None
+
+    def _output_rate(self) -> float:
+        """Messages/s nats-server delivered since the last report (its /varz out_msgs)."""
+        try:
+            with urllib.request.urlopen(self.monitor, timeout=1.0) as answer:
+                out_msgs = int(json.load(answer)["out_msgs"])
+        except (OSError, ValueError, KeyError):
+            return 0.0
+        now, last = time.monotonic(), self._varz
+        self._varz = (now, out_msgs)
+        return max(0, out_msgs - last[1]) / max(1e-6, now - last[0]) if last else 0.0
+
+    async def build_report(self) -> dict:
+        self.coord = await asyncio.to_thread(self._serf_coordinate) or self.coord
+        rate_out = await asyncio.to_thread(self._output_rate)
+        use = self.sampler.sample()
+        topics = tuple(topic_report(t, self.name, self.coord, o, self.stale_s) for t, o in sorted(self.owned.items()))
+        report = BrokerReport(self.name, self.coord, use["cpu"], use["memory"], use["network"], rate_out, topics)
+        data = report.to_dict()
+        data.update(time=time.time(), address=self.address, site=self.site, cloud=self.cloud,
+                    network_bps=use["network_bps"], period=self.period, malformed=self.counters["malformed"])
+        data["coord"] = coord_to_dict(self.coord)
+        return data
+
+    async def _report_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.period)
+            await self._warm_peers()
+            try:
+                data = await self.build_report()
+                await self.zk(self.meta.write_report, self.name, data)
+                self.last_report = data
+                self.counters["reports_written"] += 1
+            except Exception as error:  # noqa: BLE001 - a missed report is logged, the loop goes on
+                self.event("report_failed", error=f"{type(error).__name__}: {error}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="ePulsar broker agent (runs in a broker node next to its "
+                                     "nats-server)", epilog="example: python -m testbed.pubsub.broker --node bzone1 "
+                                     "--nats nats://10.1.0.2:4222 --zk 10.1.0.1:2181 --site zone1")
+    parser.add_argument("--node", required=True, help="broker name (also its Serf node name)")
+    parser.add_argument("--nats", required=True, help="this broker's nats-server, nats://ip:4222")
+    parser.add_argument("--address", help="address clients are given (default: --nats)")
+    parser.add_argument("--zk", required=True, help="ZooKeeper ip:port")
+    parser.add_argument("--site", default="")
+    parser.add_argument("--cloud", action="store_true", help="a cloud broker")
+    parser.add_argument("--period", type=float, default=5.0, help="monitoring period, seconds")
+    parser.add_argument("--nc-period", type=float, default=5.0, help="clients' NC report period, seconds")
+    parser.add_argument("--grace", type=float, default=10.0, help="forwarding period after a release, seconds")
+    parser.add_argument("--bandwidth", type=float, default=100e6, help="node link capacity, bits/s")
+    parser.add_argument("--monitor", help="nats-server /varz URL (default: port 8222 of --nats)")
+    parser.add_argument("--serf-name", help="Serf node name if not --node")
+    parser.add_argument("--session-timeout", type=float, default=6.0, help="ZooKeeper session timeout, seconds")
+    parser.add_argument("--events", help="append events (JSON lines) here instead of stdout")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    asyncio.run(BrokerAgent(args).run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

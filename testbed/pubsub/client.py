@@ -1,0 +1,530 @@
+"""The client library (nats-py): look a topic up, publish or subscribe through its owning broker,
+follow migrations, report coordinates, and record what the experiment measures.
+
+A topic lives on the nats-server of the broker that owns it (`t.<topic>`). Clients follow control
+messages on `_ep.ctl.<topic>`: `redirect` (enhanced workflow: connect to the given address at once,
+make-before-break) or `disconnect` (baseline: drop the connection, look the topic up again; a
+publisher holds what it produces meanwhile, as Pulsar's producer queue does). Downtime is the time
+from the control message to the first message through the new broker.
+
+Publishing is open loop: message i is due at start + i/rate and carries its scheduled time, so
+latency = receive_time - scheduled send time includes any time the client spent late (every node
+shares the host's clock). Subscribers write one trace row per delivered message and count losses,
+duplicates and reordering per producer from the sequence numbers.
+
+    python -m testbed.pubsub.client pub --topic avatar-1 --name gs1 --lookup nats://10.1.0.1:4222 --rate 50
+    python -m testbed.pubsub.client sub --topic avatar-1 --name gs2 --lookup nats://10.1.0.1:4222 --trace t.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import csv
+import functools
+import inspect
+import json
+import logging
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nats
+
+from testbed.pubsub.metadata import check_topic
+from testbed.pubsub.model import coord_from_dict, coord_to_dict
+
+TRACE_FIELDS = ("run_id", "topic", "producer", "consumer", "msg_id", "seq", "send_time", "receive_time", "broker",
+                "producer_site", "consumer_site")
+FLUSH_EVERY_S = 1.0
+
+
+async def _log_error(error: Exception) -> None:
+    logging.getLogger("nats").warning("nats: %s: %s", type(error).__name__, error)  # one line, no traceback
+
+
+async def connect_nats(address: str, name: str | None = None, timeout: float = 10.0):
+    """A NATS connection that reconnects forever once up (a restarted nats-server) but gives up on
+    a first connect after `timeout` (a broker that is gone). Agents use it too."""
+    return await asyncio.wait_for(nats.connect(address, name=name, connect_timeout=5, max_reconnect_attempts=-1,
+                                               reconnect_time_wait=0.2, error_cb=_log_error), timeout)
+
+
+async def lookup(topic: str, lookup_nc, timeout: float = 10.0) -> dict:
+    """{"topic", "broker", "address"} from `_ep.lookup` (the topic manager at the cloud broker)."""
+    reply = await lookup_nc.request("_ep.lookup", json.dumps({"topic": topic}).encode(), timeout=timeout)
+    answer = json.loads(reply.data)
+    if not answer.get("address"):
+        raise LookupError(f"lookup of {topic}: {answer.get('error', answer)}")
+    return answer
+
+
+class EventLog:
+    """Events (relinks, downtime) in memory and, when given a path, appended as JSON lines."""
+
+    def __init__(self, path: Path | None = None):
+        self.items: list[dict] = []
+        self.path = Path(path) if path else None
+
+    def add(self, kind: str, **data) -> dict:
+        event = {"type": kind, "time": time.time(), **data}
+        self.items.append(event)
+        if self.path:
+            with self.path.open("a") as handle:
+                handle.write(json.dumps(event) + "\n")
+        return event
+
+
+@dataclass
+class Endpoint:
+    """One connection of a client to the broker it is using for its topic."""
+
+    broker: str
+    address: str
+    nc: object
+    subs: list = field(default_factory=list)
+    used: bool = False
+
+
+class TopicClient:
+    """What publishers and subscribers share: attachment, control messages, NC reports, downtime."""
+
+    role = "client"
+
+    def __init__(self, topic: str, name: str, lookup_url: str | None = None, owner: tuple[str, str] | None = None,
+                 site: str = "", run_id: str = "", coord=None, nc_period: float = 5.0, events: EventLog | None = None):
+        self.topic, self.name, self.site, self.run_id = check_topic(topic), name, site, run_id
+        self.lookup_url, self.owner = lookup_url, owner
+        if not lookup_url and not owner:
+            raise ValueError("a client needs a lookup address or the owner's (broker, address)")
+        self.coord_fn, self.nc_period = coord, nc_period
+        self.events = events or EventLog()
+        self.current: Endpoint | None = None
+        self.downtime: dict | None = None  # an open downtime: control message seen, new broker not used yet
+        self._lookup_nc = None
+        self._move_lock = asyncio.Lock()
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- attachment -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        broker, address = self.owner or await self._lookup()
+        self.current = await self._attach(broker, address)
+        self._spawn(self._report_loop())
+
+    async def _lookup(self) -> tuple[str, str]:
+        if self._lookup_nc is None:
+            self._lookup_nc = await connect_nats(self.lookup_url)
+        while True:
+            try:
+                answer = await lookup(self.topic, self._lookup_nc)
+                return answer["broker"], answer["address"]
+            except (LookupError, nats.errors.Error, asyncio.TimeoutError) as error:
+                self.events.add("lookup_failed", topic=self.topic, client=self.name, error=str(error))
+                await asyncio.sleep(0.2)
+
+    async def _attach(self, broker: str, address: str) -> Endpoint:
+        ep = Endpoint(broker, address, await connect_nats(address))
+        ep.subs.append(await ep.nc.subscribe(f"_ep.ctl.{self.topic}", cb=functools.partial(self._on_ctl, ep)))
+        await self._on_attach(ep)
+        if self.role == "consumer":  # make before break: subscribed at the new broker before leaving the old
+            await ep.nc.flush()
+        self._spawn(self._send_report(ep))  # a broker that does not own the topic answers with a redirect
+        return ep
+
+    async def _on_attach(self, ep: Endpoint) -> None:
+        """Subclasses subscribe to data here."""
+
+    async def _detach(self, ep: Endpoint | None) -> None:
+        if ep is None:
+            return
+        try:
+            await ep.nc.drain()
+        except Exception:  # noqa: BLE001 - the old broker may be gone
+            await ep.nc.close()
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- control messages -------------------------------------------------------------------------
+    async def _on_ctl(self, ep: Endpoint, msg) -> None:
+        if ep is not self.current:
+            return  # from a broker this client is leaving
+        try:
+            control = json.loads(msg.data)
+            op = control["op"]
+        except (ValueError, KeyError, TypeError):
+            return
+        if op == "redirect" and control.get("address") and control["address"] != ep.address:
+            self._open_downtime("redirect", ep, control.get("broker"))
+            self._spawn(self._move(control.get("broker", "?"), control["address"]))
+        elif op == "disconnect":
+            self._open_downtime("disconnect", ep, None)
+            self._spawn(self._relookup(ep))
+
+    def _open_downtime(self, reason: str, ep: Endpoint, target: str | None) -> None:
+        if self.downtime is None:
+            self.downtime = {"reason": reason, "start": time.time(), "from": ep.broker, "endpoint": ep}
+            self.events.add("control", topic=self.topic, client=self.name, role=self.role, op=reason, broker=ep.broker,
+                            to=target)
+
+    async def _move(self, broker: str, address: str) -> None:
+        """Enhanced: connect to the new broker, then leave the old one (make before break)."""
+        async with self._move_lock:
+            old = self.current
+            if old is None or old.address == address:
+                return
+            try:
+                new = await self._attach(broker, address)
+            except Exception as error:  # noqa: BLE001 - the new broker cannot be reached: ask the lookup
+                self.events.add("move_failed", topic=self.topic, client=self.name, to=broker, error=str(error))
+                if self.lookup_url:
+                    self._spawn(self._relookup(old))
+                return
+            self.current = new
+            await self._before_detach(old, new)
+            self._spawn(self._detach(old))
+            self.events.add("relinked", topic=self.topic, client=self.name, role=self.role, frm=old.broker, to=broker)
+
+    async def _relookup(self, old: Endpoint) -> None:
+        """Baseline: the broker dropped us; find the topic's new owner through the topic manager."""
+        async with self._move_lock:
+            if self.current is not old:
+                return
+            self.current = None
+            self._spawn(self._detach(old))
+            while True:
+                broker, address = await self._lookup()
+                try:
+                    new = await self._attach(broker, address)
+                    break
+                except Exception as error:  # noqa: BLE001 - look up again: the owner may change meanwhile
+                    self.events.add("attach_failed", topic=self.topic, client=self.name, to=broker, error=str(error))
+                    await asyncio.sleep(0.2)
+            await self._before_detach(old, new)
+            self.current = new
+            self.events.add("relinked", topic=self.topic, client=self.name, role=self.role, frm=old.broker, to=broker)
+
+    async def _before_detach(self, old: Endpoint, new: Endpoint) -> None:
+        """Subclasses move their pending work to `new` here."""
+
+    def _through(self, ep: Endpoint) -> None:
+        """A message went through `ep`: that closes an open downtime if `ep` is the new broker."""
+        if not ep.used:
+            ep.used = True
+            if self.downtime is not None and ep is not self.downtime["endpoint"]:
+                now = time.time()
+                self.events.add("downtime", topic=self.topic, client=self.name, role=self.role,
+                                reason=self.downtime["reason"], frm=self.downtime["from"], to=ep.broker,
+                                start=self.downtime["start"], end=now, downtime_s=now - self.downtime["start"])
+                self.downtime = None
+
+    # -- NC reports -------------------------------------------------------------------------------
+    def rate(self) -> float:
+        return 0.0
+
+    async def _coordinate(self) -> dict | None:
+        if self.coord_fn is None:
+            return None
+        try:
+            value = self.coord_fn()
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception:  # noqa: BLE001 - an agent or proxy that does not answer: report without it
+            return None
+        if value is None or isinstance(value, dict):
+            return value and coord_to_dict(coord_from_dict(value))
+        return coord_to_dict(value)
+
+    async def _send_report(self, ep: Endpoint) -> None:
+        report = {"client": self.name, "role": self.role, "coord": await self._coordinate(), "rate": self.rate()}
+        try:
+            await ep.nc.publish(f"_ep.nc.{self.topic}", json.dumps(report).encode())
+        except Exception:  # noqa: BLE001 - a closing connection; the next period reports again
+            pass
+
+    async def _report_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.nc_period)
+            if self.current is not None:
+                await self._send_report(self.current)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for nc in (self.current and self.current.nc, self._lookup_nc):
+            if nc is not None:
+                try:
+                    await nc.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+
+class Publisher(TopicClient):
+    role = "producer"
+
+    def __init__(self, topic: str, name: str, rate: float, size: int = 1000, precise_s: float = 0.0015, **kwargs):
+        """`precise_s`: the last stretch before a message is due is slept blocking (the kernel's timer
+        is ~50 us late, asyncio's ~0.5 ms); use 0 when many publishers share one event loop."""
+        super().__init__(topic, name, **kwargs)
+        if rate <= 0:
+            raise ValueError("rate must be positive")
+        self.rate_value, self.size, self.precise_s = rate, size, precise_s
+        self.sent = 0
+        self.held: deque[bytes] = deque()  # produced while disconnected (baseline), sent on reattach
+
+    def rate(self) -> float:
+        return self.rate_value
+
+    def payload(self, seq: int, due: float) -> bytes:
+        head = json.dumps({"id": f"{self.name}:{seq}", "seq": seq, "t": due, "p": self.name, "s": self.site},
+                          separators=(",", ":")).encode() + b"\n"
+        return head + b"x" * max(0, self.size - len(head))
+
+    async def _send(self, data: bytes) -> None:
+        ep = self.current
+        if ep is None:
+            self.held.append(data)
+            return
+        await ep.nc.publish(f"t.{self.topic}", data)
+        self._through(ep)
+
+    async def _before_detach(self, old: Endpoint, new: Endpoint) -> None:
+        # Until `new` becomes current, what the open loop produces keeps joining the queue: drain it all.
+        while self.held:
+            await new.nc.publish(f"t.{self.topic}", self.held.popleft())
+            self._through(new)
+
+    async def run(self, duration: float | None = None, count: int | None = None, start: float | None = None) -> int:
+        """Publish open loop until `duration` seconds or `count` messages; returns messages produced."""
+        start = start or time.time()
+        seq = 0
+        while (count is None or seq < count) and (duration is None or seq / self.rate_value < duration):
+            due = start + seq / self.rate_value
+            delay = due - time.time()
+            if delay > self.precise_s:
+                await asyncio.sleep(delay - self.precise_s)
+                delay = due - time.time()
+            if delay > 0:
+                time.sleep(delay) if self.precise_s else await asyncio.sleep(delay)
+            await self._send(self.payload(seq, due))
+            await asyncio.sleep(0)  # let the connection write it now
+            seq += 1
+            self.sent = seq
+        if self.current is not None:
+            await self.current.nc.flush()
+        return seq
+
+    def summary(self) -> dict:
+        return {"role": self.role, "client": self.name, "topic": self.topic, "sent": self.sent, "held": len(self.held),
+                "broker": self.current and self.current.broker,
+                "downtimes": [e for e in self.events.items if e["type"] == "downtime"]}
+
+
+@dataclass
+class ProducerStats:
+    first: int
+    last: int
+    seen: set = field(default_factory=set)
+    duplicates: int = 0
+    reordered: int = 0
+
+    @property
+    def lost(self) -> int:
+        return (self.last - self.first + 1) - len(self.seen)
+
+
+class TraceWriter:
+    """Trace rows as CSV, buffered and flushed at least every second (an interrupted run keeps them)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        self.handle = self.path.open("a", newline="", buffering=1 << 16)
+        self.writer = csv.writer(self.handle)
+        if new:
+            self.writer.writerow(TRACE_FIELDS)
+        self.last_flush = time.monotonic()
+
+    def write(self, row: tuple) -> None:
+        self.writer.writerow(row)
+        if time.monotonic() - self.last_flush >= FLUSH_EVERY_S:
+            self.flush()
+
+    def flush(self) -> None:
+        self.handle.flush()
+        self.last_flush = time.monotonic()
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+class Subscriber(TopicClient):
+    role = "consumer"
+
+    def __init__(self, topic: str, name: str, trace: Path | None = None, keep_latencies: bool = True, **kwargs):
+        super().__init__(topic, name, **kwargs)
+        self.trace = TraceWriter(trace) if trace else None
+        self.stats: dict[str, ProducerStats] = {}
+        self.received = 0
+        self.malformed = 0
+        self.latencies: list[float] | None = [] if keep_latencies else None
+        self.brokers_seen: dict[str, int] = {}
+        self._window = (time.monotonic(), 0)
+
+    async def start(self) -> None:
+        await super().start()
+        if self.trace:
+            self._spawn(self._flush_loop())
+
+    async def _on_attach(self, ep: Endpoint) -> None:
+        ep.subs.append(await ep.nc.subscribe(f"t.{self.topic}", cb=functools.partial(self._on_msg, ep)))
+
+    async def _on_msg(self, ep: Endpoint, msg) -> None:
+        now = time.time()
+        try:
+            head = json.loads(msg.data.split(b"\n", 1)[0])
+            producer, seq, sent = str(head["p"]), int(head["seq"]), float(head["t"])
+        except (ValueError, KeyError, TypeError):
+            self.malformed += 1
+            return
+        self._through(ep)
+        stats = self.stats.get(producer)
+        if stats is None:
+            stats = self.stats[producer] = ProducerStats(seq, seq)
+        if seq in stats.seen:
+            stats.duplicates += 1
+            return
+        if seq < stats.last:
+            stats.reordered += 1
+        stats.seen.add(seq)
+        stats.first, stats.last = min(stats.first, seq), max(stats.last, seq)
+        self.received += 1
+        self.brokers_seen[ep.broker] = self.brokers_seen.get(ep.broker, 0) + 1
+        if self.latencies is not None:
+            self.latencies.append(now - sent)
+        if self.trace:
+            self.trace.write((self.run_id, self.topic, producer, self.name, head.get("id", f"{producer}:{seq}"), seq,
+                              f"{sent:.6f}", f"{now:.6f}", ep.broker, head.get("s", ""), self.site))
+
+    def rate(self) -> float:
+        started, count = self._window
+        now = time.monotonic()
+        self._window = (now, self.received)
+        return (self.received - count) / max(1e-6, now - started)
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await asyncio.sleep(FLUSH_EVERY_S)
+            self.trace.flush()
+
+    async def close(self) -> None:
+        await super().close()
+        if self.trace:
+            self.trace.flush()
+            self.trace.close()
+
+    def summary(self) -> dict:
+        per = {p: {"received": len(s.seen), "first": s.first, "last": s.last, "lost": s.lost,
+                   "duplicates": s.duplicates, "reordered": s.reordered} for p, s in self.stats.items()}
+        lat = sorted(self.latencies or [])
+        pick = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]) if lat else (lambda q: None)
+        return {"role": self.role, "client": self.name, "topic": self.topic, "received": self.received,
+                "lost": sum(s.lost for s in self.stats.values()),
+                "duplicates": sum(s.duplicates for s in self.stats.values()),
+                "reordered": sum(s.reordered for s in self.stats.values()), "malformed": self.malformed,
+                "producers": per, "brokers": self.brokers_seen, "broker": self.current and self.current.broker,
+                "latency_p50_s": pick(0.5), "latency_p99_s": pick(0.99),
+                "downtimes": [e for e in self.events.items if e["type"] == "downtime"]}
+
+
+# -- coordinates for NC reports --------------------------------------------------------------------
+def coordinate_source(spec: str, node: str):
+    """none | serf (this node's agent) | proxy (the zone's NC proxy) | json:{...} (a fixed coordinate)."""
+    if spec == "none":
+        return None
+    if spec.startswith("json:"):
+        fixed = coord_from_dict(json.loads(spec[5:]))
+        return lambda: fixed
+    if spec == "serf":
+        from testbed.nc.serf import SerfRPC
+
+        def serf():
+            with SerfRPC(timeout=1.0) as rpc:
+                return rpc.coordinate(node)
+
+        return lambda: asyncio.to_thread(serf)
+    if spec == "proxy":
+        from testbed.nc import proxy
+
+        return lambda: asyncio.to_thread(lambda: proxy.query()["coordinate"])
+    raise ValueError(f"--coord: {spec!r} is not none, serf, proxy or json:{{...}}")
+
+
+async def _main(args) -> int:
+    events = EventLog(args.events)
+    common = {"lookup_url": args.lookup, "owner": (args.owner_broker, args.owner) if args.owner else None,
+              "site": args.site, "run_id": args.run_id, "coord": coordinate_source(args.coord, args.name),
+              "nc_period": args.nc_period, "events": events}
+    if args.mode == "pub":
+        client = Publisher(args.topic, args.name, args.rate, args.size, precise_s=args.precise, **common)
+    else:
+        client = Subscriber(args.topic, args.name, trace=args.trace, keep_latencies=True, **common)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await client.start()
+    print(json.dumps({"ready": True, "broker": client.current.broker}), flush=True)
+    if args.mode == "pub":
+        work = asyncio.create_task(client.run(duration=args.duration, count=args.count, start=args.start_at))
+    else:
+        work = asyncio.create_task(asyncio.sleep(args.duration if args.duration else 1e9))
+    waiter = asyncio.create_task(stop.wait())
+    await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    work.cancel()
+    waiter.cancel()
+    summary = client.summary()
+    if args.mode == "sub":
+        summary.pop("producers") if len(summary["producers"]) > 50 else None
+    await client.close()
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="a pub/sub client in a node",
+                                     epilog="example: python -m testbed.pubsub.client pub --topic t1 --name cl1 "
+                                            "--lookup nats://10.1.0.1:4222 --rate 50 --duration 30")
+    parser.add_argument("mode", choices=("pub", "sub"))
+    parser.add_argument("--topic", required=True)
+    parser.add_argument("--name", required=True, help="client name (the node's, or node-member)")
+    parser.add_argument("--lookup", help="the cloud broker's nats://ip:4222 answering _ep.lookup")
+    parser.add_argument("--owner", help="skip the lookup: the owner's nats://ip:4222")
+    parser.add_argument("--owner-broker", default="?", help="the owner's broker name (with --owner)")
+    parser.add_argument("--site", default="")
+    parser.add_argument("--run-id", default="")
+    parser.add_argument("--rate", type=float, default=10.0, help="messages/s (pub)")
+    parser.add_argument("--size", type=int, default=1000, help="payload bytes (pub)")
+    parser.add_argument("--duration", type=float, help="seconds to run (default: until SIGTERM)")
+    parser.add_argument("--count", type=int, help="messages to publish (pub)")
+    parser.add_argument("--start-at", type=float, help="epoch time of message 0 (pub)")
+    parser.add_argument("--precise", type=float, default=0.0015,
+                        help="seconds before each due time slept blocking, for timing accuracy (pub; 0: asyncio only)")
+    parser.add_argument("--trace", type=Path, help="CSV trace file (sub)")
+    parser.add_argument("--events", type=Path, help="events as JSON lines")
+    parser.add_argument("--coord", default="none", help="none | serf | proxy | json:{...}")
+    parser.add_argument("--nc-period", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    if not args.lookup and not args.owner:
+        parser.error("give --lookup or --owner")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return asyncio.run(_main(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""A stand-in for the topic manager's lookup, until the real one exists: answers `_ep.lookup` at the
+cloud broker with the topic's owner from ZooKeeper, and assigns an unowned topic lazily (as Pulsar
+does) by telling a broker to acquire it: the broker planned for it on `_ep.lookup.plan`
+({"topic": t, "broker": b}, used once), else the default broker.
+
+    python -m testbed.pubsub.lookup --nats nats://10.1.0.1:4222 --zk 10.1.0.1:2181 --default cloud
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from testbed.pubsub.client import connect_nats
+from testbed.pubsub.metadata import Metadata, check_topic
+
+
+class LookupService:
+    def __init__(self, nats_url: str, zk: str, default: str):
+        self.nats_url, self.default = nats_url, default
+        self.meta = Metadata(zk)
+        self.plan: dict[str, str] = {}
+        self.peers: dict[str, object] = {}
+        self.locks: dict[str, asyncio.Lock] = {}
+        self.answered = 0
+        self._tasks: set = set()
+
+    async def _peer(self, address: str):
+        if address not in self.peers or self.peers[address].is_closed:
+            self.peers[address] = await connect_nats(address, name="lookup")
+        return self.peers[address]
+
+    async def resolve(self, topic: str) -> dict:
+        async with self.locks.setdefault(topic, asyncio.Lock()):  # one assignment per topic at a time
+            owner = await asyncio.to_thread(self.meta.owner, topic)
+            if owner:
+                return {"topic": topic, **owner}
+            broker = self.plan.pop(topic, self.default)
+            registered = (await asyncio.to_thread(self.meta.brokers)).get(broker)
+            if not registered:
+                return {"topic": topic, "error": f"broker {broker} is not registered"}
+            peer = await self._peer(registered["address"])
+            reply = await peer.request(f"_ep.cmd.{broker}", json.dumps({"op": "acquire", "topic": topic}).encode(),
+                                       timeout=10)
+            answer = json.loads(reply.data)
+            if answer.get("ok"):
+                return {"topic": topic, "broker": broker, "address": registered["address"]}
+            if answer.get("owner"):
+                return {"topic": topic, **answer["owner"]}
+            return {"topic": topic, "error": answer.get("error", "acquire failed")}
+
+    async def _on_lookup(self, msg) -> None:
+        task = asyncio.get_running_loop().create_task(self._answer(msg))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, msg) -> None:
+        try:
+            answer = await self.resolve(check_topic(json.loads(msg.data)["topic"]))
+        except Exception as error:  # noqa: BLE001 - the client must get an answer
+            answer = {"error": f"{type(error).__name__}: {error}"}
+        self.answered += 1
+        await msg.respond(json.dumps(answer).encode())
+
+    async def _on_plan(self, msg) -> None:
+        try:
+            request = json.loads(msg.data)
+            self.plan[check_topic(request["topic"])] = str(request["broker"])
+            answer = {"ok": True}
+        except (ValueError, KeyError, TypeError) as error:
+            answer = {"ok": False, "error": str(error)}
+        if msg.reply:
+            await msg.respond(json.dumps(answer).encode())
+
+    async def run(self) -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await asyncio.to_thread(self.meta.start)
+        await asyncio.to_thread(self.meta.ensure_layout)
+        nc = await connect_nats(self.nats_url, name="lookup")
+        await nc.subscribe("_ep.lookup", cb=self._on_lookup)
+        await nc.subscribe("_ep.lookup.plan", cb=self._on_plan)
+        await nc.flush()
+        print("ready", flush=True)
+        await stop.wait()
+        for conn in [nc, *self.peers.values()]:
+            await conn.close()
+        await asyncio.to_thread(self.meta.stop)
+
+
+def start_lookup(network, node: str, zk_hosts: str, default: str, log_dir: Path, timeout: float = 20.0):
+    """The lookup service in the cloud node; returns once it serves `_ep.lookup`."""
+    import subprocess
+
+    from testbed.emulation.shaping import _read_line
+    from testbed.pubsub.broker import nats_url
+
+    argv = [sys.executable, "-m", "testbed.pubsub.lookup", "--nats", nats_url(network.ip_of(node)), "--zk", zk_hosts,
+            "--default", default]
+    log = (Path(log_dir) / f"lookup-{node}.log").open("ab")
+    process = network.popen(node, argv, stdout=subprocess.PIPE, stderr=log, text=True)
+    if _read_line(process, timeout) != "ready":
+        process.kill()
+        raise RuntimeError(f"lookup service in {node} did not start (see {log.name})")
+    return process
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="lookup service (stand-in for the topic manager's lookup)")
+    parser.add_argument("--nats", required=True, help="the cloud broker's nats://ip:4222")
+    parser.add_argument("--zk", required=True, help="ZooKeeper ip:port")
+    parser.add_argument("--default", required=True, help="broker that unowned topics are assigned to")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    asyncio.run(LookupService(args.nats, args.zk, args.default).run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""The topic manager (ePulsar's Load Manager, paper 3.3-3.6), run by the elected cloud broker.
+
+Every monitoring period it reads the brokers' reports from ZooKeeper, builds a Snapshot and runs
+Algorithm 1 (testbed.pubsub.policies.perform_repartitioning) with the configured policy, then
+executes the migrations: `enhanced` (Fig. 2) on a pool of executors, `baseline` one at a time with
+lazy reassignment through lookup. It also answers `_ep.lookup` (assigning unowned topics with the
+policy) and re-places the topics of brokers that died. `--mode pingpong` is the paper's 5.7 driver:
+every period it moves all topics from one broker to the other and back.
+
+Each decision and migration is one JSON line on stdout (the run collects them as events).
+
+    python -m testbed.pubsub.manager --node cloud --nats nats://IP:4222 --zk IP:2181 --policy epulsar
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import threading
+import time
+
+from testbed.pubsub.lookup import LookupService
+from testbed.pubsub.model import BrokerReport, Migration, Snapshot
+from testbed.pubsub.policies import Overload, get_policy, hash_broker, perform_repartitioning
+
+
+def emit(kind: str, **data) -> None:
+    print(json.dumps({"type": kind, "time": time.time(), **data}), flush=True)
+
+
+class TopicManager(LookupService):
+    def __init__(self, args):
+        super().__init__(args.nats, args.zk, args.default or args.node)
+        self.node = args.node
+        self.policy = get_policy(args.policy)
+        self.workflow = args.workflow
+        self.executors = args.executors if args.workflow == "enhanced" else 1
+        self.period = args.period
+        self.mode = args.mode
+        self.overload = Overload(args.cpu, args.memory, args.network, args.output_rate)
+        self.default_threshold = args.threshold
+        self.known: dict[str, str] = {}  # last placement seen: finds topics orphaned by a dead broker
+        self.in_flight: set[str] = set()
+        self.round = 0
+
+    # -- snapshot ------------------------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        brokers = self.meta.brokers()
+        reports = {}
+        for name, data in self.meta.reports().items():
+            if name in brokers and data.get("coord"):
+                reports[name] = BrokerReport.from_dict(data)
+        placement = {t: b for t, b in self.meta.placement().items() if b in reports}
+        thresholds = {t: (self.meta.threshold(t) or self.default_threshold) for t in placement}
+        return Snapshot(reports, placement, thresholds)
+
+    # -- lookup: unowned topics go where the policy says --------------------------------------
+    async def resolve(self, topic: str) -> dict:
+        if topic not in self.plan:
+            try:
+                snapshot = await asyncio.to_thread(self.snapshot)
+                if snapshot.brokers:
+                    self.plan[topic] = self.choose(topic, snapshot)
+            except Exception as error:  # noqa: BLE001 - fall back to the default broker
+                emit("lookup_policy_failed", topic=topic, error=str(error))
+        return await super().resolve(topic)
+
+    def choose(self, topic: str, snapshot: Snapshot) -> str:
+        if snapshot.report(topic) is not None or self.policy.name == "pulsar-hash":
+            return self.policy.feasible_brokers(topic, snapshot)[0]
+        # A topic nobody reported yet (its first lookup): the cloud broker serves it until the
+        # first reports say where its clients are; pulsar-hash places it by name.
+        return self.default if self.default in snapshot.brokers else hash_broker(topic, snapshot.brokers)
+
+    # -- the periodic round --------------------------------------------------------------------
+    async def control_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.period)
+            self.round += 1
+            try:
+                await self.one_round()
+            except Exception as error:  # noqa: BLE001 - a failed round is reported, the next one runs
+                emit("round_failed", round=self.round, error=f"{type(error).__name__}: {error}")
+
+    async def one_round(self) -> None:
+        snapshot = await asyncio.to_thread(self.snapshot)
+        await self.replace_orphans(snapshot)
+        if self.mode == "pingpong":
+            migrations = self.pingpong(snapshot)
+        else:
+            violated = [t for t in snapshot.placement
+                        if (r := snapshot.report(t)) is not None and r.e > snapshot.thresholds.get(t, 1e9)]
+            for topic in violated:
+                report = snapshot.report(topic)
+                emit("violation_detected", topic=topic, broker=snapshot.placement[topic], e_s=report.e,
+                     threshold_s=snapshot.thresholds[topic])
+            migrations = perform_repartitioning(snapshot, self.policy, self.overload)
+        migrations = [m for m in migrations if m.topic not in self.in_flight]
+        emit("round", round=self.round, brokers=len(snapshot.brokers), topics=len(snapshot.placement),
+             migrations=len(migrations))
+        if migrations:
+            await self.execute(migrations, snapshot)
+
+    def pingpong(self, snapshot: Snapshot) -> list[Migration]:
+        """Move every topic to the other of the first two edge brokers (paper 5.7)."""
+        brokers = sorted(b for b in snapshot.brokers if b != self.node)[:2]
+        if len(brokers) < 2:
+            return []
+        a, b = brokers
+        return [Migration(t, owner, b if owner == a else a) for t, owner in sorted(snapshot.placement.items())
+                if owner in (a, b)]
+
+    async def replace_orphans(self, snapshot: Snapshot) -> None:
+        """Topics whose owner died (ephemeral owner node gone with its session) get a new owner."""
+        current = await asyncio.to_thread(self.meta.placement)
+        orphans = [t for t, b in self.known.items() if t not in current and b not in snapshot.brokers]
+        for topic in orphans:
+            target = self.choose(topic, snapshot) if snapshot.brokers else None
+            if target:
+                self.plan[topic] = target
+                answer = await super().resolve(topic)
+                emit("orphan_replaced", topic=topic, dead=self.known[topic], broker=answer.get("broker"),
+                     error=answer.get("error"))
+        self.known = {**current}
+
+    # -- migrations ----------------------------------------------------------------------------
+    async def execute(self, migrations: list[Migration], snapshot: Snapshot) -> None:
+        brokers = await asyncio.to_thread(self.meta.brokers)
+        gate = asyncio.Semaphore(self.executors)
+        started = time.time()
+
+        async def one(m: Migration) -> None:
+            async with gate:
+                await self.migrate(m, brokers)
+
+        self.in_flight |= {m.topic for m in migrations}
+        try:
+            await asyncio.gather(*(one(m) for m in migrations))
+        finally:
+            self.in_flight -= {m.topic for m in migrations}
+        emit("migrations_done", count=len(migrations), workflow=self.workflow, executors=self.executors,
+             total_s=round(time.time() - started, 6))
+
+    async def migrate(self, m: Migration, brokers: dict) -> None:
+        source, target = brokers.get(m.source), brokers.get(m.target)
+        if source is None or target is None:
+            emit("migration_skipped", topic=m.topic, source=m.source, target=m.target, reason="broker not registered")
+            return
+        request = {"op": "release", "topic": m.topic}
+        if self.workflow == "enhanced":
+            request.update(to=m.target, address=target["address"])
+        else:
+            self.plan[m.topic] = m.target  # lazy: the target acquires when a client looks the topic up
+        emit("migration_start", topic=m.topic, source=m.source, target=m.target, workflow=self.workflow)
+        t0 = time.time()
+        try:
+            peer = await self._peer(source["address"])
+            reply = await peer.request(f"_ep.cmd.{m.source}", json.dumps(request).encode(), timeout=30)
+            answer = json.loads(reply.data)
+        except Exception as error:  # noqa: BLE001 - reported as a failed migration
+            answer = {"ok": False, "error": f"{type(error).__name__}: {error}"}
+        emit("migration_end", topic=m.topic, source=m.source, target=m.target, workflow=self.workflow,
+             ok=bool(answer.get("ok")), migration_s=round(time.time() - t0, 6), error=answer.get("error"),
+             timing=answer.get("timing"))
+
+    # -- run -----------------------------------------------------------------------------------
+    async def run(self) -> None:
+        await asyncio.to_thread(self.meta.start)
+        await asyncio.to_thread(self.meta.ensure_layout)
+        election = self.meta.zk.Election("/epulsar/manager", self.node)
+        leader = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        resign = threading.Event()
+
+        def elected() -> None:  # runs in kazoo's thread for as long as we lead
+            loop.call_soon_threadsafe(leader.set)
+            resign.wait()
+
+        threading.Thread(target=election.run, args=(elected,), daemon=True).start()
+        await leader.wait()
+        emit("elected", node=self.node, policy=self.policy.name, workflow=self.workflow, executors=self.executors)
+        control = loop.create_task(self.control_loop())
+        try:
+            await super().run()  # serves _ep.lookup until SIGTERM
+        finally:
+            control.cancel()
+            resign.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="ePulsar topic manager")
+    parser.add_argument("--node", required=True, help="this cloud broker's name (also the default owner)")
+    parser.add_argument("--nats", required=True)
+    parser.add_argument("--zk", required=True)
+    parser.add_argument("--default", default=None, help="broker for topics nobody reported yet")
+    parser.add_argument("--policy", default="epulsar", choices=["epulsar", "allpairs", "pulsar-hash"])
+    parser.add_argument("--workflow", default="enhanced", choices=["enhanced", "baseline"])
+    parser.add_argument("--executors", type=int, default=16)
+    parser.add_argument("--period", type=float, default=5.0)
+    parser.add_argument("--mode", default="control", choices=["control", "pingpong"])
+    parser.add_argument("--threshold", type=float, default=0.1, help="Lth (s) of topics without their own")
+    parser.add_argument("--cpu", type=float, default=0.85)
+    parser.add_argument("--memory", type=float, default=0.85)
+    parser.add_argument("--network", type=float, default=0.85)
+    parser.add_argument("--output-rate", type=float, default=1_500_000.0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    asyncio.run(TopicManager(args).run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

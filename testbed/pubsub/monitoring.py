@@ -1,0 +1,83 @@
+"""Per-topic monitoring at a broker (paper 3.2): clients' NC reports in, one TopicReport per topic out.
+
+A broker keeps only the latest report of each live client of a topic and sends ZooKeeper the
+aggregate (centroids, W, E, rates), so what it reports does not grow with the number of clients.
+Reports are input from the network: anything malformed is rejected (and counted by the caller).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field, replace
+
+from testbed.nc.serf import Coordinate
+from testbed.pubsub import latency
+from testbed.pubsub.model import TopicReport, coord_from_dict
+
+
+def parse_nc_report(data: bytes) -> tuple[str, str, Coordinate | None, float]:
+    """(client, role, coordinate or None, rate) of an NC report; ValueError if malformed."""
+    try:
+        message = json.loads(data)
+        client, role, rate = message["client"], message["role"], float(message.get("rate", 0.0))
+        coord = message.get("coord")
+        coord = coord_from_dict(coord) if coord is not None else None
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"not an NC report: {error}") from error
+    if not isinstance(client, str) or not 0 < len(client) <= 64 or role not in ("producer", "consumer"):
+        raise ValueError("client must be a name, role producer or consumer")
+    if not (math.isfinite(rate) and rate >= 0):
+        raise ValueError("rate must be a non-negative number")
+    if coord is not None:
+        values = (*coord.vec, coord.height, coord.adjustment, coord.error)
+        if not 0 < len(coord.vec) <= 64 or not all(math.isfinite(v) for v in values) or coord.height < 0:
+            raise ValueError("coordinate out of range")
+    return client, role, coord, rate
+
+
+@dataclass
+class ClientEntry:
+    """The latest NC report of one client of a topic."""
+
+    role: str
+    coord: Coordinate | None
+    rate: float
+    time: float
+
+
+@dataclass
+class Owned:
+    """A topic this broker owns: its live clients."""
+
+    since: float
+    clients: dict[tuple[str, str], ClientEntry] = field(default_factory=dict)
+
+
+def _coord_dims(coords: list[Coordinate]) -> list[Coordinate]:
+    """Keep the coordinates of the most common dimension (mixed dimensions have no centroid)."""
+    if not coords:
+        return coords
+    dims = [len(c.vec) for c in coords]
+    common = max(set(dims), key=dims.count)
+    return [c for c in coords if len(c.vec) == common]
+
+
+def topic_report(topic: str, broker: str, me: Coordinate | None, state: Owned, stale_s: float) -> TopicReport:
+    """The TopicReport of paper 3.2 from the latest report of every live client of the topic.
+    Without the broker's own coordinate E(t) is unknown and reported as NaN."""
+    now = time.time()
+    for key in [k for k, v in state.clients.items() if now - v.time > stale_s]:
+        del state.clients[key]
+    entries = list(state.clients.values())
+    ps = _coord_dims([e.coord for e in entries if e.role == "producer" and e.coord is not None])
+    cs = _coord_dims([e.coord for e in entries if e.role == "consumer" and e.coord is not None])
+    rate_in = sum(e.rate for e in entries if e.role == "producer")
+    rate_out = sum(e.rate for e in entries if e.role == "consumer")
+    dims = len((ps or cs)[0].vec) if (ps or cs) else 8
+    usable = me if me is not None and len(me.vec) == dims else Coordinate((0.0,) * dims, 0.0, 0.0, 0.0)
+    report = latency.aggregate(topic, broker, usable, ps, cs, rate_in, rate_out)
+    report = replace(report, producers=sum(e.role == "producer" for e in entries),
+                     consumers=sum(e.role == "consumer" for e in entries))
+    return report if usable is me else replace(report, e=float("nan"))

@@ -1,0 +1,100 @@
+"""A broker's resource use for its reports (paper 3.2, 3.4.2), read from /proc inside its node.
+
+Nodes are network namespaces on one host: /proc/net/dev is the node's own (per namespace), but
+CPU and memory are the host's, so the broker's share is what its own processes use: the
+nats-server of this namespace plus this agent. CPU is a fraction of all the host's cores, memory
+of the host's RAM, network of the node's link capacity.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+_TICK = os.sysconf("SC_CLK_TCK")
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def _netns_inode(pid: int | str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def find_process(comm: str) -> int | None:
+    """The process called `comm` in this network namespace (the node's nats-server)."""
+    here = _netns_inode("self")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/comm") as handle:
+                if handle.read().strip() != comm:
+                    continue
+        except OSError:
+            continue
+        if _netns_inode(entry) == here:
+            return int(entry)
+    return None
+
+
+def _cpu_and_rss(pid: int) -> tuple[float, int]:
+    """CPU seconds used so far and resident bytes of one process."""
+    with open(f"/proc/{pid}/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICK, int(fields[21]) * _PAGE
+
+
+def _net_bytes() -> int:
+    total = 0
+    with open("/proc/net/dev") as handle:
+        for line in handle.readlines()[2:]:
+            name, data = line.split(":", 1)
+            if name.strip() != "lo":
+                values = data.split()
+                total += int(values[0]) + int(values[8])
+    return total
+
+
+def _mem_total() -> int:
+    with open("/proc/meminfo") as handle:
+        for line in handle:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 1
+
+
+class ResourceSampler:
+    """Successive calls to `sample()` give use over the interval since the previous call."""
+
+    def __init__(self, capacity_bps: float = 100e6, server_comm: str = "nats-server"):
+        self.capacity_bps = capacity_bps
+        self.server_comm = server_comm
+        self.server_pid: int | None = None
+        self.mem_total = _mem_total()
+        self.cpus = os.cpu_count() or 1
+        self._last: tuple[float, float, int] | None = None
+
+    def _pids(self) -> list[int]:
+        if self.server_pid is None or not os.path.exists(f"/proc/{self.server_pid}"):
+            self.server_pid = find_process(self.server_comm)
+        return [os.getpid()] + ([self.server_pid] if self.server_pid else [])
+
+    def sample(self) -> dict:
+        cpu_s, rss = 0.0, 0
+        for pid in self._pids():
+            try:
+                c, r = _cpu_and_rss(pid)
+            except OSError:
+                continue
+            cpu_s, rss = cpu_s + c, rss + r
+        now, net = time.monotonic(), _net_bytes()
+        out = {"cpu": 0.0, "memory": rss / self.mem_total, "network": 0.0, "network_bps": 0.0}
+        if self._last is not None:
+            wall = max(1e-6, now - self._last[0])
+            out["cpu"] = max(0.0, cpu_s - self._last[1]) / wall / self.cpus
+            out["network_bps"] = max(0, net - self._last[2]) / wall
+            out["network"] = out["network_bps"] * 8 / self.capacity_bps if self.capacity_bps else 0.0
+        self._last = (now, cpu_s, net)
+        return out

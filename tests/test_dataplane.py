@@ -1,0 +1,404 @@
+"""The data plane on a real emulated network (root only): ZooKeeper in the cloud node, three brokers
+(nats-server + broker agent), the lookup stand-in, and clients in their own nodes.
+
+Two zones 30 ms apart, the cloud 20 ms one-way from each, access 4 ms, local 1 ms: cl1 (zone1)
+publishes, cl2 (zone2) subscribes. Through bzone1 (or bzone2) the configured one-way path is
+4 + 1 + 15 + 4 + 1 = 25 ms (no zone is favoured: the E2E latency does not change on migration).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import nats
+import pytest
+
+from testbed.emulation import choose
+from testbed.emulation.shaping import _read_line
+from testbed.experiment import Session
+from testbed.pubsub import latency
+from testbed.pubsub.broker import nats_url, start_agent, start_nats
+from testbed.pubsub.inside import NodeLoop
+from testbed.pubsub.lookup import start_lookup
+from testbed.pubsub.metadata import Metadata, expire_session, start_zookeeper
+from testbed.pubsub.model import BrokerReport, coord_from_dict
+from testbed.scenario.loader import parse_text
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+    pytest.mark.skipif(not choose.mininet_importable()[0], reason="Mininet is not installed"),
+    pytest.mark.skipif(not shutil.which("nats-server"), reason="nats-server is not installed (apt-get install nats-server)"),
+    pytest.mark.skipif(not shutil.which("java") or not os.path.exists("/usr/share/java/zookeeper.jar"),
+                       reason="ZooKeeper is not installed (apt-get install zookeeper)"),
+]
+
+SCENARIO = """
+name: dataplane
+duration: 1m
+seed: 3
+infrastructure:
+  mec_zones: {zones: 2, inter_site_rtt: 30ms}
+  cloud: {one_way: 20ms}
+  links: {access: {delay: 4ms}, local: {delay: 1ms}}
+nodes:
+  nc_proxies_per_site: 0
+  clients:
+    - {name: cl, role: static, count: 1, site: each}
+emulation: {backend: mininet}
+"""
+BROKERS = {"cloud": "clouddc", "bzone1": "zone1", "bzone2": "zone2"}
+PERIOD = 1.0  # monitoring and NC report period, short so the tests see reports quickly
+DOWNTIMES: dict[str, list[float]] = {}
+
+
+class Plane:
+    """The running data plane and the harness's hands on it (NATS and ZooKeeper from inside nodes)."""
+
+    def __init__(self, session: Session, log_dir):
+        self.session, self.net, self.log_dir = session, session.network, log_dir
+        self.processes: list[subprocess.Popen] = []  # clients
+        self.servers: list[subprocess.Popen] = []  # nats-servers
+        self.loops: dict[str, NodeLoop] = {}
+        self.conns: dict[tuple[str, str], object] = {}
+        self.serf = None
+
+    def start(self) -> None:
+        started = time.monotonic()
+        self.zk = start_zookeeper(self.net, "cloud", self.log_dir)
+        self.zk_started_s = time.monotonic() - started
+        for broker in BROKERS:
+            self.servers.append(start_nats(self.net, broker, self.log_dir))
+        if shutil.which("serf"):
+            from testbed.nc.agents import SerfAgents
+
+            self.serf = SerfAgents(self.net, self.session.topology, self.log_dir)
+            self.serf.start(list(BROKERS))
+        self.agents = {b: start_agent(self.net, b, self.zk.hosts, self.log_dir, site=site, cloud=b == "cloud",
+                                      period=PERIOD, grace=5.0, nc_period=PERIOD) for b, site in BROKERS.items()}
+        self.lookup = start_lookup(self.net, "cloud", self.zk.hosts, "bzone1", self.log_dir)
+        self.meta = Metadata(self.zk.hosts, netns_pid=self.pid("cloud")).start()
+
+    def pid(self, node: str) -> int:
+        return self.net.nodes[node].pid
+
+    def url(self, node: str) -> str:
+        return nats_url(self.net.ip_of(node))
+
+    def loop(self, node: str) -> NodeLoop:
+        if node not in self.loops:
+            self.loops[node] = NodeLoop(self.pid(node))
+        return self.loops[node]
+
+    async def _conn(self, node: str, address: str):
+        key = (node, address)
+        if key not in self.conns or self.conns[key].is_closed:
+            self.conns[key] = await nats.connect(address, connect_timeout=5)
+        return self.conns[key]
+
+    def request(self, subject: str, body: dict, at: str, node: str = "cloud", timeout: float = 15.0) -> dict:
+        """Request/reply from `node` to the nats-server of broker `at` (the topic manager's view)."""
+        async def go():
+            nc = await self._conn(node, self.url(at))
+            reply = await nc.request(subject, json.dumps(body).encode(), timeout=timeout)
+            return json.loads(reply.data)
+
+        return self.loop(node).run(go(), timeout + 5)
+
+    def command(self, broker: str, **body) -> dict:
+        return self.request(f"_ep.cmd.{broker}", body, at=broker)
+
+    def client(self, mode: str, node: str, topic: str, *extra: str) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "testbed.pubsub.client", mode, "--topic", topic, "--name", node,
+                "--lookup", self.url("cloud"), "--site", self.net.site_of(node), "--nc-period", f"{PERIOD:g}",
+                "--events", str(self.log_dir / f"events-{topic}-{node}.jsonl"), *extra]
+        log = (self.log_dir / f"client-{topic}-{node}.log").open("ab")
+        process = self.net.popen(node, argv, stdout=subprocess.PIPE, stderr=log, text=True)
+        self.processes.append(process)
+        line = _read_line(process, 20)
+        assert line and json.loads(line)["ready"], f"{mode} client in {node} did not start: {line}"
+        return process
+
+    @staticmethod
+    def summary(process: subprocess.Popen, stop: bool = False, timeout: float = 30) -> dict:
+        if stop:
+            process.terminate()
+        out, _ = process.communicate(timeout=timeout)
+        return json.loads(out.strip().splitlines()[-1])
+
+    def stop(self) -> None:
+        for loop in self.loops.values():
+            loop.close()
+        try:
+            self.meta.stop()
+        except Exception:  # noqa: BLE001
+            pass
+        # clients, then the agents and the lookup, then the servers they talk to
+        for group in (self.processes, [*getattr(self, "agents", {}).values(), getattr(self, "lookup", None)],
+                      self.servers):
+            group = [p for p in group if p is not None]
+            for process in group:
+                if process.poll() is None:
+                    process.terminate()
+            for process in group:
+                try:
+                    process.wait(5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+        if self.serf:
+            self.serf.stop()
+        if getattr(self, "zk", None):
+            self.zk.stop()
+
+
+@pytest.fixture(scope="module")
+def plane(tmp_path_factory):
+    log_dir = tmp_path_factory.mktemp("dataplane")
+    with Session(parse_text(SCENARIO), log_dir=log_dir) as session:
+        plane = Plane(session, log_dir)
+        try:
+            plane.start()
+            yield plane
+        finally:
+            plane.stop()
+
+
+def configured_one_way(plane: Plane, producer: str, broker: str, consumer: str) -> float:
+    topo = plane.session.topology
+    return (topo.node_rtt(producer, broker) + topo.node_rtt(broker, consumer)) / 2
+
+
+def wait_for(predicate, timeout: float = 10.0, step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return predicate()
+
+
+def test_zookeeper_runs_in_the_cloud_and_brokers_register(plane):
+    assert plane.zk.four_letter("ruok") == "imok"
+    assert plane.zk_started_s < 30
+    brokers = plane.meta.brokers()
+    assert set(brokers) == set(BROKERS)
+    assert brokers["bzone1"]["address"] == plane.url("bzone1") and brokers["bzone1"]["site"] == "zone1"
+    assert brokers["cloud"]["cloud"] is True
+    reports = wait_for(lambda: len(plane.meta.reports()) == 3 and plane.meta.reports(), timeout=3 * PERIOD + 2)
+    report = BrokerReport.from_dict(reports["bzone1"])
+    assert 0 <= report.cpu < 1 and 0 < report.memory < 1 and report.network >= 0
+    assert reports["bzone1"]["network_bps"] >= 0 and reports["bzone1"]["period"] == PERIOD
+
+
+def test_e2e_latency_matches_the_configured_path(plane):
+    trace = plane.log_dir / "trace-e2e.csv"
+    sub = plane.client("sub", "cl2", "e2e", "--trace", str(trace))
+    pub = plane.client("pub", "cl1", "e2e", "--rate", "50", "--duration", "5", "--size", "1000")
+    sent = plane.summary(pub)
+    time.sleep(0.5)
+    got = plane.summary(sub, stop=True)
+    configured = configured_one_way(plane, "cl1", "bzone1", "cl2")
+    assert configured == pytest.approx(0.025)
+    rows = list(csv.DictReader(trace.open()))
+    lat = sorted(float(r["receive_time"]) - float(r["send_time"]) for r in rows)
+    p50 = lat[len(lat) // 2]
+    print(f"\nE2E cl1 -> bzone1 -> cl2: configured {configured * 1e3:.2f} ms, measured p50 {p50 * 1e3:.2f} ms, "
+          f"p99 {lat[int(0.99 * len(lat))] * 1e3:.2f} ms over {len(lat)} messages at 50/s")
+    assert sent["sent"] == 250 and got["received"] == 250 and got["lost"] == 0 and got["duplicates"] == 0
+    assert len(rows) == 250 and {r["broker"] for r in rows} == {"bzone1"}
+    assert rows[0]["msg_id"] == "cl1:0" and rows[0]["producer_site"] == "zone1" and rows[0]["consumer_site"] == "zone2"
+    assert -0.0005 <= p50 - configured <= 0.002
+    assert plane.meta.owner("e2e")["broker"] == "bzone1"
+    report = wait_for(lambda: [t for t in plane.meta.report("bzone1")["topics"] if t["topic"] == "e2e"])
+    assert report  # the owner reported the topic while its clients were alive
+
+
+def _migrate(plane, topic: str, workflow: str) -> tuple[dict, dict, dict, float]:
+    sub = plane.client("sub", "cl2", topic, "--trace", str(plane.log_dir / f"trace-{topic}.csv"))
+    pub = plane.client("pub", "cl1", topic, "--rate", "100", "--duration", "6")
+    assert plane.meta.owner(topic)["broker"] == "bzone1"
+    assert plane.command("bzone1", op="status")["ok"]  # the manager's connection to bzone1 is up before timing
+    time.sleep(2.0)
+    started = time.monotonic()
+    if workflow == "enhanced":
+        reply = plane.command("bzone1", op="release", topic=topic, to="bzone2", address=plane.url("bzone2"))
+    else:
+        assert plane.request("_ep.lookup.plan", {"topic": topic, "broker": "bzone2"}, at="cloud")["ok"]
+        reply = plane.command("bzone1", op="release", topic=topic)
+    manager_s = time.monotonic() - started
+    sent = plane.summary(pub)
+    time.sleep(0.5)
+    got = plane.summary(sub, stop=True)
+    return reply, sent, got, manager_s
+
+
+def test_enhanced_migration_moves_the_topic_without_loss(plane):
+    reply, sent, got, manager_s = _migrate(plane, "mig_enh", "enhanced")
+    assert reply["ok"] and reply["workflow"] == "enhanced" and reply["acquired"] is True
+    assert plane.meta.owner("mig_enh")["broker"] == "bzone2"
+    downs = {s["role"]: [d for d in s["downtimes"] if d["reason"] == "redirect"] for s in (sent, got)}
+    print(f"\nenhanced: migration {reply['timing']['total_s'] * 1e3:.1f} ms at the broker "
+          f"({manager_s * 1e3:.1f} ms at the manager), downtime producer "
+          f"{[round(d['downtime_s'] * 1e3, 1) for d in downs['producer']]} ms, consumer "
+          f"{[round(d['downtime_s'] * 1e3, 1) for d in downs['consumer']]} ms; received {got['received']}/"
+          f"{sent['sent']}, duplicates {got['duplicates']}, reordered {got['reordered']}, by broker {got['brokers']}")
+    assert sent["sent"] == 600 and got["received"] == 600 and got["lost"] == 0
+    assert len(downs["producer"]) == 1 and len(downs["consumer"]) == 1, (sent["downtimes"], got["downtimes"])
+    assert downs["producer"][0]["to"] == "bzone2" and downs["consumer"][0]["to"] == "bzone2"
+    assert set(got["brokers"]) == {"bzone1", "bzone2"} and got["broker"] == "bzone2" and sent["broker"] == "bzone2"
+    DOWNTIMES["enhanced"] = [d["downtime_s"] for d in downs["producer"] + downs["consumer"]]
+
+
+def test_baseline_migration_goes_through_the_lookup(plane):
+    reply, sent, got, manager_s = _migrate(plane, "mig_base", "baseline")
+    assert reply["ok"] and reply["workflow"] == "baseline" and reply["acquired"] is None
+    assert plane.meta.owner("mig_base")["broker"] == "bzone2"
+    downs = {s["role"]: [d for d in s["downtimes"] if d["reason"] == "disconnect"] for s in (sent, got)}
+    print(f"\nbaseline: migration {reply['timing']['total_s'] * 1e3:.1f} ms at the broker "
+          f"({manager_s * 1e3:.1f} ms at the manager), downtime producer "
+          f"{[round(d['downtime_s'] * 1e3, 1) for d in downs['producer']]} ms, consumer "
+          f"{[round(d['downtime_s'] * 1e3, 1) for d in downs['consumer']]} ms; received {got['received']}/"
+          f"{sent['sent']}, lost {got['lost']}, duplicates {got['duplicates']}, by broker {got['brokers']}")
+    assert len(downs["producer"]) == 1 and len(downs["consumer"]) == 1, (sent["downtimes"], got["downtimes"])
+    assert sent["sent"] == 600 and sent["broker"] == "bzone2" and got["broker"] == "bzone2"
+    assert got["received"] + got["lost"] == 600  # whatever the baseline loses is counted, never silent
+    base = [d["downtime_s"] for d in downs["producer"] + downs["consumer"]]
+    if "enhanced" in DOWNTIMES:  # the lookup round trip to the cloud is what the enhanced workflow saves
+        assert max(base) > max(DOWNTIMES["enhanced"])
+
+
+def test_a_publish_to_the_old_broker_is_forwarded_with_a_redirect(plane):
+    sub = plane.client("sub", "cl2", "stray")
+    assert plane.command("bzone1", op="release", topic="stray", to="bzone2", address=plane.url("bzone2"))["ok"]
+    time.sleep(1.0)  # the subscriber has moved to bzone2
+
+    async def publish_to_old():
+        nc = await nats.connect(plane.url("bzone1"))
+        controls = []
+
+        async def on_ctl(msg):
+            controls.append(json.loads(msg.data))
+
+        await nc.subscribe("_ep.ctl.stray", cb=on_ctl)
+        await nc.flush()
+        for seq in range(5):
+            head = json.dumps({"id": f"ghost:{seq}", "seq": seq, "t": time.time(), "p": "ghost", "s": "zone1"})
+            await nc.publish("t.stray", head.encode() + b"\n")
+        await nc.flush()
+        for _ in range(40):
+            if controls:
+                break
+            await asyncio.sleep(0.05)
+        await nc.close()
+        return controls
+
+    controls = plane.loop("cl1").run(publish_to_old())
+    time.sleep(0.5)
+    status = plane.command("bzone1", op="status")
+    got = plane.summary(sub, stop=True)
+    print(f"\nstray: {status['grace']['stray']['forwarded']} forwarded by bzone1, redirects {controls}")
+    assert controls and controls[0]["op"] == "redirect" and controls[0]["broker"] == "bzone2"
+    assert status["grace"]["stray"]["forwarded"] == 5
+    assert got["producers"]["ghost"]["received"] == 5 and got["brokers"] == {"bzone2": 5}
+
+
+def test_nc_reports_are_aggregated_and_malformed_ones_counted(plane):
+    assert plane.command("bzone1", op="acquire", topic="ncagg")["ok"]
+    before = plane.command("bzone1", op="status")["counters"]["malformed"]
+    c = lambda x, y, h: {"vec": [x, y] + [0.0] * 6, "height": h, "adjustment": 0.0, "error": 0.1}  # noqa: E731
+    good = [{"client": "p1", "role": "producer", "coord": c(0.01, 0.0, 0.001), "rate": 10},
+            {"client": "p2", "role": "producer", "coord": c(0.03, 0.0, 0.003), "rate": 20},
+            {"client": "c1", "role": "consumer", "coord": c(0.0, 0.02, 0.002), "rate": 30}]
+    bad = [b"not json", json.dumps({"client": "x", "role": "boss", "rate": 1}).encode(),
+           b'{"client": "y", "role": "producer", "rate": 1, "coord": {"vec": [NaN], "height": 0}}',
+           json.dumps({"client": "z", "role": "consumer", "rate": -5}).encode()]
+
+    async def send():
+        nc = await nats.connect(plane.url("bzone1"))
+        for report in good:
+            await nc.publish("_ep.nc.ncagg", json.dumps(report).encode())
+        for data in bad:
+            await nc.publish("_ep.nc.ncagg", data)
+        await nc.flush()
+        await nc.close()
+
+    plane.loop("cl1").run(send())
+    assert wait_for(lambda: plane.command("bzone1", op="status")["counters"]["malformed"] - before == len(bad), 3)
+    sent_at = time.time()
+    report = wait_for(lambda: (r := plane.meta.report("bzone1")) and r["time"] > sent_at and r, 3 * PERIOD + 2)
+    (topic,) = [t for t in report["topics"] if t["topic"] == "ncagg"]
+    assert topic["producers"] == 2 and topic["consumers"] == 1
+    assert topic["rate_in"] == 30 and topic["rate_out"] == 30
+    assert topic["ncp"]["vec"][:2] == pytest.approx([0.02, 0.0]) and topic["ncp"]["height"] == pytest.approx(0.002)
+    ps = [coord_from_dict(r["coord"]) for r in good[:2]]
+    cs = [coord_from_dict(good[2]["coord"])]
+    assert topic["w"] == pytest.approx(latency.deviation_w(ps, cs))
+    print(f"\nncagg: {len(bad)} malformed reports counted; W {topic['w'] * 1e3:.2f} ms, E {topic['e'] * 1e3:.2f} ms "
+          f"(broker coordinate {'from Serf' if report['coord'] else 'unknown'})")
+    if report["coord"] is not None:  # the broker's Serf agent answered: E(t) through this broker
+        assert topic["e"] == pytest.approx(latency.worst_case_e(ps, cs, coord_from_dict(report["coord"])))
+    else:
+        assert math.isnan(topic["e"])
+    assert plane.command("bzone1", op="release", topic="ncagg")["ok"]
+
+
+def test_a_lost_zookeeper_session_gets_the_topic_reacquired(plane):
+    assert plane.command("bzone2", op="acquire", topic="zkloss")["ok"]
+    before = plane.meta.zk.exists("/epulsar/topics/zkloss/owner").ephemeralOwner
+    session = plane.command("bzone2", op="status")["zk_session"]
+    started = time.monotonic()
+    expire_session(plane.zk.hosts, (session["id"], bytes.fromhex(session["password"])), netns_pid=plane.pid("cloud"))
+    stat = wait_for(lambda: (s := plane.meta.zk.exists("/epulsar/topics/zkloss/owner")) and
+                    s.ephemeralOwner != before and s, timeout=15)
+    took = time.monotonic() - started
+    status = plane.command("bzone2", op="status")
+    print(f"\nzk session of bzone2 expired: owner node recreated by a new session after {took * 1e3:.0f} ms")
+    assert stat and plane.meta.owner("zkloss")["broker"] == "bzone2"
+    assert status["counters"]["reacquired"] >= 1 and "zkloss" in status["owned"]
+    assert status["zk_session"]["id"] != session["id"]
+    assert "bzone2" in plane.meta.brokers()
+
+
+def test_a_restarted_broker_agent_adopts_its_topics(plane):
+    assert plane.meta.owner("e2e")["broker"] == "bzone1"
+    before = plane.meta.zk.exists("/epulsar/topics/e2e/owner").ephemeralOwner
+    plane.agents["bzone1"].kill()  # SIGKILL: its ZooKeeper session lingers until it times out
+    plane.agents["bzone1"].wait()
+    started = time.monotonic()
+    plane.agents["bzone1"] = start_agent(plane.net, "bzone1", plane.zk.hosts, plane.log_dir, site="zone1",
+                                         period=PERIOD, grace=5.0, nc_period=PERIOD)
+    took = time.monotonic() - started
+    status = plane.command("bzone1", op="status")
+    after = plane.meta.zk.exists("/epulsar/topics/e2e/owner").ephemeralOwner
+    print(f"\nbzone1 agent killed and restarted: owns {status['owned']} again after {took * 1e3:.0f} ms")
+    assert "e2e" in status["owned"] and after != before and after == status["zk_session"]["id"]
+    assert plane.meta.owner("e2e")["broker"] == "bzone1"
+
+
+def test_zookeeper_restarted_without_its_data_gets_everything_back(plane):
+    owned = plane.meta.placement()
+    assert owned.get("zkloss") == "bzone2" and owned.get("mig_enh") == "bzone2"
+    plane.meta.stop()
+    took = plane.zk.restart(wipe=True)
+    plane.meta = Metadata(plane.zk.hosts, netns_pid=plane.pid("cloud")).start()
+    started = time.monotonic()
+    back = wait_for(lambda: plane.meta.placement() == owned and set(plane.meta.brokers()) == set(BROKERS) and True,
+                    timeout=20, step=0.2)
+    print(f"\nZooKeeper restarted empty in {took:.1f}s; brokers and {len(owned)} owners back "
+          f"{time.monotonic() - started:.1f}s later")
+    assert back, (plane.meta.placement(), owned, plane.meta.brokers())
+    # and the data plane still serves lookups and traffic
+    sub = plane.client("sub", "cl2", "after")
+    pub = plane.client("pub", "cl1", "after", "--rate", "50", "--count", "20")
+    assert plane.summary(pub)["sent"] == 20
+    time.sleep(0.3)
+    assert plane.summary(sub, stop=True)["received"] == 20

@@ -1,0 +1,106 @@
+"""The data plane's pure parts, without a network: NC report validation, per-topic aggregation,
+message format and the subscriber's accounting (the live tests are in test_dataplane.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import math
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from testbed.nc.serf import Coordinate
+from testbed.pubsub import latency
+from testbed.pubsub.client import TRACE_FIELDS, Endpoint, Publisher, Subscriber
+from testbed.pubsub.metadata import check_topic
+from testbed.pubsub.monitoring import ClientEntry, Owned, parse_nc_report, topic_report
+
+
+def coord(x: float, h: float = 0.001) -> dict:
+    return {"vec": [x] + [0.0] * 7, "height": h, "adjustment": 0.0, "error": 0.5}
+
+
+def test_nc_reports_are_validated():
+    client, role, c, rate = parse_nc_report(json.dumps({"client": "u1", "role": "producer", "coord": coord(0.01),
+                                                        "rate": 200}).encode())
+    assert (client, role, rate) == ("u1", "producer", 200.0) and c.vec[0] == 0.01
+    assert parse_nc_report(b'{"client": "u1", "role": "consumer", "coord": null, "rate": 0}')[2] is None
+    serf_keys = {"Vec": [0.0] * 8, "Height": 1e-5, "Adjustment": 0.0, "Error": 1.5}
+    assert parse_nc_report(json.dumps({"client": "g", "role": "consumer", "coord": serf_keys}).encode())[2].height == 1e-5
+    for bad in (b"", b"[]", b"not json", b'{"role": "producer"}', b'{"client": "x", "role": "boss"}',
+                b'{"client": "", "role": "producer"}', b'{"client": "x", "role": "producer", "rate": -1}',
+                b'{"client": "x", "role": "producer", "rate": "fast"}',
+                b'{"client": "x", "role": "producer", "coord": {"vec": [NaN], "height": 0}}',
+                b'{"client": "x", "role": "producer", "coord": {"vec": [], "height": 0}}',
+                b'{"client": "x", "role": "producer", "coord": {"vec": [1], "height": -1}}',
+                b'{"client": "x", "role": "producer", "coord": {"height": 0}}'):
+        with pytest.raises(ValueError):
+            parse_nc_report(bad)
+
+
+def test_topic_names_are_checked_before_they_become_paths_or_subjects():
+    assert check_topic("follow_leader-swarm3") == "follow_leader-swarm3"
+    for bad in ("", "A", "t.x", "t/x", "t*", "t>", "1t", "t x", "-t"):
+        with pytest.raises(ValueError):
+            check_topic(bad)
+
+
+def test_topic_report_aggregates_live_clients_only():
+    now = time.time()
+    c = lambda x: Coordinate((x,) + (0.0,) * 7, 0.5, 0.0, 0.001)  # noqa: E731
+    state = Owned(since=now, clients={
+        ("p1", "producer"): ClientEntry("producer", c(0.01), 100, now),
+        ("p2", "producer"): ClientEntry("producer", c(0.03), 50, now),
+        ("c1", "consumer"): ClientEntry("consumer", c(-0.02), 150, now),
+        ("c2", "consumer"): ClientEntry("consumer", None, 150, now),  # no coordinate yet: counted, not placed
+        ("old", "consumer"): ClientEntry("consumer", c(5.0), 1, now - 60),  # gone: dropped
+    })
+    me = c(0.0)
+    report = topic_report("t", "b1", me, state, stale_s=15)
+    expected = latency.aggregate("t", "b1", me, [c(0.01), c(0.03)], [c(-0.02)], 150, 300)
+    assert ("old", "consumer") not in state.clients
+    assert report.producers == 2 and report.consumers == 2 and report.rate_in == 150 and report.rate_out == 300
+    assert report.ncp == expected.ncp and report.w == expected.w and report.e == expected.e
+    assert math.isnan(topic_report("t", "b1", None, state, stale_s=15).e)  # unknown, never a made-up 0
+
+
+def test_payload_carries_id_seq_and_scheduled_time_at_the_configured_size():
+    pub = Publisher("t", "uav1", rate=100, size=1000, owner=("b", "nats://127.0.0.1:1"), site="zone1")
+    data = pub.payload(7, 1234.5)
+    head = json.loads(data.split(b"\n", 1)[0])
+    assert len(data) == 1000 and head == {"id": "uav1:7", "seq": 7, "t": 1234.5, "p": "uav1", "s": "zone1"}
+    assert len(Publisher("t", "p", rate=1, size=10, owner=("b", "x")).payload(0, 0.0)) > 10  # header never cut
+
+
+def test_subscriber_counts_losses_duplicates_and_reordering_and_writes_the_trace(tmp_path):
+    trace = tmp_path / "trace.csv"
+    sub = Subscriber("t", "c1", trace=trace, owner=("b1", "nats://127.0.0.1:1"), site="zone2", run_id="r1")
+    ep = Endpoint("b1", "nats://127.0.0.1:1", nc=None)
+    sub.current = ep
+
+    def msg(seq: int, producer: str = "p1") -> SimpleNamespace:
+        head = {"id": f"{producer}:{seq}", "seq": seq, "t": time.time() - 0.01, "p": producer, "s": "zone1"}
+        return SimpleNamespace(data=json.dumps(head).encode() + b"\nxxxx", headers=None)
+
+    async def feed():
+        for seq in (0, 1, 3, 2, 2, 5):  # 4 lost, 2 reordered and duplicated
+            await sub._on_msg(ep, msg(seq))
+        await sub._on_msg(ep, SimpleNamespace(data=b"garbage", headers=None))
+        await sub._on_msg(ep, msg(0, "p2"))
+
+    asyncio.run(feed())
+    sub.trace.flush()
+    summary = sub.summary()
+    assert summary["producers"]["p1"] == {"received": 5, "first": 0, "last": 5, "lost": 1, "duplicates": 1,
+                                          "reordered": 1}
+    assert summary["received"] == 6 and summary["malformed"] == 1 and summary["brokers"] == {"b1": 6}
+    assert 0.009 < summary["latency_p50_s"] < 0.5
+    rows = list(csv.reader(trace.open()))
+    assert tuple(rows[0]) == TRACE_FIELDS and len(rows) == 7
+    row = dict(zip(TRACE_FIELDS, rows[1]))
+    assert row["run_id"] == "r1" and row["msg_id"] == "p1:0" and row["broker"] == "b1"
+    assert row["producer_site"] == "zone1" and row["consumer_site"] == "zone2"
+    assert float(row["receive_time"]) > float(row["send_time"])
