@@ -51,7 +51,8 @@ class TopicManager(LookupService):
         brokers = self.meta.brokers()
         reports = {}
         for name, data in self.meta.reports().items():
-            if name in brokers and data.get("coord"):
+            # Latency-aware decisions need the broker's coordinate; moving topics back and forth does not.
+            if name in brokers and (data.get("coord") or self.mode == "pingpong"):
                 reports[name] = BrokerReport.from_dict(data)
         placement = {t: b for t, b in self.meta.placement().items() if b in reports}
         thresholds = {t: (self.meta.threshold(t) or self.default_threshold) for t in placement}

@@ -1,0 +1,58 @@
+"""Many publishers (one per topic) in one process: the clients of the migration microbenchmark
+(paper 5.7: one client per topic, up to 128 topics), sharing one event loop.
+
+    python -m testbed.pubsub.multiclient --topics 32 --prefix mig --lookup nats://IP:4222 --rate 20 --events F
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+
+from testbed.pubsub.client import EventLog, Publisher
+
+
+async def _main(args) -> int:
+    events = EventLog(args.events)
+    publishers = [Publisher(f"{args.prefix}{i}", f"{args.name}-{i}", args.rate, args.size, precise_s=0.0,
+                            lookup_url=args.lookup, site=args.site, run_id=args.run_id, events=events)
+                  for i in range(1, args.topics + 1)]
+    for publisher in publishers:
+        await publisher.start()
+    print(json.dumps({"ready": True, "topics": len(publishers)}), flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    work = [asyncio.create_task(p.run(duration=args.duration)) for p in publishers]
+    waiter = asyncio.create_task(stop.wait())
+    await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    for task in [*work, waiter]:
+        task.cancel()
+    for publisher in publishers:
+        await publisher.close()
+    print(json.dumps({"done": True, "sent": sum(p.sent for p in publishers)}), flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--topics", type=int, required=True)
+    parser.add_argument("--prefix", default="mig")
+    parser.add_argument("--name", default="mc")
+    parser.add_argument("--lookup", required=True)
+    parser.add_argument("--rate", type=float, default=20.0)
+    parser.add_argument("--size", type=int, default=200)
+    parser.add_argument("--duration", type=float, default=None)
+    parser.add_argument("--site", default="")
+    parser.add_argument("--run-id", default="")
+    parser.add_argument("--events", type=Path)
+    return asyncio.run(_main(parser.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

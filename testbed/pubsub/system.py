@@ -1,0 +1,146 @@
+"""The pub/sub system under test, assembled in a running network: ZooKeeper in the cloud node,
+a nats-server and a broker agent in every broker and cloud node, the topic manager in the cloud.
+
+Stops in the reverse order (manager and agents, then servers, then ZooKeeper), and restarts a
+nats-server or agent that died, reporting each restart as an event.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.emulation.shaping import _read_line
+from testbed.pubsub.broker import nats_url, start_agent, start_nats
+from testbed.pubsub.metadata import start_zookeeper
+
+BROKER_ROLES = ("cloud", "broker")
+
+
+@dataclass
+class ManagerOptions:
+    policy: str = "epulsar"
+    workflow: str = "enhanced"
+    executors: int = 16
+    period: float = 5.0
+    mode: str = "control"
+    default: str | None = None
+    threshold: float = 0.1
+    overload: tuple[float, float, float, float] = (0.85, 0.85, 0.85, 1_500_000.0)
+
+
+@dataclass
+class PubSubSystem:
+    network: object
+    topology: object
+    log_dir: Path
+    manager: ManagerOptions = field(default_factory=ManagerOptions)
+    monitoring_period: float = 5.0
+    nc_period: float = 5.0
+    zk: object = None
+    servers: dict = field(default_factory=dict)
+    agents: dict = field(default_factory=dict)
+    manager_process: subprocess.Popen | None = None
+
+    @property
+    def cloud(self) -> str:
+        clouds = [n.name for n in self.topology.nodes.values() if n.role == "cloud"]
+        if not clouds:
+            raise RuntimeError("the pub/sub system needs a cloud node (ZooKeeper and the topic manager live there)")
+        return clouds[0]
+
+    @property
+    def lookup_url(self) -> str:
+        return nats_url(self.network.ip_of(self.cloud))
+
+    def brokers(self) -> list[str]:
+        return [n.name for n in self.topology.nodes.values() if n.role in BROKER_ROLES]
+
+    def start(self, say=lambda _m: None) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        self.zk = start_zookeeper(self.network, self.cloud, self.log_dir)
+        for name in self.brokers():
+            self._start_broker(name)
+        say(f"pub/sub: ZooKeeper in {self.cloud}, {len(self.servers)} nats-server brokers with agents "
+            f"in {time.monotonic() - started:.1f}s")
+        self._start_manager()
+        say(f"pub/sub: topic manager ({self.manager.policy}, {self.manager.workflow}, "
+            f"{self.manager.executors} executors, mode {self.manager.mode}) elected in {self.cloud}")
+
+    def _start_broker(self, name: str) -> None:
+        node = self.topology.nodes[name]
+        self.servers[name] = start_nats(self.network, name, self.log_dir)
+        self.agents[name] = start_agent(self.network, name, self.zk.hosts, self.log_dir, site=node.site,
+                                        cloud=node.role == "cloud", period=self.monitoring_period,
+                                        nc_period=self.nc_period, bandwidth=node.access.bandwidth or 1e9)
+
+    def _start_manager(self, timeout: float = 30.0) -> None:
+        m = self.manager
+        cpu, memory, network, output_rate = m.overload
+        argv = [sys.executable, "-m", "testbed.pubsub.manager", "--node", self.cloud, "--nats", self.lookup_url,
+                "--zk", self.zk.hosts, "--policy", m.policy, "--workflow", m.workflow, "--executors", str(m.executors),
+                "--period", f"{m.period:g}", "--mode", m.mode, "--threshold", f"{m.threshold:g}",
+                "--cpu", f"{cpu:g}", "--memory", f"{memory:g}", "--network", f"{network:g}",
+                "--output-rate", f"{output_rate:g}", *(["--default", m.default] if m.default else [])]
+        self.manager_out = self.log_dir / "manager.jsonl"
+        log = (self.log_dir / "manager.log").open("ab")
+        out = self.manager_out.open("ab")
+        self.manager_process = self.network.popen(self.cloud, argv, stdout=out, stderr=log)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(e.get("type") == "elected" for e in self.manager_events()):
+                return
+            if self.manager_process.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise RuntimeError(f"the topic manager did not start (see {log.name})")
+
+    def manager_events(self) -> list[dict]:
+        import json
+
+        events = []
+        path = getattr(self, "manager_out", None)
+        if path and path.exists():
+            for line in path.read_text().splitlines():
+                try:
+                    events.append(json.loads(line))
+                except ValueError:
+                    pass  # "ready" and partial lines
+        return events
+
+    def supervise(self) -> list[dict]:
+        events = []
+        for name in list(self.servers):
+            if self.servers[name].poll() is not None or self.agents[name].poll() is not None:
+                codes = (self.servers[name].poll(), self.agents[name].poll())
+                for process in (self.agents[name], self.servers[name]):
+                    if process.poll() is None:
+                        process.terminate()
+                        process.wait()
+                self._start_broker(name)
+                events.append({"type": "broker_restart", "time": time.time(), "node": name,
+                               "nats_exit": codes[0], "agent_exit": codes[1]})
+        return events
+
+    def stop(self) -> None:
+        processes = ([self.manager_process] if self.manager_process else []) + list(self.agents.values())
+        for group in (processes, list(self.servers.values())):
+            for process in group:
+                if process.poll() is None:
+                    process.terminate()
+            for process in group:
+                try:
+                    process.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+        if self.zk is not None:
+            self.zk.stop()
+
+
+def wait_ready(process: subprocess.Popen, timeout: float) -> str | None:
+    return _read_line(process, timeout)
