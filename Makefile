@@ -9,7 +9,7 @@ APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 psmis
                 serf nats-server zookeeper default-jre-headless
 IMAGE_PACKAGES := docker.io debootstrap
 
-.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc doctor
+.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor bench-analysis
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -32,7 +32,7 @@ $(BIN)/testbed: requirements.txt pyproject.toml
 scenario: setup  ## the default smoke scenario end to end, then its figures (SCENARIO=... picks another)
 	$(BIN)/testbed validate $(SCENARIO)
 	$(BIN)/testbed run $(SCENARIO)
-	$(BIN)/testbed figures
+	$(BIN)/testbed figures $$(dirname $$(ls -td results/*/run.json | head -1))
 
 test: setup  ## the test suite (namespace tests need root; Containernet tests skip with the reason)
 	$(BIN)/python -m pytest -q -ra
@@ -66,3 +66,9 @@ lint: venv
 
 bench-nc: setup  ## Serf coordinate accuracy and overhead (paper 5.3) -> results/bench/nc.json, fig3b.png
 	$(BIN)/python -m testbed.bench.nc
+
+bench-analysis: setup  ## PySpark reduction of 250k/500k/1M synthetic trace rows -> results/bench/analysis.json
+	$(BIN)/python -m analysis.bench
+
+bench-migration: setup  ## topic migration overheads, enhanced vs baseline (paper 5.7) -> results/bench/migration.json, fig7a/b.png
+	$(BIN)/python -m testbed.bench.migration

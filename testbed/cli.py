@@ -240,15 +240,28 @@ def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all r
 
 
 @app.command()
-def figures(results: Path = typer.Option(Path("results"), help="Results directory."),
+def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run directories; every run in --results when omitted."),
+            results: Path = typer.Option(Path("results"), help="Results directory."),
             out: Path = typer.Option(Path("results/figures"), help="Where to write figures."),
+            master: Optional[str] = typer.Option(None, help="Spark master (default local[*])."),
             paper: bool = typer.Option(False, "--paper", help="Run every experiment and render every figure.")) -> None:
-    """Reduce run traces with PySpark and render the paper's figures.
+    """Reduce run traces with PySpark and render the paper's figures (Fig. 7, 8, 9) as PNG.
 
-    Example: testbed figures --results results
+    Example: testbed figures results/uav-smoke-ab12cd --out results/figures
     """
-    errors.print("figures: the trace reduction and figures (issue 7) are not built yet; nothing to render.")
-    raise typer.Exit(EXIT_FAILURE)
+    if paper:
+        errors.print("figures --paper: `make paper` (every experiment at this machine's scale, Fig. 4-9 with an "
+                     "index beside the paper's numbers) is not built yet (issue 7).")
+        raise typer.Exit(EXIT_FAILURE)
+    if not runs:
+        runs = sorted(p.parent for p in results.glob("*/run.json"))
+    if not runs:
+        errors.print(f"figures: no run directories in {results} (run a scenario first: testbed run ...)")
+        raise typer.Exit(EXIT_BAD_INPUT)
+    from analysis.__main__ import main as analysis_main
+
+    argv = ["figures", *map(str, runs), "--out", str(out), *(["--master", master] if master else [])]
+    raise typer.Exit(analysis_main(argv))
 
 
 def main() -> None:

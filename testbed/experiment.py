@@ -22,8 +22,7 @@ from testbed.emulation import choose, runstate
 from testbed.emulation.network import EmulationError, Network
 from testbed.scenario.model import Scenario
 
-MISSING_PARTS = ("the pub/sub system under test (nats-server brokers, ZooKeeper, the topic manager, policies, "
-                 "migration and the workload: issue 6) and the trace analysis and figures (issue 7)")
+MISSING_WORKLOADS = {"mmog": "the MMOG workload (game servers publishing avatar topics, group changes: issue 7)"}
 SNAPSHOT_PERIOD_S = 30.0
 
 
@@ -123,6 +122,9 @@ def _write_event(handle, **event) -> None:
 def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: bool, results_root: Path,
         console) -> int:
     """Run a scenario as far as the built parts go; returns the exit code."""
+    import logging
+
+    logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnect chatter belongs in logs, not the console
     session = Session(scenario, backend=backend, shaper=shaper, console=console)
     out = results_root / f"{scenario.name}-{session.run_id}"
     session.log_dir = out / "logs"
@@ -143,13 +145,22 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
                     session.say("interactive: the Mininet CLI on the running network (mobility paused); exit to tear down")
                     CLI(session.network.net)
                 else:
+                    from testbed.pubsub.experiment_workload import PubSubWorkload
                     from testbed.roles import Roles
 
                     roles = Roles(session.network, session.topology, scenario, out / "logs", say=session.say)
+                    workload = None
                     try:
                         roles.start()
-                        code = _drive(session, roles, events)
+                        if PubSubWorkload.supported(scenario):
+                            workload = PubSubWorkload(session.network, session.topology, scenario, out,
+                                                      session.run_id, say=session.say)
+                            workload.start_system()
+                        code = _drive(session, roles, events, workload)
                     finally:
+                        if workload is not None:
+                            workload.stop()
+                            _finish_workload(session, workload, events, out, meta)
                         roles.stop()
         except Interrupted as why:
             session.say(f"interrupted by {why}: network torn down, results so far kept in {out}")
@@ -161,10 +172,42 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
     meta.update(finished=time.time(), complete=code == 0, handovers_planned=len(session.handovers))
     (out / "run.json").write_text(json.dumps(meta, indent=2))
     session.say(f"results in {out}")
-    if code == 0:
-        session.say(f"not built yet: {MISSING_PARTS}. This run emulated the network, its coordinates (Serf, NC proxies) and its mobility only.")
+    missing = MISSING_WORKLOADS.get(scenario.workload.kind)
+    if code == 0 and missing:
+        session.say(f"not built yet: {missing}. This run emulated the network, its coordinates (Serf, NC proxies), "
+                    "the brokers' control plane idle, and the mobility only.")
         return 1
     return code
+
+
+def _finish_workload(session: Session, workload, events, out: Path, meta: dict) -> None:
+    """Merge the system's events into the run's, write the summary and print the end screen."""
+    from testbed.pubsub.experiment_workload import summarize
+
+    merged = workload.events()
+    for event in merged:
+        _write_event(events, **event)
+    thresholds = {t.name: t.threshold for t in session.scenario.workload.topics}
+    summary = summarize(out / "traces", thresholds, merged, getattr(workload, "summaries", []))
+    expected = sum(s.get("expected", 0) for s in getattr(workload, "summaries", []))
+    summary["expected_deliveries"] = expected
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    meta["summary"] = summary
+    if session.console is None:
+        return
+    from rich.table import Table
+
+    table = Table("topic class", "messages", "p50 ms", "p95 ms", "max ms", "threshold ms", "violation ratio",
+                  title=f"{session.scenario.name} ({session.run_id}): end-to-end latency")
+    for name, c in summary["classes"].items():
+        table.add_row(name, str(c["messages"]), f"{c['p50_ms']:.1f}", f"{c['p95_ms']:.1f}", f"{c['max_ms']:.1f}",
+                      f"{c['threshold_ms']:.0f}" if c["threshold_ms"] else "-",
+                      f"{100 * c['violation_ratio']:.2f} %" if c["violation_ratio"] is not None else "-")
+    session.console.print(table)
+    lost = max(0, expected - summary["delivered"])
+    session.console.print(f"migrations {summary['migrations']} (failed {summary['migrations_failed']}), violations "
+                          f"detected {summary['violations_detected']}, deliveries {summary['delivered']} of "
+                          f"{expected} expected ({lost} not delivered, including those in flight at the stop)")
 
 
 def _settle(session: Session, roles, events) -> None:
@@ -189,10 +232,12 @@ def _settle(session: Session, roles, events) -> None:
         time.sleep(min(5.0, max(0.5, settle - elapsed)))
 
 
-def _drive(session: Session, roles, events) -> int:
+def _drive(session: Session, roles, events, workload=None) -> int:
     """Follow the mobility timeline for the scenario's duration; check every handover happened."""
     network, duration = session.network, session.scenario.duration
     _settle(session, roles, events)
+    if workload is not None:
+        workload.start_clients()
     start = time.monotonic()
     next_snapshot = 0.0
     _write_event(events, type="run_start", time=time.time(), run_id=session.run_id)
@@ -213,7 +258,7 @@ def _drive(session: Session, roles, events) -> int:
         for problem in network.check():
             _write_event(events, type="data_path_problem", time=time.time(), detail=problem)
             session.say(f"problem: {problem}")
-        for event in roles.supervise():
+        for event in roles.supervise() + (workload.supervise() if workload is not None else []):
             _write_event(events, **event)
             session.say(f"restarted: {event}")
         if elapsed >= next_snapshot and roles.agents:

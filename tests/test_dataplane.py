@@ -9,7 +9,6 @@ publishes, cl2 (zone2) subscribes. Through bzone1 (or bzone2) the configured one
 from __future__ import annotations
 
 import asyncio
-import csv
 import json
 import math
 import os
@@ -200,7 +199,7 @@ def test_zookeeper_runs_in_the_cloud_and_brokers_register(plane):
 
 
 def test_e2e_latency_matches_the_configured_path(plane):
-    trace = plane.log_dir / "trace-e2e.csv"
+    trace = plane.log_dir / "trace-e2e.jsonl"
     sub = plane.client("sub", "cl2", "e2e", "--trace", str(trace))
     pub = plane.client("pub", "cl1", "e2e", "--rate", "50", "--duration", "5", "--size", "1000")
     sent = plane.summary(pub)
@@ -208,7 +207,7 @@ def test_e2e_latency_matches_the_configured_path(plane):
     got = plane.summary(sub, stop=True)
     configured = configured_one_way(plane, "cl1", "bzone1", "cl2")
     assert configured == pytest.approx(0.025)
-    rows = list(csv.DictReader(trace.open()))
+    rows = [json.loads(line) for line in trace.open()]
     lat = sorted(float(r["receive_time"]) - float(r["send_time"]) for r in rows)
     p50 = lat[len(lat) // 2]
     print(f"\nE2E cl1 -> bzone1 -> cl2: configured {configured * 1e3:.2f} ms, measured p50 {p50 * 1e3:.2f} ms, "
@@ -223,7 +222,7 @@ def test_e2e_latency_matches_the_configured_path(plane):
 
 
 def _migrate(plane, topic: str, workflow: str) -> tuple[dict, dict, dict, float]:
-    sub = plane.client("sub", "cl2", topic, "--trace", str(plane.log_dir / f"trace-{topic}.csv"))
+    sub = plane.client("sub", "cl2", topic, "--trace", str(plane.log_dir / f"trace-{topic}.jsonl"))
     pub = plane.client("pub", "cl1", topic, "--rate", "100", "--duration", "6")
     assert plane.meta.owner(topic)["broker"] == "bzone1"
     assert plane.command("bzone1", op="status")["ok"]  # the manager's connection to bzone1 is up before timing

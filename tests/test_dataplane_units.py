@@ -4,7 +4,6 @@ message format and the subscriber's accounting (the live tests are in test_datap
 from __future__ import annotations
 
 import asyncio
-import csv
 import json
 import math
 import time
@@ -76,7 +75,7 @@ def test_payload_carries_id_seq_and_scheduled_time_at_the_configured_size():
 
 
 def test_subscriber_counts_losses_duplicates_and_reordering_and_writes_the_trace(tmp_path):
-    trace = tmp_path / "trace.csv"
+    trace = tmp_path / "trace.jsonl"
     sub = Subscriber("t", "c1", trace=trace, owner=("b1", "nats://127.0.0.1:1"), site="zone2", run_id="r1")
     ep = Endpoint("b1", "nats://127.0.0.1:1", nc=None)
     sub.current = ep
@@ -98,9 +97,9 @@ def test_subscriber_counts_losses_duplicates_and_reordering_and_writes_the_trace
                                           "reordered": 1}
     assert summary["received"] == 6 and summary["malformed"] == 1 and summary["brokers"] == {"b1": 6}
     assert 0.009 < summary["latency_p50_s"] < 0.5
-    rows = list(csv.reader(trace.open()))
-    assert tuple(rows[0]) == TRACE_FIELDS and len(rows) == 7
-    row = dict(zip(TRACE_FIELDS, rows[1]))
+    rows = [json.loads(line) for line in trace.open()]
+    assert len(rows) == 6 and all(tuple(r) == TRACE_FIELDS for r in rows)
+    row = rows[0]
     assert row["run_id"] == "r1" and row["msg_id"] == "p1:0" and row["broker"] == "b1"
     assert row["producer_site"] == "zone1" and row["consumer_site"] == "zone2"
     assert float(row["receive_time"]) > float(row["send_time"])

@@ -13,14 +13,13 @@ shares the host's clock). Subscribers write one trace row per delivered message 
 duplicates and reordering per producer from the sequence numbers.
 
     python -m testbed.pubsub.client pub --topic avatar-1 --name gs1 --lookup nats://10.1.0.1:4222 --rate 50
-    python -m testbed.pubsub.client sub --topic avatar-1 --name gs2 --lookup nats://10.1.0.1:4222 --trace t.csv
+    python -m testbed.pubsub.client sub --topic avatar-1 --name gs2 --lookup nats://10.1.0.1:4222 --trace t.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import csv
 import functools
 import inspect
 import json
@@ -339,19 +338,16 @@ class ProducerStats:
 
 
 class TraceWriter:
-    """Trace rows as CSV, buffered and flushed at least every second (an interrupted run keeps them)."""
+    """Trace rows as JSON lines (what analysis/traces.py turns into Parquet), buffered and flushed at
+    least every second, so an interrupted run keeps what it recorded."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        self.handle = self.path.open("a", newline="", buffering=1 << 16)
-        self.writer = csv.writer(self.handle)
-        if new:
-            self.writer.writerow(TRACE_FIELDS)
+        self.handle = self.path.open("a", buffering=1 << 16)
         self.last_flush = time.monotonic()
 
     def write(self, row: tuple) -> None:
-        self.writer.writerow(row)
+        self.handle.write(json.dumps(dict(zip(TRACE_FIELDS, row)), separators=(",", ":")) + "\n")
         if time.monotonic() - self.last_flush >= FLUSH_EVERY_S:
             self.flush()
 
@@ -515,7 +511,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-at", type=float, help="epoch time of message 0 (pub)")
     parser.add_argument("--precise", type=float, default=0.0015,
                         help="seconds before each due time slept blocking, for timing accuracy (pub; 0: asyncio only)")
-    parser.add_argument("--trace", type=Path, help="CSV trace file (sub)")
+    parser.add_argument("--trace", type=Path, help="trace file, JSON lines (sub)")
     parser.add_argument("--events", type=Path, help="events as JSON lines")
     parser.add_argument("--coord", default="none", help="none | serf | proxy | json:{...}")
     parser.add_argument("--nc-period", type=float, default=5.0)

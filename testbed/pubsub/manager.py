@@ -148,14 +148,16 @@ class TopicManager(LookupService):
     async def migrate(self, m: Migration, brokers: dict) -> None:
         source, target = brokers.get(m.source), brokers.get(m.target)
         if source is None or target is None:
-            emit("migration_skipped", topic=m.topic, source=m.source, target=m.target, reason="broker not registered")
+            emit("migration_skipped", topic=m.topic, from_broker=m.source, to_broker=m.target,
+                 reason="broker not registered")
             return
         request = {"op": "release", "topic": m.topic}
         if self.workflow == "enhanced":
             request.update(to=m.target, address=target["address"])
         else:
             self.plan[m.topic] = m.target  # lazy: the target acquires when a client looks the topic up
-        emit("migration_start", topic=m.topic, source=m.source, target=m.target, workflow=self.workflow)
+        emit("migration_start", topic=m.topic, from_broker=m.source, to_broker=m.target, workflow=self.workflow,
+             executors=self.executors)
         t0 = time.time()
         try:
             peer = await self._peer(source["address"])
@@ -163,8 +165,9 @@ class TopicManager(LookupService):
             answer = json.loads(reply.data)
         except Exception as error:  # noqa: BLE001 - reported as a failed migration
             answer = {"ok": False, "error": f"{type(error).__name__}: {error}"}
-        emit("migration_end", topic=m.topic, source=m.source, target=m.target, workflow=self.workflow,
-             ok=bool(answer.get("ok")), migration_s=round(time.time() - t0, 6), error=answer.get("error"),
+        took = round(time.time() - t0, 6)
+        emit("migration_end", topic=m.topic, from_broker=m.source, to_broker=m.target, workflow=self.workflow,
+             ok=bool(answer.get("ok")), migration_s=took, duration_s=took, error=answer.get("error"),
              timing=answer.get("timing"))
 
     # -- run -----------------------------------------------------------------------------------

@@ -1,0 +1,290 @@
+"""matplotlib renderers for the paper's Fig. 7a, 7b, 8 and 9, from the reduced tables.
+
+Each renderer takes a small table (a pyarrow Table, a list of dicts, a dict of columns, or a Spark
+DataFrame, which is collected) and a PNG path, and returns what it drew: path, title, axis labels and
+the series' labels. Latencies are in seconds in the tables and drawn in milliseconds.
+
+- fig7a: client downtime vs one-way WAN latency, enhanced (ePulsar) vs baseline (Pulsar): median over
+  migrations with the interquartile range (rows of `jobs.migration_downtime`, any number of runs).
+- fig7b: median per-topic migration time vs topics migrated at once, one line per workflow and
+  executor count (same rows).
+- fig8: E2E latency over time, one line per swarm's representative topic, the threshold, relinks
+  marked (rows of `jobs.e2e_over_time` and `jobs.relinks`).
+- fig9: AoI latency over time for one client, one line per avatar, the threshold (rows of
+  `jobs.aoi_latency`); a line has gaps where the avatar was not in the client's AoI.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+STAT_NAMES = {"p50_s": "median", "p95_s": "p95", "max_s": "max"}
+PAPER_WAN_S = 0.040  # Fig. 7b's one-way WAN latency between the brokers and the Load Manager
+WORKFLOW_NAMES = {"enhanced": "ePulsar (enhanced)", "baseline": "Pulsar (baseline)"}
+
+
+def columns(data) -> dict[str, np.ndarray]:
+    """Any small table -> {column: numpy array} (object arrays for strings)."""
+    if data is None:
+        return {}
+    if hasattr(data, "to_pydict"):
+        raw = data.to_pydict()
+    elif hasattr(data, "collect") and hasattr(data, "columns"):
+        names = list(data.columns)
+        rows = [row.asDict() for row in data.collect()]
+        raw = {n: [r[n] for r in rows] for n in names}
+    elif isinstance(data, dict):
+        raw = data
+    else:
+        rows = list(data)
+        names = list(rows[0].keys()) if rows else []
+        raw = {n: [r.get(n) for r in rows] for n in names}
+    out = {}
+    for name, values in raw.items():
+        values = list(values)
+        present = [v for v in values if v is not None]
+        if all(isinstance(v, (int, float, np.number)) and not isinstance(v, bool) for v in present):
+            out[name] = np.array([np.nan if v is None else v for v in values], dtype=float)
+        else:
+            out[name] = np.array(values, dtype=object)
+    return out
+
+
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, (float, np.floating)) and np.isnan(value))
+
+
+def _rows(table: dict[str, np.ndarray]) -> int:
+    return len(next(iter(table.values()))) if table else 0
+
+
+def _gapped(x: np.ndarray, y: np.ndarray, step: float) -> tuple[np.ndarray, np.ndarray]:
+    """Sort by x and put a NaN where consecutive points are more than 1.5 steps apart (line breaks)."""
+    order = np.argsort(x, kind="stable")
+    x, y = x[order], y[order]
+    if len(x) < 2:
+        return x, y
+    breaks = np.where(np.diff(x) > 1.5 * step)[0] + 1
+    return np.insert(x, breaks, np.nan), np.insert(y, breaks, np.nan)
+
+
+def _step(t: np.ndarray) -> float:
+    diffs = np.diff(np.unique(t[~np.isnan(t)]))
+    return float(diffs.min()) if len(diffs) else 1.0
+
+
+def _finish(fig, ax, out: str | os.PathLike, title: str, xlabel: str, ylabel: str, labels: list[str],
+            legend_title: str | None = None) -> dict:
+    ax.set_title(title)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, alpha=0.3)
+    handles, names = ax.get_legend_handles_labels()
+    if handles:
+        many = len(handles) > 12
+        ax.legend(fontsize="x-small" if many else "small", ncol=2 if many else 1, title=legend_title,
+                  loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    fig.tight_layout()
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return {"path": str(path), "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": labels}
+
+
+def _threshold_line(ax, threshold_s: float | None) -> None:
+    if threshold_s:
+        ax.axhline(threshold_s * 1000, color="red", linestyle="--", linewidth=1.2,
+                   label=f"threshold {threshold_s * 1000:g} ms")
+
+
+# ------------------------------------------------------------------------------------------ Fig. 8
+
+def representative_topics(topics, topic_class: str | None = None) -> dict[str, str]:
+    """{instance (e.g. swarm3): its representative topic}: the one of `topic_class`, else the first class."""
+    by_instance: dict[str, list[str]] = defaultdict(list)
+    for topic in sorted(set(topics)):
+        cls, _, instance = topic.partition("-")
+        by_instance[instance or topic].append(topic)
+    chosen = {}
+    for instance, names in by_instance.items():
+        preferred = [t for t in names if t.partition("-")[0] == topic_class]
+        chosen[instance] = (preferred or names)[0]
+    return dict(sorted(chosen.items(), key=lambda kv: _natural(kv[0])))
+
+
+def _natural(text: str):
+    import re
+
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
+
+
+def fig8(e2e, out, relinks=None, threshold_s: float | None = 0.040, stat: str = "p95_s",
+         topic_class: str | None = None, note: str = "") -> dict:
+    """Fig. 8: E2E latency over time, one line per swarm's representative topic; threshold; relinks."""
+    table = columns(e2e)
+    fig, ax = plt.subplots(figsize=(10, 5))
+    labels = []
+    colors = {}
+    bucket = _step(table["t_s"]) if _rows(table) else 1.0
+    if _rows(table):
+        chosen = representative_topics(table["topic"], topic_class)
+        cmap = plt.get_cmap("tab10" if len(chosen) <= 10 else "tab20")
+        for i, (instance, topic) in enumerate(chosen.items()):
+            mask = table["topic"] == topic
+            x, y = _gapped(table["t_s"][mask], table[stat][mask] * 1000, bucket)
+            (line,) = ax.plot(x, y, linewidth=1.2, color=cmap(i % cmap.N), label=topic)
+            colors[instance] = line.get_color()
+            labels.append(topic)
+    _threshold_line(ax, threshold_s)
+    moves = columns(relinks)
+    if _rows(moves):
+        first = True
+        for node, t in zip(moves["node"], moves["t_s"]):
+            ax.axvline(t, color=colors.get(node, "grey"), linestyle=":", linewidth=1.0, alpha=0.9,
+                       label="relink (zone change)" if first else None)
+            first = False
+    ax.set_ylim(bottom=0)
+    title = "Fig. 8: E2E latency of each swarm's representative topic" + (f"\n({note})" if note else "")
+    ylabel = f"E2E latency, {STAT_NAMES.get(stat, stat)} per {bucket:g} s (ms)"
+    return _finish(fig, ax, out, title, "time since run start (s)", ylabel, labels)
+
+
+# ------------------------------------------------------------------------------------------ Fig. 9
+
+def fig9(aoi, out, threshold_s: float | None = 0.100, stat: str = "p95_s", consumer: str | None = None,
+         note: str = "") -> dict:
+    """Fig. 9: AoI latency over time for one client, one line per avatar in its AoI; threshold."""
+    table = columns(aoi)
+    fig, ax = plt.subplots(figsize=(10, 5))
+    labels = []
+    bucket = _step(table["t_s"]) if _rows(table) else 1.0
+    if _rows(table):
+        consumer = consumer or str(table["consumer"][0])
+        producers = sorted(set(table["producer"]), key=_natural)
+        cmap = plt.get_cmap("tab20")
+        for i, producer in enumerate(producers):
+            mask = table["producer"] == producer
+            x, y = _gapped(table["t_s"][mask], table[stat][mask] * 1000, bucket)
+            ax.plot(x, y, linewidth=1.0, color=cmap(i % cmap.N), label=str(producer))
+            labels.append(str(producer))
+    _threshold_line(ax, threshold_s)
+    ax.set_ylim(bottom=0)
+    who = f" seen by {consumer}" if consumer else ""
+    title = f"Fig. 9: E2E area-of-interest latency{who}" + (f"\n({note})" if note else "")
+    ylabel = f"E2E AoI latency, {STAT_NAMES.get(stat, stat)} per {bucket:g} s (ms)"
+    return _finish(fig, ax, out, title, "time since run start (s)", ylabel, labels, legend_title="avatar")
+
+
+# ------------------------------------------------------------------------------------------ Fig. 7
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    data = np.array(values, dtype=float)
+    return tuple(float(v) for v in np.percentile(data, [25, 50, 75]))
+
+
+def _pick(table: dict[str, np.ndarray], column: str, rule) -> float | None:
+    values = [float(v) for v in table.get(column, []) if not _missing(v)]
+    return rule(values) if values else None
+
+
+def _executors_label(workflow: str, executors: int | None, counts: set) -> str:
+    label = WORKFLOW_NAMES.get(workflow, workflow)
+    if executors and (workflow != "baseline" or len(counts) > 1):
+        label += f", {executors} executor{'s' if executors != 1 else ''}"
+    return label
+
+
+def fig7a(migrations, out, n_topics: int | None = None, executors: int | None = None, note: str = "") -> dict:
+    """Fig. 7a: client downtime vs one-way WAN latency (broker - topic manager), per workflow.
+
+    Only migrations of `n_topics` topics at once (default: the most there are, 128 in the paper) and,
+    for the enhanced workflow, `executors` executors (default: the most there are, 16 in the paper).
+    """
+    table = columns(migrations)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    labels = []
+    n_topics = n_topics if n_topics is not None else _pick(table, "n_topics", max)
+    if executors is None:
+        enhanced = [float(table["executors"][i]) for i in range(_rows(table))
+                    if table["workflow"][i] == "enhanced" and not _missing(table["executors"][i])]
+        executors = max(enhanced) if enhanced else None
+    groups: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for i in range(_rows(table)):
+        wan, down, workflow = table["wan_one_way_s"][i], table["downtime_s"][i], table["workflow"][i]
+        if _missing(workflow) or _missing(wan) or _missing(down):
+            continue
+        if n_topics is not None and table["n_topics"][i] != n_topics:
+            continue
+        if workflow == "enhanced" and executors is not None and table["executors"][i] != executors:
+            continue
+        groups[str(workflow)][round(float(wan) * 1000, 3)].append(float(down) * 1000)
+    for workflow in sorted(groups, key=lambda w: (w != "baseline", w)):
+        xs = sorted(groups[workflow])
+        stats = [_quartiles(groups[workflow][x]) for x in xs]
+        med = np.array([s[1] for s in stats])
+        err = np.array([[s[1] - s[0] for s in stats], [s[2] - s[1] for s in stats]])
+        label = WORKFLOW_NAMES.get(workflow, workflow)
+        ax.errorbar(xs, med, yerr=err, marker="o", capsize=4, linewidth=1.5, label=label)
+        labels.append(label)
+    ax.set_ylim(bottom=0)
+    setup = []
+    if n_topics is not None:
+        setup.append(f"{int(n_topics)} topics at once")
+    if executors is not None:
+        setup.append(f"{int(executors)} executors")
+    if note:
+        setup.append(note)
+    title = "Fig. 7a: Client downtime vs one-way WAN latency" + (f"\n({', '.join(setup)})" if setup else "")
+    return _finish(fig, ax, out, title, "one-way WAN latency, broker to topic manager (ms)",
+                   "client downtime, median and IQR (ms)", labels)
+
+
+def fig7b(migrations, out, wan_one_way_s: float | None = None, note: str = "") -> dict:
+    """Fig. 7b: median per-topic migration time vs topics migrated at once, per workflow and executors.
+
+    Only migrations at one WAN latency: `wan_one_way_s`, default 40 ms (the paper's) if present, else the
+    most frequent.
+    """
+    table = columns(migrations)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    labels = []
+    if wan_one_way_s is None:
+        wan_one_way_s = _pick(table, "wan_one_way_s",
+                              lambda v: PAPER_WAN_S if any(np.isclose(v, PAPER_WAN_S)) else max(set(v), key=v.count))
+    groups: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for i in range(_rows(table)):
+        n, t, workflow = table["n_topics"][i], table["migration_time_s"][i], table["workflow"][i]
+        if _missing(workflow) or _missing(n) or _missing(t):
+            continue
+        if wan_one_way_s is not None and not np.isclose(table["wan_one_way_s"][i], wan_one_way_s):
+            continue
+        executors = table["executors"][i]
+        executors = None if _missing(executors) else int(executors)
+        groups[(str(workflow), executors)][int(n)].append(float(t) * 1000)
+    counts = defaultdict(set)
+    for workflow, executors in groups:
+        counts[workflow].add(executors)
+    for workflow, executors in sorted(groups, key=lambda k: (k[0] != "baseline", k[0], k[1] or 0)):
+        series = groups[(workflow, executors)]
+        xs = sorted(series)
+        label = _executors_label(workflow, executors, counts[workflow])
+        ax.plot(xs, [float(np.median(series[x])) for x in xs], marker="o", linewidth=1.5, label=label)
+        labels.append(label)
+    ax.set_ylim(bottom=0)
+    setup = [f"one-way WAN latency {wan_one_way_s * 1000:g} ms"] if wan_one_way_s is not None else []
+    if note:
+        setup.append(note)
+    title = "Fig. 7b: Median per-topic migration time" + (f"\n({', '.join(setup)})" if setup else "")
+    return _finish(fig, ax, out, title, "topics migrated at once", "median per-topic migration time (ms)", labels)
+
+
+__all__ = ["columns", "representative_topics", "fig7a", "fig7b", "fig8", "fig9"]

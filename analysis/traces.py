@@ -1,0 +1,500 @@
+"""A run directory's JSON-lines traces and events -> Parquet, with the run's metadata attached.
+
+    results/<scenario>-<run-id>/
+      run.json, scenario.yaml, events.jsonl        written by `testbed run`
+      traces/<subscriber>.jsonl  (or traces*.jsonl) one row per delivered message, per subscriber
+    ->
+      traces.parquet   TRACE_SCHEMA, one file, row groups of at most one read chunk
+      events.parquet   EVENT_SCHEMA: the common fields as columns, every event whole in `attrs` (JSON)
+      run.parquet      one row, RUN_SCHEMA: run.json + scenario facts + what the conversion found
+
+The run metadata (scenario, scenario hash, git commit, backend, shaper, machine, seed, scale,
+complete/interrupted, partial) is in every file's Parquet key-value metadata too: `testbed.run` holds
+it all as JSON and `testbed.<field>` each simple field.
+
+Interrupted runs: a last line cut in the middle (the writer was killed) is dropped, every complete
+line is kept, and the run is marked partial; so is a run whose run.json says it did not complete, or
+whose files hold lines that are not JSON objects with the required fields (they are counted and
+skipped). Only pyarrow is needed here, not Spark; big files are read in chunks (memory stays bounded).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+import pyarrow.parquet as pq
+
+FORMAT_VERSION = "1"
+CHUNK_BYTES = 64 << 20
+
+TRACE_SCHEMA = pa.schema([
+    pa.field("run_id", pa.string()),
+    pa.field("topic", pa.string(), nullable=False),
+    pa.field("producer", pa.string(), nullable=False),
+    pa.field("consumer", pa.string(), nullable=False),
+    pa.field("msg_id", pa.string()),
+    pa.field("seq", pa.int64(), nullable=False),
+    pa.field("send_time", pa.float64(), nullable=False),     # epoch seconds, the scheduled send (open loop)
+    pa.field("receive_time", pa.float64(), nullable=False),  # epoch seconds, at the consumer
+    pa.field("broker", pa.string()),
+    pa.field("producer_site", pa.string()),
+    pa.field("consumer_site", pa.string()),
+])
+TRACE_REQUIRED = ("topic", "producer", "consumer", "seq", "send_time", "receive_time")
+# pyarrow's JSON reader wants every field nullable; required ones are checked after reading.
+_TRACE_JSON_SCHEMA = pa.schema([f.with_nullable(True) for f in TRACE_SCHEMA])
+
+EVENT_SCHEMA = pa.schema([
+    pa.field("run_id", pa.string()),
+    pa.field("type", pa.string()),
+    pa.field("time", pa.float64()),
+    pa.field("node", pa.string()),
+    pa.field("topic", pa.string()),
+    pa.field("client", pa.string()),
+    pa.field("broker", pa.string()),
+    pa.field("from_site", pa.string()),
+    pa.field("to_site", pa.string()),
+    pa.field("from_broker", pa.string()),
+    pa.field("to_broker", pa.string()),
+    pa.field("workflow", pa.string()),
+    pa.field("executors", pa.int64()),
+    pa.field("n_topics", pa.int64()),
+    pa.field("wan_one_way_s", pa.float64()),
+    pa.field("migration_id", pa.string()),
+    pa.field("duration_s", pa.float64()),
+    pa.field("planned_at_s", pa.float64()),
+    pa.field("late_s", pa.float64()),
+    pa.field("ok", pa.bool_()),
+    pa.field("detail", pa.string()),
+    pa.field("attrs", pa.string()),        # the whole event as written, JSON
+])
+# Names other writers may use for the same thing: event type and field aliases.
+EVENT_TYPE_ALIASES = {
+    "migration_started": "migration_start", "migration_begin": "migration_start",
+    "migration_done": "migration_end", "migration_finished": "migration_end",
+    "migration_complete": "migration_end", "migration_completed": "migration_end",
+    "client_downtime": "downtime", "violation_detected": "violation",
+}
+EVENT_FIELD_ALIASES = {
+    "from": "from_broker", "to": "to_broker", "old_broker": "from_broker", "new_broker": "to_broker",
+    "downtime_s": "duration_s", "migration_time_s": "duration_s", "id": "migration_id",
+    "wan_latency_s": "wan_one_way_s", "topics": "n_topics",
+}
+
+RUN_SCHEMA = pa.schema([
+    pa.field("run_id", pa.string()),
+    pa.field("run_dir", pa.string()),
+    pa.field("scenario", pa.string()),
+    pa.field("scenario_hash", pa.string()),       # sha256 of scenario.yaml as run, first 16 hex digits
+    pa.field("scenario_file", pa.string()),
+    pa.field("git_commit", pa.string()),
+    pa.field("backend", pa.string()),
+    pa.field("shaper", pa.string()),
+    pa.field("machine", pa.string()),
+    pa.field("kernel", pa.string()),
+    pa.field("seed", pa.int64()),
+    pa.field("scale", pa.float64()),
+    pa.field("started", pa.float64()),
+    pa.field("finished", pa.float64()),
+    pa.field("complete", pa.bool_()),             # run.json: the run finished as planned
+    pa.field("interrupted", pa.string()),         # run.json: SIGINT/SIGTERM/... or null
+    pa.field("status", pa.string()),              # complete | interrupted | incomplete
+    pa.field("partial", pa.bool_()),              # not complete, or lines lost (truncated or skipped)
+    pa.field("workload", pa.string()),
+    pa.field("policy", pa.string()),
+    pa.field("workflow", pa.string()),
+    pa.field("executors", pa.int64()),
+    pa.field("wan_one_way_s", pa.float64()),
+    pa.field("duration_s", pa.float64()),
+    pa.field("thresholds", pa.string()),          # JSON {topic class: seconds}, scenario order
+    pa.field("figures", pa.string()),             # JSON list: the scenario's outputs.figures
+    pa.field("trace_files", pa.int64()),
+    pa.field("trace_rows", pa.int64()),
+    pa.field("event_rows", pa.int64()),
+    pa.field("truncated_files", pa.string()),     # JSON list of files whose last line was cut
+    pa.field("skipped_lines", pa.int64()),
+    pa.field("converted_at", pa.float64()),
+    pa.field("format_version", pa.string()),
+])
+
+
+@dataclass
+class Conversion:
+    """What `convert_run` wrote and found."""
+
+    run_dir: str
+    traces: str
+    events: str
+    run: str
+    meta: dict
+    trace_rows: int = 0
+    event_rows: int = 0
+    truncated_files: list[str] = field(default_factory=list)
+    skipped_lines: int = 0
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.meta.get("partial"))
+
+
+# ---------------------------------------------------------------------------------------- discovery
+
+def trace_files(run_dir: str | os.PathLike) -> list[Path]:
+    """The run's trace files: traces/**/*.jsonl[.gz] and traces*.jsonl[.gz] at the top level."""
+    root = Path(run_dir)
+    found = set()
+    for pattern in ("traces/**/*.jsonl", "traces/**/*.jsonl.gz", "traces*.jsonl", "traces*.jsonl.gz"):
+        found.update(p for p in root.glob(pattern) if p.is_file())
+    return sorted(found)
+
+
+def outputs(run_dir: str | os.PathLike) -> dict[str, Path]:
+    root = Path(run_dir)
+    return {"traces": root / "traces.parquet", "events": root / "events.parquet", "run": root / "run.parquet"}
+
+
+def needs_conversion(run_dir: str | os.PathLike) -> bool:
+    """True if a Parquet output is missing or older than a source file."""
+    outs = outputs(run_dir)
+    if not all(p.exists() for p in outs.values()):
+        return True
+    oldest = min(p.stat().st_mtime for p in outs.values())
+    root = Path(run_dir)
+    sources = [*trace_files(root), root / "events.jsonl", root / "run.json", root / "scenario.yaml"]
+    return any(p.exists() and p.stat().st_mtime > oldest for p in sources)
+
+
+# ---------------------------------------------------------------------------------------- metadata
+
+def _duration(value) -> float | None:
+    if value is None:
+        return None
+    try:
+        from testbed.units import parse_duration
+
+        return parse_duration(value)
+    except (ImportError, ValueError):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return None
+
+
+def run_metadata(run_dir: str | os.PathLike) -> dict:
+    """run.json plus facts from scenario.yaml (policy, workflow, thresholds ...), before conversion."""
+    root = Path(run_dir)
+    meta: dict = {}
+    if (root / "run.json").exists():
+        try:
+            meta = json.loads((root / "run.json").read_text())
+        except json.JSONDecodeError:
+            meta = {"run_json_error": "run.json is not valid JSON"}
+    meta.setdefault("run_id", root.name.rsplit("-", 1)[-1] if "-" in root.name else root.name)
+    meta["run_dir"] = str(root)
+    scenario_file = root / "scenario.yaml"
+    if scenario_file.exists():
+        import yaml
+
+        raw = scenario_file.read_bytes()
+        meta["scenario_hash"] = hashlib.sha256(raw).hexdigest()[:16]
+        try:
+            scenario = yaml.safe_load(raw) or {}
+        except yaml.YAMLError:
+            scenario = {}
+        meta.setdefault("scenario", scenario.get("name"))
+        meta.setdefault("seed", scenario.get("seed"))
+        meta.setdefault("scale", scenario.get("scale"))
+        workload = scenario.get("workload") or {}
+        control = scenario.get("control") or {}
+        migration = control.get("migration") or {}
+        cloud = (scenario.get("infrastructure") or {}).get("cloud") or {}
+        meta["workload"] = workload.get("kind")
+        meta["policy"] = control.get("policy")
+        meta["workflow"] = migration.get("workflow")
+        meta["executors"] = migration.get("executors")
+        meta["wan_one_way_s"] = _duration(cloud.get("one_way"))
+        meta["duration_s"] = _duration(scenario.get("duration"))
+        meta["thresholds"] = {t["name"]: _duration(t.get("threshold")) for t in workload.get("topics") or []
+                              if isinstance(t, dict) and "name" in t}
+        meta["figures"] = list((scenario.get("outputs") or {}).get("figures") or [])
+    interrupted = meta.get("interrupted")
+    complete = bool(meta.get("complete"))
+    meta["complete"] = complete
+    meta["status"] = "complete" if complete else ("interrupted" if interrupted else "incomplete")
+    return meta
+
+
+def _kv_metadata(meta: dict) -> dict[bytes, bytes]:
+    kv = {b"testbed.run": json.dumps(meta, sort_keys=True, default=str).encode()}
+    for key, value in meta.items():
+        if isinstance(value, (str, int, float, bool)) or value is None:
+            kv[f"testbed.{key}".encode()] = b"" if value is None else str(value).encode()
+    return kv
+
+
+def parquet_run_metadata(path: str | os.PathLike) -> dict:
+    """The run metadata stored in a Parquet file's key-value metadata by `convert_run`."""
+    kv = pq.read_metadata(path).metadata or {}
+    return json.loads(kv.get(b"testbed.run", b"{}"))
+
+
+def read_run(run_dir: str | os.PathLike) -> dict:
+    """run.parquet as a dict (thresholds and truncated_files decoded)."""
+    rows = pq.read_table(outputs(run_dir)["run"]).to_pylist()
+    row = rows[0] if rows else {}
+    for key in ("thresholds", "truncated_files", "figures"):
+        if isinstance(row.get(key), str):
+            row[key] = json.loads(row[key])
+    return row
+
+
+# ---------------------------------------------------------------------------------------- JSON lines
+
+@dataclass
+class _Scan:
+    truncated: bool = False
+    skipped: int = 0
+
+
+def _open(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else path.open("rb")
+
+
+def _complete_chunks(path: Path, scan: _Scan, chunk_bytes: int):
+    """Yield byte chunks made of whole lines; a cut last line is dropped and noted in `scan`."""
+    carry = b""
+    with _open(path) as handle:
+        while True:
+            try:
+                block = handle.read(chunk_bytes)
+            except EOFError:  # a gzip stream cut short
+                scan.truncated = True
+                block = b""
+            if not block:
+                break
+            data = carry + block
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                carry = data
+                continue
+            yield data[:cut + 1]
+            carry = data[cut + 1:]
+    if carry.strip():
+        try:
+            whole = isinstance(json.loads(carry), dict)
+        except ValueError:
+            whole = False
+        if whole:  # only the final newline is missing
+            yield carry + b"\n"
+        else:
+            scan.truncated = True
+
+
+def _coerce(value, kind):
+    if value is None:
+        return None
+    if kind == "str":
+        if isinstance(value, str):
+            return value
+        return json.dumps(value) if isinstance(value, (dict, list)) else str(value)
+    if kind == "float":
+        return None if isinstance(value, bool) else float(value)
+    if kind == "int":
+        if isinstance(value, bool):
+            return None
+        number = float(value)
+        return int(number) if number.is_integer() else None
+    if kind == "bool":
+        return value if isinstance(value, bool) else None
+    return value
+
+
+_ARROW_KIND = {pa.string(): "str", pa.float64(): "float", pa.int64(): "int", pa.bool_(): "bool"}
+
+
+def _rows_slow(chunk: bytes, schema: pa.Schema, scan: _Scan) -> pa.Table:
+    """Line by line: keep the lines that are JSON objects with convertible fields, count the rest."""
+    kinds = [(f.name, _ARROW_KIND[f.type]) for f in schema]
+    rows = []
+    for line in chunk.splitlines():
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+            if not isinstance(obj, dict):
+                raise ValueError("not an object")
+            rows.append({name: _coerce(obj.get(name), kind) for name, kind in kinds})
+        except (ValueError, TypeError, OverflowError):
+            scan.skipped += 1
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _trace_table(chunk: bytes, run_id: str, scan: _Scan) -> pa.Table:
+    try:
+        table = pj.read_json(io.BytesIO(chunk), parse_options=pj.ParseOptions(
+            explicit_schema=_TRACE_JSON_SCHEMA, unexpected_field_behavior="ignore"))
+        table = table.select(_TRACE_JSON_SCHEMA.names).cast(_TRACE_JSON_SCHEMA)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        table = _rows_slow(chunk, _TRACE_JSON_SCHEMA, scan)
+    if table.num_rows == 0:
+        return table.cast(TRACE_SCHEMA)
+    keep = None
+    for name in TRACE_REQUIRED:
+        valid = pc.is_valid(table[name])
+        keep = valid if keep is None else pc.and_(keep, valid)
+    dropped = table.num_rows - pc.sum(pc.cast(keep, pa.int64())).as_py()
+    if dropped:
+        scan.skipped += dropped
+        table = table.filter(keep)
+    if table.num_rows:
+        run_ids = table["run_id"]
+        if run_ids.null_count:
+            table = table.set_column(0, "run_id", pc.fill_null(run_ids, run_id))
+        msg_ids = table["msg_id"]
+        if msg_ids.null_count:
+            made = pc.binary_join_element_wise(table["producer"], pc.cast(table["seq"], pa.string()), ":")
+            table = table.set_column(table.schema.get_field_index("msg_id"), "msg_id",
+                                     pc.if_else(pc.is_valid(msg_ids), msg_ids, made))
+    return table.cast(TRACE_SCHEMA)
+
+
+def _event_row(obj: dict, run_id: str) -> dict:
+    row = {}
+    for key, value in obj.items():
+        row.setdefault(EVENT_FIELD_ALIASES.get(key, key), value)
+    kind = row.get("type")
+    row["type"] = EVENT_TYPE_ALIASES.get(kind, kind)
+    out = {}
+    for f in EVENT_SCHEMA:
+        if f.name == "attrs":
+            out["attrs"] = json.dumps(obj, sort_keys=True, default=str)
+            continue
+        try:
+            out[f.name] = _coerce(row.get(f.name), _ARROW_KIND[f.type])
+        except (ValueError, TypeError, OverflowError):
+            out[f.name] = None
+    out["run_id"] = out["run_id"] or run_id
+    return out
+
+
+def _events_table(path: Path, run_id: str, scan: _Scan) -> pa.Table:
+    rows = []
+    if path.exists():
+        for chunk in _complete_chunks(path, scan, CHUNK_BYTES):
+            for line in chunk.splitlines():
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    scan.skipped += 1
+                    continue
+                if isinstance(obj, dict):
+                    rows.append(_event_row(obj, run_id))
+                else:
+                    scan.skipped += 1
+    return pa.Table.from_pylist(rows, schema=EVENT_SCHEMA)
+
+
+# ---------------------------------------------------------------------------------------- conversion
+
+def _run_row(meta: dict) -> dict:
+    row = {}
+    for f in RUN_SCHEMA:
+        value = meta.get(f.name)
+        if f.name in ("thresholds", "truncated_files", "figures") and value is not None:
+            value = json.dumps(value)
+        try:
+            row[f.name] = _coerce(value, _ARROW_KIND[f.type])
+        except (ValueError, TypeError, OverflowError):
+            row[f.name] = None
+    return row
+
+
+def convert_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = None,
+                chunk_bytes: int = CHUNK_BYTES) -> Conversion:
+    """Write traces.parquet, events.parquet and run.parquet for one run directory (see the module doc)."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root}: no such run directory")
+    out = Path(out_dir) if out_dir else root
+    out.mkdir(parents=True, exist_ok=True)
+    paths = outputs(out)
+    meta = run_metadata(root)
+    run_id = str(meta["run_id"])
+    files = trace_files(root)
+
+    truncated: list[str] = []
+    skipped = 0
+    rows = 0
+    tmp_traces = paths["traces"].with_name(".traces.parquet.tmp")
+    with pq.ParquetWriter(tmp_traces, TRACE_SCHEMA, compression="snappy") as writer:
+        for path in files:
+            scan = _Scan()
+            for chunk in _complete_chunks(path, scan, chunk_bytes):
+                table = _trace_table(chunk, run_id, scan)
+                if table.num_rows:
+                    writer.write_table(table)
+                    rows += table.num_rows
+            skipped += scan.skipped
+            if scan.truncated:
+                truncated.append(str(path.relative_to(root)))
+        event_scan = _Scan()
+        events = _events_table(root / "events.jsonl", run_id, event_scan)
+        if event_scan.truncated:
+            truncated.append("events.jsonl")
+        skipped += event_scan.skipped
+        meta.update(trace_files=len(files), trace_rows=rows, event_rows=events.num_rows,
+                    truncated_files=truncated, skipped_lines=skipped, converted_at=time.time(),
+                    format_version=FORMAT_VERSION)
+        meta["partial"] = (not meta["complete"]) or bool(truncated) or skipped > 0
+        kv = _kv_metadata(meta)
+        writer.add_key_value_metadata({k.decode(): v.decode() for k, v in kv.items()})
+
+    events = events.replace_schema_metadata(kv)
+    run_table = pa.Table.from_pylist([_run_row(meta)], schema=RUN_SCHEMA).replace_schema_metadata(kv)
+    tmp_events = paths["events"].with_name(".events.parquet.tmp")
+    tmp_run = paths["run"].with_name(".run.parquet.tmp")
+    pq.write_table(events, tmp_events)
+    pq.write_table(run_table, tmp_run)
+    for tmp, final in ((tmp_traces, paths["traces"]), (tmp_events, paths["events"]), (tmp_run, paths["run"])):
+        os.replace(tmp, final)
+    return Conversion(run_dir=str(root), traces=str(paths["traces"]), events=str(paths["events"]),
+                      run=str(paths["run"]), meta=meta, trace_rows=rows, event_rows=events.num_rows,
+                      truncated_files=truncated, skipped_lines=skipped)
+
+
+def ensure_converted(run_dir: str | os.PathLike, force: bool = False) -> Conversion | None:
+    """Convert when needed (or forced); None when the Parquet files are up to date."""
+    if force or needs_conversion(run_dir):
+        return convert_run(run_dir)
+    return None
+
+
+def describe(conversion: Conversion) -> str:
+    meta = conversion.meta
+    state = "partial" if conversion.partial else "complete"
+    notes = []
+    if conversion.truncated_files:
+        notes.append(f"cut last line dropped in {', '.join(conversion.truncated_files)}")
+    if conversion.skipped_lines:
+        notes.append(f"{conversion.skipped_lines} bad lines skipped")
+    if meta.get("status") != "complete":
+        notes.append(f"run {meta.get('status')}" + (f" ({meta['interrupted']})" if meta.get("interrupted") else ""))
+    return (f"{conversion.run_dir}: {conversion.trace_rows} trace rows, {conversion.event_rows} events, {state}"
+            + (f" ({'; '.join(notes)})" if notes else ""))
+
+
+__all__ = ["TRACE_SCHEMA", "EVENT_SCHEMA", "RUN_SCHEMA", "Conversion", "convert_run", "ensure_converted",
+           "needs_conversion", "trace_files", "outputs", "run_metadata", "read_run", "parquet_run_metadata",
+           "describe"]

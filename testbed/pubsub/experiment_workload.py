@@ -1,0 +1,131 @@
+"""The pub/sub part of a run: the system under test plus the scenario's workload processes, and the
+end-of-run summary (p50/p95/max latency per topic class, violation ratio, migrations, losses).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from testbed.pubsub.system import ManagerOptions, PubSubSystem, wait_ready
+
+SUPPORTED = {"uav-swarm"}
+
+
+class PubSubWorkload:
+    def __init__(self, network, topology, scenario, out: Path, run_id: str, say=lambda _m: None):
+        self.network, self.topology, self.scenario = network, topology, scenario
+        self.out, self.run_id, self.say = Path(out), run_id, say
+        control = scenario.control
+        thresholds = {t.threshold for t in scenario.workload.topics}
+        self.system = PubSubSystem(
+            network, topology, self.out / "logs",
+            ManagerOptions(policy=control.policy, workflow=control.migration.workflow,
+                           executors=control.migration.executors, period=control.monitoring_period,
+                           threshold=min(thresholds),
+                           overload=(control.overload.cpu, control.overload.memory, control.overload.network,
+                                     control.overload.output_rate)),
+            monitoring_period=control.monitoring_period, nc_period=control.nc_report_period)
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    @staticmethod
+    def supported(scenario) -> bool:
+        return scenario.workload.kind in SUPPORTED
+
+    def start_system(self) -> None:
+        self.system.start(say=self.say)
+
+    def start_clients(self) -> None:
+        """One workload process per swarm node; returns when every client has attached."""
+        scenario = self.scenario
+        rate = scenario.workload.rate * scenario.scale
+        for node in self.topology.nodes.values():
+            if node.role != "uav-swarm":
+                continue
+            argv = [sys.executable, "-m", "testbed.pubsub.workloads", "uav", "--node", node.name,
+                    "--members", str(node.members), "--rate", f"{rate:g}", "--size", f"{scenario.workload.message_size:.0f}",
+                    "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),
+                    "--events", str(self.out / "logs" / f"clients-{node.name}.jsonl"), "--run-id", self.run_id,
+                    "--site", node.site, "--coord", "proxy" if node.mobile else "serf",
+                    "--nc-period", f"{scenario.control.nc_report_period:g}"]
+            log = (self.out / "logs" / f"workload-{node.name}.log").open("ab")
+            self.processes[node.name] = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log,
+                                                           text=True)
+        for name, process in self.processes.items():
+            if wait_ready(process, 120) is None:
+                raise RuntimeError(f"workload in {name} did not attach (see logs/workload-{name}.log)")
+        self.say(f"workload: {len(self.processes)} swarm processes publishing at {rate:g} msg/s per UAV")
+
+    def supervise(self) -> list[dict]:
+        events = self.system.supervise()
+        for name, process in self.processes.items():
+            if process.poll() is not None and process.returncode not in (0, None):
+                events.append({"type": "workload_died", "time": time.time(), "node": name,
+                               "exit_code": process.returncode})
+        return events
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        self.summaries = []
+        for process in self.processes.values():
+            try:
+                out, _ = process.communicate(timeout=15)
+                for line in out.splitlines():
+                    if line.startswith("{") and '"sent"' in line:
+                        self.summaries.append(json.loads(line))
+            except subprocess.TimeoutExpired:
+                process.kill()
+        self.system.stop()
+
+    def events(self) -> list[dict]:
+        """Manager decisions and migrations, broker and client events, in time order."""
+        found = list(self.system.manager_events())
+        for path in sorted((self.out / "logs").glob("broker-*.events.jsonl")) + sorted(
+                (self.out / "logs").glob("clients-*.jsonl")):
+            for line in path.read_text().splitlines():
+                try:
+                    found.append(json.loads(line))
+                except ValueError:
+                    pass
+        return sorted(found, key=lambda e: e.get("time", 0))
+
+
+def trace_rows(trace_dir: Path):
+    for path in sorted(Path(trace_dir).glob("*.jsonl")):
+        with path.open() as handle:
+            for line in handle:
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    pass  # a line cut by an interrupted run
+
+
+def summarize(trace_dir: Path, thresholds: dict[str, float], events: list[dict], summaries: list[dict]) -> dict:
+    """One screen: latency per topic class, violation ratio, migrations, losses."""
+    by_class: dict[str, list[float]] = {}
+    for row in trace_rows(trace_dir):
+        try:
+            latency = float(row["receive_time"]) - float(row["send_time"])
+        except (KeyError, ValueError):
+            continue
+        by_class.setdefault(row["topic"].split("-")[0], []).append(latency)
+    classes = {}
+    for name, values in sorted(by_class.items()):
+        values.sort()
+        threshold = thresholds.get(name)
+        classes[name] = {"messages": len(values), "p50_ms": 1e3 * statistics.median(values),
+                         "p95_ms": 1e3 * values[int(0.95 * (len(values) - 1))], "max_ms": 1e3 * values[-1],
+                         "threshold_ms": 1e3 * threshold if threshold else None,
+                         "violation_ratio": (sum(v > threshold for v in values) / len(values)) if threshold else None}
+    migrations = [e for e in events if e.get("type") == "migration_end"]
+    sent = sum(s.get("sent", 0) for s in summaries)
+    received = sum(s.get("received", 0) for s in summaries)
+    return {"classes": classes, "migrations": len(migrations), "migrations_failed": sum(not m.get("ok") for m in migrations),
+            "violations_detected": sum(e.get("type") == "violation_detected" for e in events),
+            "published": sent, "delivered": received}
