@@ -175,7 +175,7 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
     missing = MISSING_WORKLOADS.get(scenario.workload.kind)
     if code == 0 and missing:
         session.say(f"not built yet: {missing}. This run emulated the network, its coordinates (Serf, NC proxies), "
-                    "the brokers' control plane idle, and the mobility only.")
+                    "and the mobility only.")
         return 1
     return code
 
