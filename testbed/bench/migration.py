@@ -71,6 +71,7 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
                               monitoring_period=period)
         system.start()
         client = None
+        ready = float("inf")
         try:
             rate = 20.0 if topics <= 32 else 10.0
             argv = [sys.executable, "-m", "testbed.pubsub.multiclient", "--topics", str(topics), "--lookup",
@@ -79,9 +80,13 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
                                            text=True)
             if wait_ready(client, 120) is None:
                 raise RuntimeError(f"clients did not attach (see {log_dir / 'mc.log'})")
-            deadline = time.monotonic() + rounds * period + 60
+            ready = time.time()
+            deadline = time.monotonic() + rounds * period + 90
             while time.monotonic() < deadline:
-                done = [e for e in system.manager_events() if e["type"] == "migrations_done"]
+                # Only rounds decided once every client publishes count: a client that is not sending
+                # yet would look down until its first message.
+                done = [e for e in system.manager_events() if e["type"] == "migrations_done" and
+                        e["time"] - e["total_s"] >= ready]
                 if len(done) >= rounds:
                     break
                 time.sleep(0.5)
@@ -92,15 +97,16 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
                 client.wait(timeout=10)
             system.stop()
     manager = system.manager_events()
-    rounds_at = [e for e in manager if e["type"] == "round" and e.get("migrations")]
-    ends = [e for e in manager if e["type"] == "migration_end"]
+    rounds_at = [e for e in manager if e["type"] == "round" and e.get("migrations") and e["time"] >= ready]
+    ends = [e for e in manager if e["type"] == "migration_end" and e["time"] >= ready]
     migration_s, completion_s = [], []
     for end in ends:
         decided = max((r["time"] for r in rounds_at if r["time"] <= end["time"]), default=None)
         migration_s.append(end["migration_s"])
         if decided is not None:
             completion_s.append(end["time"] - decided)
-    downtime = [e["downtime_s"] for e in _events(log_dir / "clients.jsonl") if e["type"] == "downtime"]
+    downtime = [e["downtime_s"] for e in _events(log_dir / "clients.jsonl")
+                if e["type"] == "downtime" and e["start"] >= ready]
     failed = [e for e in ends if not e.get("ok")]
     return {"topics": topics, "wan_ms": wan_ms, "workflow": workflow, "executors": executors,
             "migrations": len(ends), "failed": len(failed),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import functools
 import json
 import logging
@@ -187,6 +188,9 @@ class BrokerAgent:
     # -- lifecycle --------------------------------------------------------------------------------
     async def run(self) -> None:
         self.loop = asyncio.get_running_loop()
+        # ZooKeeper calls run in threads: enough of them that a burst of concurrent migrations pipelines
+        # its WAN round trips over the session instead of waiting for the default handful of workers.
+        self.loop.set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=32))
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             self.loop.add_signal_handler(sig, stop.set)

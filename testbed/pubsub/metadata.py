@@ -278,11 +278,13 @@ class Metadata:
     def acquire(self, topic: str, broker: str, address: str) -> bool:
         """Become the owner of `topic`; False (nothing changed) if another broker owns it."""
         data = {"broker": broker, "address": address}
-        with self._lock:
-            # A node naming this broker from another session is its previous incarnation's: take it over.
-            if self._create_ephemeral(f"{ROOT}/topics/{check_topic(topic)}/owner", data, replace_own=True):
+        # The ZooKeeper round trips run outside the lock, so concurrent migrations pipeline over the
+        # session instead of queueing one WAN round trip after another; only the bookkeeping is locked.
+        # A node naming this broker from another session is its previous incarnation's: take it over.
+        if self._create_ephemeral(f"{ROOT}/topics/{check_topic(topic)}/owner", data, replace_own=True):
+            with self._lock:
                 self.owned[topic] = data
-                return True
+            return True
         return False
 
     def adopt(self, broker: str, address: str) -> list[str]:
@@ -295,14 +297,14 @@ class Metadata:
         path = f"{ROOT}/topics/{check_topic(topic)}/owner"
         with self._lock:
             self.owned.pop(topic, None)
-            try:
-                raw, stat = self.zk.get(path)
-                if json.loads(raw).get("broker") != broker:
-                    return False
-                self.zk.delete(path, version=stat.version)
-                return True
-            except (NoNodeError, BadVersionError):
+        try:
+            raw, stat = self.zk.get(path)
+            if json.loads(raw).get("broker") != broker:
                 return False
+            self.zk.delete(path, version=stat.version)  # the version check keeps this safe without the lock
+            return True
+        except (NoNodeError, BadVersionError):
+            return False
 
     def owner(self, topic: str, watch=None) -> dict | None:
         try:

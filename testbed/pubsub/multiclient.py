@@ -11,6 +11,7 @@ import asyncio
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 
 from testbed.pubsub.client import EventLog, Publisher
@@ -21,14 +22,14 @@ async def _main(args) -> int:
     publishers = [Publisher(f"{args.prefix}{i}", f"{args.name}-{i}", args.rate, args.size, precise_s=0.0,
                             lookup_url=args.lookup, site=args.site, run_id=args.run_id, events=events)
                   for i in range(1, args.topics + 1)]
-    for publisher in publishers:
-        await publisher.start()
-    print(json.dumps({"ready": True, "topics": len(publishers)}), flush=True)
+    await asyncio.gather(*(publisher.start() for publisher in publishers))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     work = [asyncio.create_task(p.run(duration=args.duration)) for p in publishers]
+    await asyncio.sleep(0.2)  # "ready" means publishing: downtime is measured from here on
+    print(json.dumps({"ready": True, "topics": len(publishers), "time": time.time()}), flush=True)
     waiter = asyncio.create_task(stop.wait())
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
     for task in [*work, waiter]:
