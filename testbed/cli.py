@@ -221,6 +221,45 @@ def probe(path: Path = typer.Argument(..., help="Scenario file."),
     raise typer.Exit(code)
 
 
+topic_app = typer.Typer(help="Act on the topics of a running experiment.", no_args_is_help=True)
+app.add_typer(topic_app, name="topic")
+
+
+@topic_app.command("set-threshold")
+def topic_set_threshold(run_id: str = typer.Argument(..., help="The running experiment's run id."),
+                        topic: str = typer.Argument(..., help="Topic, e.g. follow_leader-swarm1."),
+                        threshold: str = typer.Argument(..., help="End-to-end latency threshold, e.g. 40ms.")) -> None:
+    """Set a topic's latency threshold Lth(t) in the running experiment's ZooKeeper.
+
+    Example: sudo testbed topic set-threshold ab12cd follow_leader-swarm1 30ms
+    """
+    from testbed.emulation import runstate
+    from testbed.pubsub.metadata import ZK_PORT, Metadata, check_topic
+    from testbed.units import parse_duration
+
+    try:
+        runstate.check_run_id(run_id)
+        check_topic(topic)
+        seconds = parse_duration(threshold)
+    except ValueError as error:
+        raise _fail_input(error) from None
+    run = runstate.known_runs().get(run_id)
+    if not run or not runstate.is_live(run):
+        raise _fail_input(ValueError(f"run {run_id} is not running (testbed run ...)"))
+    clouds = [n for n, role in run.get("roles", {}).items() if role == "cloud"]
+    if not clouds:
+        errors.print(f"run {run_id} has no cloud node: no ZooKeeper to set thresholds in")
+        raise typer.Exit(EXIT_FAILURE)
+    cloud = clouds[0]
+    meta = Metadata(f"{run['ips'][cloud]}:{ZK_PORT}", netns_pid=run["nodes"][cloud])
+    meta.start()
+    try:
+        meta.set_threshold(topic, seconds)
+        console.print(f"{topic}: threshold {seconds * 1e3:g} ms (run {run_id})", highlight=False)
+    finally:
+        meta.stop()
+
+
 @app.command()
 def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all runs when omitted."),
           force: bool = typer.Option(False, "--force", help="Also tear down runs whose controller is alive.")) -> None:

@@ -46,3 +46,39 @@ def test_uav_smoke_runs_end_to_end(tmp_path):
                              capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert figures.returncode == 0, figures.stderr[-2000:]
     assert (tmp_path / "figs" / f"fig8-{out.name}.png").stat().st_size > 10_000
+
+
+def test_set_threshold_on_a_running_experiment(tmp_path):
+    import time
+
+    from testbed.emulation import runstate
+
+    scenario = tmp_path / "long.yaml"
+    scenario.write_text((ROOT / "scenarios/uav-smoke.yaml").read_text().replace("duration: 60s", "duration: 10m"))
+    process = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--results", str(tmp_path)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+    try:
+        run_id = None
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if "topic manager" in line:
+                run_id = line.split("]")[0].strip("[ ")
+                break
+        assert run_id, "the run did not bring up the pub/sub system"
+        out = subprocess.run([sys.executable, "-m", "testbed.cli", "topic", "set-threshold", run_id,
+                              "follow_leader-swarm1", "25ms"], capture_output=True, text=True, cwd=ROOT, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert "follow_leader-swarm1: threshold 25 ms" in out.stdout
+        from testbed.pubsub.metadata import ZK_PORT, Metadata
+
+        run = runstate.known_runs()[run_id]
+        cloud = [n for n, r in run["roles"].items() if r == "cloud"][0]
+        meta = Metadata(f"{run['ips'][cloud]}:{ZK_PORT}", netns_pid=run["nodes"][cloud]).start()
+        try:
+            assert meta.threshold("follow_leader-swarm1") == 0.025
+        finally:
+            meta.stop()
+    finally:
+        process.terminate()
+        process.wait(timeout=120)

@@ -121,7 +121,8 @@ class Network:
         self._install_routes()
         # Node pids let `testbed topic ...` and other tools act inside a running experiment's nodes.
         runstate.update(self.run_id, nodes={name: node.pid for name, node in self.nodes.items()},
-                        ips={name: self.ip_of(name) for name in self.nodes})
+                        ips={name: self.ip_of(name) for name in self.nodes},
+                        roles={name: node.role for name, node in self.topology.nodes.items()})
 
     def _make_net(self):
         if self.backend == "containernet":
