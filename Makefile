@@ -9,7 +9,7 @@ APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 psmis
                 serf nats-server zookeeper default-jre-headless
 IMAGE_PACKAGES := docker.io debootstrap
 
-.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor bench-analysis
+.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor bench-analysis bench-monitoring bench-placement
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -72,3 +72,9 @@ bench-analysis: setup  ## PySpark reduction of 250k/500k/1M synthetic trace rows
 
 bench-migration: setup  ## topic migration overheads, enhanced vs baseline (paper 5.7) -> results/bench/migration.json, fig7a/b.png
 	$(BIN)/python -m testbed.bench.migration
+
+bench-placement: setup  ## broker selection policies over 1000 random placements (paper 5.5) -> results/bench/placement.json, fig4/fig5.png
+	$(BIN)/python -m testbed.bench.placement $(PLACEMENT_ARGS)
+
+bench-monitoring: setup  ## monitoring traffic of one broker to ZooKeeper, ePulsar vs AllPairs (paper 5.6) -> results/bench/monitoring.json, fig6.png
+	$(BIN)/python -m testbed.bench.monitoring

@@ -32,7 +32,7 @@ from testbed.nc.serf import Coordinate, SerfError, SerfRPC
 from testbed.pubsub.client import connect_nats
 from testbed.pubsub.metadata import Metadata, check_topic
 from testbed.pubsub.model import BrokerReport, coord_to_dict
-from testbed.pubsub.monitoring import ClientEntry, Owned, parse_nc_report, topic_report
+from testbed.pubsub.monitoring import ClientEntry, Owned, parse_nc_report, topic_clients, topic_report
 from testbed.pubsub.resources import ResourceSampler
 
 NATS_PORT = 4222
@@ -77,15 +77,17 @@ def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0) -> subp
 
 def start_agent(network, node: str, zk_hosts: str, log_dir: Path, site: str = "", cloud: bool = False,
                 period: float = 5.0, grace: float = 10.0, nc_period: float = 5.0, bandwidth: float = 100e6,
-                timeout: float = 20.0) -> subprocess.Popen:
-    """The broker agent in `node` (next to its nats-server); returns once it is registered."""
+                timeout: float = 20.0, report_clients: bool = False) -> subprocess.Popen:
+    """The broker agent in `node` (next to its nats-server); returns once it is registered.
+    `report_clients`: also report every client's coordinate (what the AllPairs policy needs)."""
     from testbed.emulation.shaping import _read_line
 
     log_dir = Path(log_dir)
     argv = [sys.executable, "-m", "testbed.pubsub.broker", "--node", node, "--nats", nats_url(network.ip_of(node)),
             "--zk", zk_hosts, "--site", site, "--period", f"{period:g}", "--grace", f"{grace:g}",
             "--nc-period", f"{nc_period:g}", "--bandwidth", f"{bandwidth:g}",
-            "--events", str(log_dir / f"broker-{node}.events.jsonl"), *(["--cloud"] if cloud else [])]
+            "--events", str(log_dir / f"broker-{node}.events.jsonl"), *(["--cloud"] if cloud else []),
+            *(["--report-clients"] if report_clients else [])]
     log = (log_dir / f"broker-{node}.log").open("ab")
     process = network.popen(node, argv, stdout=subprocess.PIPE, stderr=log, text=True)
     if _read_line(process, timeout) != "ready":
@@ -116,6 +118,7 @@ class BrokerAgent:
         self.local_url = args.nats
         self.address = args.address or args.nats
         self.site, self.cloud = args.site, args.cloud
+        self.report_clients = getattr(args, "report_clients", False)
         self.period, self.grace_s, self.stale_s = args.period, args.grace, 3 * args.nc_period
         self.monitor = args.monitor or f"http://{self.local_url.split('//')[-1].split(':')[0]}:{MONITOR_PORT}/varz"
         self.events_path = Path(args.events) if args.events else None
@@ -476,6 +479,8 @@ class BrokerAgent:
         data.update(time=time.time(), address=self.address, site=self.site, cloud=self.cloud,
                     network_bps=use["network_bps"], period=self.period, malformed=self.counters["malformed"])
         data["coord"] = coord_to_dict(self.coord)
+        if self.report_clients:  # AllPairs (the naive approach): every client's coordinate, per topic
+            data["clients"] = {t: topic_clients(o).to_dict() for t, o in sorted(self.owned.items())}
         return data
 
     async def _report_loop(self) -> None:
@@ -509,6 +514,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serf-name", help="Serf node name if not --node")
     parser.add_argument("--session-timeout", type=float, default=6.0, help="ZooKeeper session timeout, seconds")
     parser.add_argument("--events", help="append events (JSON lines) here instead of stdout")
+    parser.add_argument("--report-clients", action="store_true",
+                        help="add every client's coordinate per topic to the report (the AllPairs policy needs them; "
+                             "the report then grows with the number of clients)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     asyncio.run(BrokerAgent(args).run())

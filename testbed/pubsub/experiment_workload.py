@@ -13,7 +13,7 @@ from pathlib import Path
 
 from testbed.pubsub.system import ManagerOptions, PubSubSystem, wait_ready
 
-SUPPORTED = {"uav-swarm"}
+SUPPORTED = {"uav-swarm", "mmog"}
 
 
 class PubSubWorkload:
@@ -40,7 +40,11 @@ class PubSubWorkload:
         self.system.start(say=self.say)
 
     def start_clients(self) -> None:
-        """One workload process per swarm node; returns when every client has attached."""
+        """One workload process per swarm (uav-swarm) or game-server (mmog) node; returns when every
+        client has attached (mmog: and the common start time is written)."""
+        if self.scenario.workload.kind == "mmog":
+            self._start_mmog()
+            return
         scenario = self.scenario
         rate = scenario.workload.rate * scenario.scale
         for node in self.topology.nodes.values():
@@ -55,10 +59,50 @@ class PubSubWorkload:
             log = (self.out / "logs" / f"workload-{node.name}.log").open("ab")
             self.processes[node.name] = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log,
                                                            text=True)
+        self._wait_attached()
+        self.say(f"workload: {len(self.processes)} swarm processes publishing at {rate:g} msg/s per UAV")
+
+    def _start_mmog(self) -> None:
+        """One process per game server; they share a plan (avatar -> server, groups, group changes)
+        and start publishing together at the time written to logs/mmog-start once all are ready."""
+        from testbed.pubsub.workloads import mmog_plan
+
+        scenario = self.scenario
+        rate = scenario.workload.rate * scenario.scale
+        servers = [n.name for n in self.topology.nodes.values() if n.role == "game-server"]
+        if not servers:
+            raise RuntimeError("mmog workload: the scenario has no game-server nodes")
+        plan = mmog_plan(scenario, servers)
+        plan_path, start_path = self.out / "mmog-plan.json", self.out / "logs" / "mmog-start"
+        plan_path.write_text(json.dumps(plan))
+        start_path.unlink(missing_ok=True)
+        for name in servers:
+            node = self.topology.nodes[name]
+            argv = [sys.executable, "-m", "testbed.pubsub.workloads", "mmog", "--node", name,
+                    "--plan", str(plan_path), "--start-file", str(start_path),
+                    "--rate", f"{rate:g}", "--size", f"{scenario.workload.message_size:.0f}",
+                    "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),
+                    "--events", str(self.out / "logs" / f"clients-{name}.jsonl"), "--run-id", self.run_id,
+                    "--site", node.site, "--coord", "proxy" if node.mobile else "serf",
+                    "--nc-period", f"{scenario.control.nc_report_period:g}"]
+            log = (self.out / "logs" / f"workload-{name}.log").open("ab")
+            self.processes[name] = self.network.popen(name, argv, stdout=subprocess.PIPE, stderr=log, text=True)
+        self._wait_attached()
+        start = time.time() + 1.0
+        partial = start_path.with_suffix(".tmp")
+        partial.write_text(f"{start:.6f}")
+        partial.replace(start_path)  # atomic: a process polling the file never reads half a number
+        # The run's clock (its run_start event) starts just before the first message, so that message
+        # lands in the first time bucket; the group changes are timed from `start`, 50 ms later.
+        time.sleep(max(0.0, start - time.time() - 0.05))
+        self.say(f"workload: {len(servers)} game servers, {len(plan['serving'])} avatars in "
+                 f"{scenario.workload.groups} groups publishing at {rate:g} msg/s each, "
+                 f"{len(plan['changes'])} group changes planned")
+
+    def _wait_attached(self) -> None:
         for name, process in self.processes.items():
             if wait_ready(process, 120) is None:
                 raise RuntimeError(f"workload in {name} did not attach (see logs/workload-{name}.log)")
-        self.say(f"workload: {len(self.processes)} swarm processes publishing at {rate:g} msg/s per UAV")
 
     def supervise(self) -> list[dict]:
         events = self.system.supervise()

@@ -23,12 +23,31 @@ import threading
 import time
 
 from testbed.pubsub.lookup import LookupService
-from testbed.pubsub.model import BrokerReport, Migration, Snapshot
+from testbed.pubsub.model import BrokerReport, Migration, Snapshot, TopicClients
 from testbed.pubsub.policies import Overload, get_policy, hash_broker, perform_repartitioning
 
 
 def emit(kind: str, **data) -> None:
     print(json.dumps({"type": kind, "time": time.time(), **data}), flush=True)
+
+
+def clients_from_reports(reports: dict[str, dict], placement: dict[str, str]) -> dict[str, TopicClients]:
+    """topic -> its clients' individual coordinates, from the `clients` of the brokers' reports (only
+    agents run with --report-clients write them, for AllPairs). The owner's list wins when several
+    brokers list a topic (during a migration); a malformed entry is left out."""
+    out: dict[str, TopicClients] = {}
+    for name, data in sorted(reports.items()):
+        listed = data.get("clients")
+        if not isinstance(listed, dict):
+            continue
+        for topic, entry in listed.items():
+            if topic in out and placement.get(topic) != name:
+                continue
+            try:
+                out[topic] = TopicClients.from_dict(entry)
+            except (KeyError, TypeError, ValueError, AttributeError):
+                continue
+    return out
 
 
 class TopicManager(LookupService):
@@ -48,32 +67,40 @@ class TopicManager(LookupService):
 
     # -- snapshot ------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
+        return self.state()[0]
+
+    def state(self) -> tuple[Snapshot, dict[str, TopicClients]]:
+        """The Snapshot, and each topic's individual client coordinates when the brokers report them
+        (AllPairs; empty otherwise)."""
         brokers = self.meta.brokers()
-        reports = {}
+        reports, raw = {}, {}
         for name, data in self.meta.reports().items():
             # Latency-aware decisions need the broker's coordinate; moving topics back and forth does not.
             if name in brokers and (data.get("coord") or self.mode == "pingpong"):
                 reports[name] = BrokerReport.from_dict(data)
+                raw[name] = data
         placement = {t: b for t, b in self.meta.placement().items() if b in reports}
         thresholds = {t: (self.meta.threshold(t) or self.default_threshold) for t in placement}
-        return Snapshot(reports, placement, thresholds)
+        return Snapshot(reports, placement, thresholds), clients_from_reports(raw, placement)
 
     # -- lookup: unowned topics go where the policy says --------------------------------------
     async def resolve(self, topic: str) -> dict:
         if topic not in self.plan:
             try:
-                snapshot = await asyncio.to_thread(self.snapshot)
+                snapshot, clients = await asyncio.to_thread(self.state)
                 if snapshot.brokers:
-                    self.plan[topic] = self.choose(topic, snapshot)
+                    self.plan[topic] = self.choose(topic, snapshot, clients)
             except Exception as error:  # noqa: BLE001 - fall back to the default broker
                 emit("lookup_policy_failed", topic=topic, error=str(error))
         return await super().resolve(topic)
 
-    def choose(self, topic: str, snapshot: Snapshot) -> str:
-        if snapshot.report(topic) is not None or self.policy.name == "pulsar-hash":
-            return self.policy.feasible_brokers(topic, snapshot)[0]
-        # A topic nobody reported yet (its first lookup): the cloud broker serves it until the
-        # first reports say where its clients are; pulsar-hash places it by name.
+    def choose(self, topic: str, snapshot: Snapshot, clients: dict[str, TopicClients] | None = None) -> str:
+        known = snapshot.report(topic) is not None and (self.policy.name != "allpairs" or topic in (clients or {}))
+        if known or self.policy.name == "pulsar-hash":
+            return self.policy.feasible_brokers(topic, snapshot, clients)[0]
+        # A topic nobody reported yet (its first lookup; for AllPairs, also one whose clients are not
+        # listed yet): the cloud broker serves it until the first reports say where its clients are;
+        # pulsar-hash places it by name.
         return self.default if self.default in snapshot.brokers else hash_broker(topic, snapshot.brokers)
 
     # -- the periodic round --------------------------------------------------------------------
@@ -87,8 +114,8 @@ class TopicManager(LookupService):
                 emit("round_failed", round=self.round, error=f"{type(error).__name__}: {error}")
 
     async def one_round(self) -> None:
-        snapshot = await asyncio.to_thread(self.snapshot)
-        await self.replace_orphans(snapshot)
+        snapshot, clients = await asyncio.to_thread(self.state)
+        await self.replace_orphans(snapshot, clients)
         if self.mode == "pingpong":
             migrations = self.pingpong(snapshot)
         else:
@@ -98,7 +125,7 @@ class TopicManager(LookupService):
                 report = snapshot.report(topic)
                 emit("violation_detected", topic=topic, broker=snapshot.placement[topic], e_s=report.e,
                      threshold_s=snapshot.thresholds[topic])
-            migrations = perform_repartitioning(snapshot, self.policy, self.overload)
+            migrations = perform_repartitioning(snapshot, self.policy, self.overload, clients=clients)
         migrations = [m for m in migrations if m.topic not in self.in_flight]
         emit("round", round=self.round, brokers=len(snapshot.brokers), topics=len(snapshot.placement),
              migrations=len(migrations))
@@ -114,12 +141,12 @@ class TopicManager(LookupService):
         return [Migration(t, owner, b if owner == a else a) for t, owner in sorted(snapshot.placement.items())
                 if owner in (a, b)]
 
-    async def replace_orphans(self, snapshot: Snapshot) -> None:
+    async def replace_orphans(self, snapshot: Snapshot, clients: dict[str, TopicClients] | None = None) -> None:
         """Topics whose owner died (ephemeral owner node gone with its session) get a new owner."""
         current = await asyncio.to_thread(self.meta.placement)
         orphans = [t for t, b in self.known.items() if t not in current and b not in snapshot.brokers]
         for topic in orphans:
-            target = self.choose(topic, snapshot) if snapshot.brokers else None
+            target = self.choose(topic, snapshot, clients) if snapshot.brokers else None
             if target:
                 self.plan[topic] = target
                 answer = await super().resolve(topic)

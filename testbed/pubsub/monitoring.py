@@ -2,6 +2,8 @@
 
 A broker keeps only the latest report of each live client of a topic and sends ZooKeeper the
 aggregate (centroids, W, E, rates), so what it reports does not grow with the number of clients.
+The AllPairs baseline (the paper's naive approach) needs every client's coordinate instead:
+`topic_clients` lists them, and a broker agent run with `--report-clients` adds them to its report.
 Reports are input from the network: anything malformed is rejected (and counted by the caller).
 """
 
@@ -14,7 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from testbed.nc.serf import Coordinate
 from testbed.pubsub import latency
-from testbed.pubsub.model import TopicReport, coord_from_dict
+from testbed.pubsub.model import ClientNC, TopicClients, TopicReport, coord_from_dict
 
 
 def parse_nc_report(data: bytes) -> tuple[str, str, Coordinate | None, float]:
@@ -81,3 +83,13 @@ def topic_report(topic: str, broker: str, me: Coordinate | None, state: Owned, s
     report = replace(report, producers=sum(e.role == "producer" for e in entries),
                      consumers=sum(e.role == "consumer" for e in entries))
     return report if usable is me else replace(report, e=float("nan"))
+
+
+def topic_clients(state: Owned) -> TopicClients:
+    """Every live client's own coordinate (what AllPairs needs; grows with the number of clients).
+    Clients without a coordinate yet are left out. Call after `topic_report`, which drops stale clients."""
+    def listed(role: str) -> tuple[ClientNC, ...]:
+        return tuple(ClientNC(name, e.coord) for (name, r), e in sorted(state.clients.items())
+                     if r == role and e.coord is not None)
+
+    return TopicClients(listed("producer"), listed("consumer"))

@@ -76,7 +76,8 @@ class PubSubSystem:
         self.servers[name] = start_nats(self.network, name, self.log_dir)
         self.agents[name] = start_agent(self.network, name, self.zk.hosts, self.log_dir, site=node.site,
                                         cloud=node.role == "cloud", period=self.monitoring_period,
-                                        nc_period=self.nc_period, bandwidth=node.access.bandwidth or 1e9)
+                                        nc_period=self.nc_period, bandwidth=node.access.bandwidth or 1e9,
+                                        report_clients=self.manager.policy == "allpairs")
 
     def _start_manager(self, timeout: float = 30.0) -> None:
         m = self.manager

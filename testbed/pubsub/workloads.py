@@ -5,8 +5,17 @@ every follower subscribes to; every follower publishes `sensor_data-<swarm>`, wh
 subscribes to; each UAV at the scenario's rate and message size. The swarm's coordinate comes from
 its zone's NC proxy. One trace file per subscriber.
 
+mmog: one process per game-server node (paper 5.1.2, 5.8.2): avatar a's topic `avatar-<a>` is
+published (producer `a<a>`) by the game server serving a's client; every game server subscribes to
+the topics of the avatars in the groups of the avatars it serves (its area of interest), except its
+own, and unsubscribes/subscribes as the plan's group changes happen (times since the common start,
+which the experiment writes to --start-file once every game server is ready). Game servers are
+static: their coordinate comes from their own Serf agent. One trace file per (server, avatar topic).
+
     python -m testbed.pubsub.workloads uav --node swarm1 --members 8 --rate 200 --size 1000 \
         --lookup nats://IP:4222 --trace-dir DIR --events FILE --run-id ID --site zone1
+    python -m testbed.pubsub.workloads mmog --node gs1 --plan PLAN.json --start-file FILE --rate 300 \
+        --size 998 --lookup nats://IP:4222 --trace-dir DIR --events FILE --run-id ID --site nyc --coord serf
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import signal
 import sys
 import time
@@ -67,9 +77,155 @@ async def _main(args) -> int:
     return 0
 
 
+# -- mmog ------------------------------------------------------------------------------------------
+def mmog_plan(scenario, servers: list[str]) -> dict:
+    """The MMOG run's plan, shared by every game server's process: which server serves each avatar
+    (round-robin over the game-server nodes in topology order), every avatar's initial group and the
+    group changes (seconds since the workload's start), from `mobility.group_changes`."""
+    from testbed.mobility import group_changes
+
+    groups, changes = group_changes(scenario)
+    return {"servers": list(servers), "serving": [servers[a % len(servers)] for a in range(len(groups))],
+            "groups": groups, "changes": [[c.time, c.avatar, c.from_group, c.to_group] for c in changes]}
+
+
+def area_of_interest(server: str, serving: list[str], groups: list[int]) -> set[int]:
+    """Avatars whose topics `server` subscribes to: every avatar in a group of one of the avatars it
+    serves, except its own avatars."""
+    own = {a for a, s in enumerate(serving) if s == server}
+    wanted = {groups[a] for a in own}
+    return {a for a, g in enumerate(groups) if g in wanted and a not in own}
+
+
+def avatar_topic(avatar: int) -> str:
+    return f"avatar-{avatar}"
+
+
+def avatar_name(avatar: int) -> str:
+    """The producer name of an avatar's updates (what Fig. 9's lines are labelled with)."""
+    return f"a{avatar}"
+
+
+def _due_between(start: float, rate: float, low: float, high: float) -> int:
+    """How many of the messages due at start + k/rate (k >= 0) fall in [low, high)."""
+    first = max(0, math.ceil((low - start) * rate - 1e-9))
+    last = max(0, math.ceil((high - start) * rate - 1e-9))
+    return max(0, last - first)
+
+
+class GameServer:
+    """One game server: publishes its avatars' topics, subscribes to its area of interest, and
+    follows the group changes by unsubscribing and subscribing."""
+
+    def __init__(self, args, events: EventLog, plan: dict):
+        self.args, self.events, self.plan = args, events, plan
+        self.node, self.trace_dir = args.node, Path(args.trace_dir)
+        self.common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
+                       "coord": coordinate_source(args.coord, self.node), "nc_period": args.nc_period}
+        self.groups = list(plan["groups"])
+        self.own = [a for a, s in enumerate(plan["serving"]) if s == self.node]
+        self.publishers = [Publisher(avatar_topic(a), avatar_name(a), args.rate, args.size, precise_s=0.0,
+                                     **self.common) for a in self.own]
+        self.subscribers: dict[int, Subscriber] = {}
+        self.opened: dict[int, float] = {}  # avatar -> when its current subscription was ready
+        self.windows: list[tuple[float, float]] = []  # closed subscriptions (ready, closed)
+        self.received_closed = 0
+        self.start = None
+
+    async def subscribe(self, avatar: int) -> None:
+        topic = avatar_topic(avatar)
+        sub = Subscriber(topic, self.node, trace=self.trace_dir / f"{topic}.{self.node}.jsonl", keep_latencies=False,
+                         **self.common)
+        self.subscribers[avatar] = sub
+        await sub.start()
+        self.opened[avatar] = time.time()
+
+    async def unsubscribe(self, avatar: int) -> None:
+        sub = self.subscribers.pop(avatar)
+        ready = self.opened.pop(avatar, None)
+        await sub.close()
+        if ready is not None:
+            self.windows.append((ready, time.time()))
+        self.received_closed += sub.received
+
+    async def follow_groups(self) -> None:
+        """Apply the group changes at their times (relative to the common start)."""
+        for at, avatar, old, new in self.plan["changes"]:
+            delay = self.start + at - time.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            self.groups[avatar] = new
+            if avatar in self.own:
+                self.events.add("group_change", avatar=avatar, server=self.node, from_group=old, to_group=new,
+                                planned_at_s=at)
+            wanted = area_of_interest(self.node, self.plan["serving"], self.groups)
+            current = set(self.subscribers)
+            added, removed = sorted(wanted - current), sorted(current - wanted)
+            if not added and not removed:
+                continue
+            self.events.add("aoi_change", client=self.node, avatar=avatar, planned_at_s=at,
+                            subscribed=[avatar_topic(a) for a in added], unsubscribed=[avatar_topic(a) for a in removed])
+            await asyncio.gather(*(self.unsubscribe(a) for a in removed), *(self.subscribe(a) for a in added))
+
+    def expected(self, stopped: float) -> int:
+        windows = self.windows + [(ready, stopped) for ready in self.opened.values()]
+        return sum(_due_between(self.start, self.args.rate, max(low, self.start), high) for low, high in windows)
+
+
+async def _wait_start(path: Path, stop: asyncio.Event, timeout: float = 300.0) -> float | None:
+    """The common start time (epoch s) the experiment writes once every game server is ready."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not stop.is_set():
+        try:
+            return float(path.read_text().strip())
+        except (OSError, ValueError):
+            await asyncio.sleep(0.05)
+    return None
+
+
+async def _main_mmog(args) -> int:
+    Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
+    events = EventLog(args.events)
+    plan = json.loads(Path(args.plan).read_text())
+    server = GameServer(args, events, plan)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    for avatar in sorted(area_of_interest(args.node, plan["serving"], server.groups)):
+        await server.subscribe(avatar)
+    for publisher in server.publishers:
+        await publisher.start()
+    print(json.dumps({"ready": True, "avatars": server.own, "publishers": len(server.publishers),
+                      "subscribers": len(server.subscribers)}), flush=True)
+    if args.start_file:
+        server.start = await _wait_start(Path(args.start_file), stop)
+        if server.start is None:
+            server.start = time.time() + 0.5
+    else:
+        server.start = time.time() + 0.5
+    work = [asyncio.create_task(p.run(duration=args.duration, start=server.start)) for p in server.publishers]
+    work.append(asyncio.create_task(server.follow_groups()))
+    waiter = asyncio.create_task(stop.wait())
+    publishing = [t for t in work[:-1]] or [waiter]
+    await asyncio.wait({*publishing, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    stopped = time.time()
+    for task in [*work, waiter]:
+        task.cancel()
+    await asyncio.sleep(0.5)  # messages in flight reach the subscribers
+    received = server.received_closed + sum(s.received for s in server.subscribers.values())
+    summary = {"node": args.node, "avatars": server.own, "sent": sum(p.sent for p in server.publishers),
+               "expected": server.expected(stopped), "received": received,
+               "subscriptions": len(server.windows) + len(server.subscribers)}
+    for client in server.publishers + list(server.subscribers.values()):
+        await client.close()
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["uav"])
+    parser.add_argument("kind", choices=["uav", "mmog"])
     parser.add_argument("--node", required=True)
     parser.add_argument("--members", type=int, default=8)
     parser.add_argument("--rate", type=float, required=True)
@@ -82,7 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", default="")
     parser.add_argument("--coord", default="proxy")
     parser.add_argument("--nc-period", type=float, default=5.0)
-    return asyncio.run(_main(parser.parse_args(argv)))
+    parser.add_argument("--plan", type=Path, help="mmog: the plan (servers, serving, groups, changes) as JSON")
+    parser.add_argument("--start-file", type=Path, help="mmog: wait for the common start time (epoch s) in this file")
+    args = parser.parse_args(argv)
+    if args.kind == "mmog":
+        if not args.plan:
+            parser.error("mmog needs --plan")
+        return asyncio.run(_main_mmog(args))
+    return asyncio.run(_main(args))
 
 
 if __name__ == "__main__":
