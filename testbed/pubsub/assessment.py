@@ -395,7 +395,7 @@ def plot_assessment(summary: Iterable[dict], kind: str, path: str | Path, evalua
         ax.grid(alpha=0.3)
         ax.set_xticks(ticks)
     where = "coordinate estimates" if evaluated_on == "estimate" else "configured latencies"
-    fig.suptitle(f"{'MMOG' if kind == 'mmog' else 'UAV swarms'}: broker selection policies ({where})")
+    fig.suptitle(f"Fig. {4 if kind == 'mmog' else 5}: {'MMOG' if kind == 'mmog' else 'UAV swarms'}, broker selection policies ({where})")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
