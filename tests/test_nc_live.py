@@ -127,6 +127,13 @@ def test_proxy_answer_follows_the_zone_and_adds_access_latency(tmp_path):
 
             first = ask()
             assert first["proxy"] == "pzone1"
+
+            def reporter_saw(proxy: str) -> bool:
+                return any(a.get("proxy") == proxy for a in roles.nc_answers() if a["node"] == "uav1")
+
+            deadline = time.monotonic() + 15
+            while not reporter_saw("pzone1") and time.monotonic() < deadline:
+                time.sleep(0.2)  # the mobile client's own 1 s loop has answered from zone1 before it moves
             # access latency = the UAV's 4 ms + the proxy's 1 ms (one way), measured by the proxy
             assert first["access_s"] * 1e3 == pytest.approx(5.0, abs=1.0)
             # the height carries the client-proxy RTT less the proxy's own leg: at least the client's
@@ -135,7 +142,9 @@ def test_proxy_answer_follows_the_zone_and_adds_access_latency(tmp_path):
             session.network.relink("uav1", "zone2")
             second = ask()
             assert second["proxy"] == "pzone2"
-            time.sleep(2.5)
+            deadline = time.monotonic() + 15
+            while not reporter_saw("pzone2") and time.monotonic() < deadline:
+                time.sleep(0.2)
             answers = [a for a in roles.nc_answers() if a["node"] == "uav1" and a.get("proxy")]
             assert {a["proxy"] for a in answers} == {"pzone1", "pzone2"}
         finally:

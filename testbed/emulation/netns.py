@@ -11,6 +11,7 @@ import ctypes
 import os
 import socket
 import threading
+from contextlib import contextmanager
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -23,19 +24,25 @@ def _setns(fd: int) -> None:
         raise OSError(error, f"setns: {os.strerror(error)}")
 
 
+@contextmanager
+def entered(pid: int):
+    """The calling thread is in the network namespace of process `pid` for the block."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+        try:
+            _setns(target)
+            try:
+                yield
+            finally:
+                _setns(home)
+        finally:
+            os.close(target)
+    finally:
+        os.close(home)
+
+
 def connect_in(pid: int, address: tuple[str, int], timeout: float = 5.0) -> socket.socket:
     """A connected TCP socket living in the network namespace of process `pid`."""
-    with _lock:
-        home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-        try:
-            target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-            try:
-                _setns(target)
-                try:
-                    return socket.create_connection(address, timeout=timeout)
-                finally:
-                    _setns(home)
-            finally:
-                os.close(target)
-        finally:
-            os.close(home)
+    with _lock, entered(pid):
+        return socket.create_connection(address, timeout=timeout)

@@ -9,29 +9,9 @@ nats-py (which opens its own sockets) can be driven from the harness.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
-from contextlib import contextmanager
 
-from testbed.emulation.netns import _setns
-
-
-@contextmanager
-def entered(pid: int):
-    """The calling thread is in the network namespace of process `pid` for the block."""
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
-        try:
-            _setns(target)
-            try:
-                yield
-            finally:
-                _setns(home)
-        finally:
-            os.close(target)
-    finally:
-        os.close(home)
+from testbed.emulation.netns import entered
 
 
 class NodeLoop:
