@@ -205,6 +205,12 @@ def _finish_workload(session: Session, workload, events, out: Path, meta: dict) 
                       f"{100 * c['violation_ratio']:.2f} %" if c["violation_ratio"] is not None else "-")
     session.console.print(table)
     lost = max(0, expected - summary["delivered"])
+    if "failover" in summary:
+        f = summary["failover"]
+        session.console.print(
+            f"failover: killed {', '.join(f['brokers_killed'])}; {f['topics_replaced']} topics re-placed; "
+            f"{f['clients_recovered']} of {f['clients_lost_broker']} clients back on a broker, downtime "
+            + (f"p50 {f['downtime_p50_s']:.2f} s, max {f['downtime_max_s']:.2f} s" if f["downtime_max_s"] else "-"))
     session.console.print(f"migrations {summary['migrations']} (failed {summary['migrations_failed']}), violations "
                           f"detected {summary['violations_detected']}, deliveries {summary['delivered']} of "
                           f"{expected} expected ({lost} not delivered, including those in flight at the stop)")
@@ -242,8 +248,10 @@ def _drive(session: Session, roles, events, workload=None) -> int:
     next_snapshot = 0.0
     _write_event(events, type="run_start", time=time.time(), run_id=session.run_id)
     pending = list(session.handovers)
+    faults = sorted(session.scenario.faults, key=lambda f: f.at)
     done = 0
     next_report = 0.0
+    progress = workload.progress if workload is not None else None
     while True:
         elapsed = time.monotonic() - start
         if elapsed >= duration:
@@ -255,6 +263,11 @@ def _drive(session: Session, roles, events, workload=None) -> int:
             _write_event(events, type="relink", time=event.time, node=event.node, from_site=event.from_site,
                          to_site=event.to_site, planned_at_s=planned.time, late_s=round(elapsed - planned.time, 4),
                          call_s=round(event.duration_s, 4))
+        while faults and faults[0].at <= elapsed:
+            fault = faults.pop(0)
+            workload.kill_broker(fault.kill, planned_at_s=fault.at)
+            roles.kill(fault.kill)
+            session.say(f"fault: broker {fault.kill} killed for good at {elapsed:.1f}s")
         for problem in network.check():
             _write_event(events, type="data_path_problem", time=time.time(), detail=problem)
             session.say(f"problem: {problem}")
@@ -267,8 +280,12 @@ def _drive(session: Session, roles, events, workload=None) -> int:
             _write_event(events, **snap)
             next_snapshot += SNAPSHOT_PERIOD_S
         if elapsed >= next_report:
+            traffic = ""
+            if progress is not None:
+                rate, migrations = progress()
+                traffic = f", {rate:,.0f} deliveries/s, migrations {migrations}"
             session.say(f"running: {elapsed:5.0f}s of {duration:g}s, {duration - elapsed:4.0f}s left, "
-                        f"handovers {done}/{len(session.handovers)}")
+                        f"handovers {done}/{len(session.handovers)}{traffic}")
             next_report += 10
         wait = min(0.05, (pending[0].time - elapsed) if pending else 0.05)
         time.sleep(max(0.001, wait))

@@ -91,6 +91,10 @@ class Roles:
                                    "exit_code": process.returncode})
         return events
 
+    def kill(self, node: str) -> bool:
+        """The node crashed for good (a scenario fault): its Serf agent goes with it."""
+        return bool(self.agents and self.agents.kill(node))
+
     def nc_answers(self) -> list[dict]:
         """Every mobile client's proxy answers so far."""
         answers = []

@@ -157,6 +157,19 @@ def test_override_of_unknown_site(tmp_path):
         check(load(path), str(path))
 
 
+@pytest.mark.parametrize("fault,expected", [
+    ("{at: 5s, kill: cloud}", "'cloud': the cloud node holds ZooKeeper and the topic manager"),
+    ("{at: 5s, kill: bzone9}", "'bzone9': not a broker node; brokers: bzone1, bzone2"),
+    ("{at: 10s, kill: bzone1}", "10s is not within the run's duration (10s)"),
+])
+def test_faults_name_an_edge_broker_within_the_run(tmp_path, fault, expected):
+    path = tmp_path / "f.yaml"
+    path.write_text(MINIMAL + f"faults:\n  - {fault}\n")
+    with pytest.raises(ScenarioError) as info:
+        check(load(path), str(path))
+    assert str(info.value).startswith(f"{path}:12: faults[0].") and expected in str(info.value), str(info.value)
+
+
 def test_cli_exit_codes(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(MINIMAL.replace("rate: 200/s", "rate: 20O/s"))

@@ -120,6 +120,16 @@ class SerfAgents:
         self.events.extend(events)
         return events
 
+    def kill(self, node: str) -> bool:
+        """A crash for good (a fault of the scenario): SIGKILL, and no longer supervised or asked."""
+        agent = self.agents.pop(node, None)
+        if agent is None:
+            return False
+        if agent.process.poll() is None:
+            agent.process.kill()
+        agent.process.wait()
+        return True
+
     def pids(self) -> dict[str, int]:
         return {node: agent.process.pid for node, agent in self.agents.items()}
 

@@ -39,17 +39,28 @@ from testbed.pubsub.model import coord_from_dict, coord_to_dict
 TRACE_FIELDS = ("run_id", "topic", "producer", "consumer", "msg_id", "seq", "send_time", "receive_time", "broker",
                 "producer_site", "consumer_site")
 FLUSH_EVERY_S = 1.0
+RELOOKUP_CONNECT_S = 2.0  # a nats-server that is up accepts within an RTT; a dead one is given this long
 
 
 async def _log_error(error: Exception) -> None:
     logging.getLogger("nats").warning("nats: %s: %s", type(error).__name__, error)  # one line, no traceback
 
 
-async def connect_nats(address: str, name: str | None = None, timeout: float = 10.0):
+async def connect_nats(address: str, name: str | None = None, timeout: float = 10.0, disconnected_cb=None):
     """A NATS connection that reconnects forever once up (a restarted nats-server) but gives up on
-    a first connect after `timeout` (a broker that is gone). Agents use it too."""
+    a first connect after `timeout` (a broker that is gone). Agents use it too. `disconnected_cb`
+    (a coroutine function) runs each time the connection drops."""
     return await asyncio.wait_for(nats.connect(address, name=name, connect_timeout=5, max_reconnect_attempts=-1,
-                                               reconnect_time_wait=0.2, error_cb=_log_error), timeout)
+                                               reconnect_time_wait=0.2, error_cb=_log_error,
+                                               disconnected_cb=disconnected_cb), timeout)
+
+
+async def _reachable(address: str, timeout: float = 1.0) -> None:
+    """Raises unless something accepts TCP at nats://host:port (a refused connect fails at once,
+    where a NATS connect would keep retrying until its timeout)."""
+    host, port = address.removeprefix("nats://").rsplit(":", 1)
+    _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), timeout)
+    writer.close()
 
 
 async def lookup(topic: str, lookup_nc, timeout: float = 10.0) -> dict:
@@ -104,6 +115,7 @@ class TopicClient:
         self.current: Endpoint | None = None
         self.downtime: dict | None = None  # an open downtime: control message seen, new broker not used yet
         self._lookup_nc = None
+        self._closing = False
         self._move_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
 
@@ -124,8 +136,15 @@ class TopicClient:
                 self.events.add("lookup_failed", topic=self.topic, client=self.name, error=str(error))
                 await asyncio.sleep(0.2)
 
-    async def _attach(self, broker: str, address: str) -> Endpoint:
-        ep = Endpoint(broker, address, await connect_nats(address))
+    async def _attach(self, broker: str, address: str, timeout: float = 10.0) -> Endpoint:
+        attached: list[Endpoint] = []
+
+        async def dropped() -> None:
+            if attached:
+                self._lost(attached[0])
+
+        ep = Endpoint(broker, address, await connect_nats(address, timeout=timeout, disconnected_cb=dropped))
+        attached.append(ep)
         ep.subs.append(await ep.nc.subscribe(f"_ep.ctl.{self.topic}", cb=functools.partial(self._on_ctl, ep)))
         await self._on_attach(ep)
         if self.role == "consumer":  # make before break: subscribed at the new broker before leaving the old
@@ -140,7 +159,7 @@ class TopicClient:
         if ep is None:
             return
         try:
-            await ep.nc.drain()
+            await asyncio.wait_for(ep.nc.drain(), 5.0)
         except Exception:  # noqa: BLE001 - the old broker may be gone
             await ep.nc.close()
 
@@ -163,6 +182,18 @@ class TopicClient:
             self._spawn(self._move(control.get("broker", "?"), control["address"]))
         elif op == "disconnect":
             self._open_downtime("disconnect", ep, None)
+            self._spawn(self._relookup(ep))
+
+    def _lost(self, ep: Endpoint) -> None:
+        """The connection to the broker in use dropped (its nats-server died or restarted): the
+        downtime starts now, and the client looks the topic up again. A broker that comes back is
+        found again through the lookup; one that died for good has its topics re-placed by the topic
+        manager once its ZooKeeper session expires."""
+        if ep is not self.current or self._closing:
+            return  # a connection being left or closed on purpose
+        self.events.add("broker_lost", topic=self.topic, client=self.name, role=self.role, broker=ep.broker)
+        self._open_downtime("broker_lost", ep, None)
+        if self.lookup_url:
             self._spawn(self._relookup(ep))
 
     def _open_downtime(self, reason: str, ep: Endpoint, target: str | None) -> None:
@@ -196,14 +227,19 @@ class TopicClient:
                 return
             self.current = None
             self._spawn(self._detach(old))
+            pause = 0.2
             while True:
                 broker, address = await self._lookup()
-                try:
-                    new = await self._attach(broker, address)
+                try:  # a broker that is up accepts at once; a dead one is tried again after the next lookup
+                    if address == old.address:  # still the broker we lost: is it back?
+                        await _reachable(address)
+                    new = await self._attach(broker, address, timeout=RELOOKUP_CONNECT_S)
                     break
                 except Exception as error:  # noqa: BLE001 - look up again: the owner may change meanwhile
-                    self.events.add("attach_failed", topic=self.topic, client=self.name, to=broker, error=str(error))
-                    await asyncio.sleep(0.2)
+                    self.events.add("attach_failed", topic=self.topic, client=self.name, to=broker,
+                                    error=f"{type(error).__name__}: {error}")
+                    await asyncio.sleep(pause)
+                    pause = min(2.0, pause * 2)
             await self._before_detach(old, new)
             self.current = new
             self.events.add("relinked", topic=self.topic, client=self.name, role=self.role, frm=old.broker, to=broker)
@@ -253,6 +289,7 @@ class TopicClient:
                 await self._send_report(self.current)
 
     async def close(self) -> None:
+        self._closing = True
         for task in list(self._tasks):
             task.cancel()
         for nc in (self.current and self.current.nc, self._lookup_nc):

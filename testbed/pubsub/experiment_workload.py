@@ -31,6 +31,17 @@ class PubSubWorkload:
                                      control.overload.output_rate)),
             monitoring_period=control.monitoring_period, nc_period=control.nc_report_period)
         self.processes: dict[str, subprocess.Popen] = {}
+        self.faults: list[dict] = []
+        self._deliveries = LineCounter(self.out / "traces", "*.jsonl")
+        self._manager_lines = LineCounter(self.out / "logs", "manager.jsonl", b'"migration_end"')
+        self._last_progress = (time.monotonic(), 0)
+
+    def progress(self) -> tuple[float, int]:
+        """Deliveries per second since the last call (trace rows written) and migrations so far."""
+        now, delivered = time.monotonic(), self._deliveries.count()
+        then, before = self._last_progress
+        self._last_progress = (now, delivered)
+        return (delivered - before) / max(1e-3, now - then), self._manager_lines.count()
 
     @staticmethod
     def supported(scenario) -> bool:
@@ -104,6 +115,10 @@ class PubSubWorkload:
             if wait_ready(process, 120) is None:
                 raise RuntimeError(f"workload in {name} did not attach (see logs/workload-{name}.log)")
 
+    def kill_broker(self, node: str, planned_at_s: float) -> None:
+        """A scenario fault; its event joins the run's with the system's own (see events())."""
+        self.faults.append({**self.system.kill(node), "planned_at_s": planned_at_s})
+
     def supervise(self) -> list[dict]:
         events = self.system.supervise()
         for name, process in self.processes.items():
@@ -129,7 +144,7 @@ class PubSubWorkload:
 
     def events(self) -> list[dict]:
         """Manager decisions and migrations, broker and client events, in time order."""
-        found = list(self.system.manager_events())
+        found = list(self.system.manager_events()) + self.faults
         for path in sorted((self.out / "logs").glob("broker-*.events.jsonl")) + sorted(
                 (self.out / "logs").glob("clients-*.jsonl")):
             for line in path.read_text().splitlines():
@@ -138,6 +153,34 @@ class PubSubWorkload:
                 except ValueError:
                     pass
         return sorted(found, key=lambda e: e.get("time", 0))
+
+
+class LineCounter:
+    """Counts the lines (or the lines holding `needle`) appended to growing files, reading only
+    what is new since the last call: cheap enough for a progress line every few seconds."""
+
+    def __init__(self, directory: Path, pattern: str, needle: bytes | None = None):
+        self.directory, self.pattern, self.needle = Path(directory), pattern, needle
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, bytes] = {}
+        self.total = 0
+
+    def count(self) -> int:
+        for path in sorted(self.directory.glob(self.pattern)):
+            try:
+                with path.open("rb") as handle:
+                    handle.seek(self.offsets.get(path, 0))
+                    data = self.partial.pop(path, b"") + handle.read()
+                    self.offsets[path] = handle.tell()
+            except OSError:
+                continue
+            complete, _, rest = data.rpartition(b"\n")
+            if rest:
+                self.partial[path] = rest
+            if complete or data.endswith(b"\n"):
+                lines = complete.split(b"\n") if complete else [b""]
+                self.total += sum(self.needle in line for line in lines) if self.needle else len(lines)
+        return self.total
 
 
 def trace_rows(trace_dir: Path):
@@ -170,6 +213,24 @@ def summarize(trace_dir: Path, thresholds: dict[str, float], events: list[dict],
     migrations = [e for e in events if e.get("type") == "migration_end"]
     sent = sum(s.get("sent", 0) for s in summaries)
     received = sum(s.get("received", 0) for s in summaries)
-    return {"classes": classes, "migrations": len(migrations), "migrations_failed": sum(not m.get("ok") for m in migrations),
-            "violations_detected": sum(e.get("type") == "violation_detected" for e in events),
-            "published": sent, "delivered": received}
+    summary = {"classes": classes, "migrations": len(migrations),
+               "migrations_failed": sum(not m.get("ok") for m in migrations),
+               "violations_detected": sum(e.get("type") == "violation_detected" for e in events),
+               "published": sent, "delivered": received}
+    if any(e.get("type") == "broker_killed" for e in events):
+        summary["failover"] = failover(events)
+    return summary
+
+
+def failover(events: list[dict]) -> dict:
+    """What killed brokers cost: topics re-placed, and each client's downtime from losing its broker
+    to its first message through the new owner (clients still without a broker at the end are counted)."""
+    lost = {(e["topic"], e["client"], e.get("role")) for e in events if e.get("type") == "broker_lost"}
+    downs = [e for e in events if e.get("type") == "downtime" and e.get("reason") == "broker_lost"]
+    recovered = {(e["topic"], e["client"], e.get("role")) for e in downs}
+    values = sorted(e["downtime_s"] for e in downs)
+    return {"brokers_killed": sorted(e["node"] for e in events if e.get("type") == "broker_killed"),
+            "topics_replaced": len({e["topic"] for e in events if e.get("type") == "orphan_replaced" and e.get("broker")}),
+            "clients_lost_broker": len(lost), "clients_recovered": len(lost & recovered),
+            "downtime_p50_s": statistics.median(values) if values else None,
+            "downtime_max_s": values[-1] if values else None}

@@ -23,7 +23,7 @@ import threading
 import time
 
 from testbed.pubsub.lookup import LookupService
-from testbed.pubsub.model import BrokerReport, Migration, Snapshot, TopicClients
+from testbed.pubsub.model import BrokerReport, Migration, Snapshot, TopicClients, TopicReport
 from testbed.pubsub.policies import Overload, get_policy, hash_broker, perform_repartitioning
 
 
@@ -62,6 +62,9 @@ class TopicManager(LookupService):
         self.overload = Overload(args.cpu, args.memory, args.network, args.output_rate)
         self.default_threshold = args.threshold
         self.known: dict[str, str] = {}  # last placement seen: finds topics orphaned by a dead broker
+        self.last_reports: dict[str, TopicReport] = {}  # each topic's latest report from a live owner
+        self.last_clients: dict[str, TopicClients] = {}  # and its clients' coordinates (AllPairs)
+        self.orphan_locks: dict[str, asyncio.Lock] = {}
         self.in_flight: set[str] = set()
         self.round = 0
 
@@ -80,19 +83,45 @@ class TopicManager(LookupService):
                 reports[name] = BrokerReport.from_dict(data)
                 raw[name] = data
         placement = {t: b for t, b in self.meta.placement().items() if b in reports}
-        thresholds = {t: (self.meta.threshold(t) or self.default_threshold) for t in placement}
-        return Snapshot(reports, placement, thresholds), clients_from_reports(raw, placement)
+        live = Snapshot(reports, placement)
+        clients = clients_from_reports(raw, placement)
+        self.last_reports.update({t: r for t, r in live.reports().items() if t in placement})
+        self.last_clients.update({t: c for t, c in clients.items() if t in placement})
+        carried = {t: r for t, r in self.last_reports.items() if t not in placement}
+        clients.update({t: c for t, c in self.last_clients.items() if t not in placement})
+        thresholds = {t: (self.meta.threshold(t) or self.default_threshold) for t in [*placement, *carried]}
+        return Snapshot(reports, placement, thresholds, carried), clients
 
     # -- lookup: unowned topics go where the policy says --------------------------------------
     async def resolve(self, topic: str) -> dict:
-        if topic not in self.plan:
-            try:
-                snapshot, clients = await asyncio.to_thread(self.state)
-                if snapshot.brokers:
-                    self.plan[topic] = self.choose(topic, snapshot, clients)
-            except Exception as error:  # noqa: BLE001 - fall back to the default broker
-                emit("lookup_policy_failed", topic=topic, error=str(error))
+        if await asyncio.to_thread(self.meta.owner, topic):  # an owned topic needs no plan
+            return await super().resolve(topic)
+        try:
+            snapshot, clients = await asyncio.to_thread(self.state)
+        except Exception as error:  # noqa: BLE001 - fall back to the default broker
+            emit("lookup_policy_failed", topic=topic, error=str(error))
+            return await super().resolve(topic)
+        if self.plan.get(topic) not in snapshot.brokers:  # no plan, or one for a broker that has died
+            self.plan.pop(topic, None)
+            if snapshot.brokers:
+                self.plan[topic] = self.choose(topic, snapshot, clients)
+        if self.known.get(topic) not in (None, *snapshot.brokers):
+            # A client asks for a topic whose owner died before a round noticed: placed now.
+            return await self._place_orphan(topic, via="lookup")
         return await super().resolve(topic)
+
+    async def _place_orphan(self, topic: str, via: str) -> dict:
+        """Assign a topic whose owner died (as planned in self.plan) and record where it went."""
+        async with self.orphan_locks.setdefault(topic, asyncio.Lock()):  # once, however many clients ask
+            dead = self.known.get(topic)
+            answer = await super().resolve(topic)
+            broker = answer.get("broker")
+            if broker != dead:
+                emit("orphan_replaced", topic=topic, dead=dead, broker=broker, error=answer.get("error"), via=via,
+                     carried=topic in self.last_reports)
+                if broker:
+                    self.known[topic] = broker
+        return answer
 
     def choose(self, topic: str, snapshot: Snapshot, clients: dict[str, TopicClients] | None = None) -> str:
         known = snapshot.report(topic) is not None and (self.policy.name != "allpairs" or topic in (clients or {}))
@@ -144,15 +173,12 @@ class TopicManager(LookupService):
     async def replace_orphans(self, snapshot: Snapshot, clients: dict[str, TopicClients] | None = None) -> None:
         """Topics whose owner died (ephemeral owner node gone with its session) get a new owner."""
         current = await asyncio.to_thread(self.meta.placement)
+        self.known.update(current)
         orphans = [t for t, b in self.known.items() if t not in current and b not in snapshot.brokers]
         for topic in orphans:
-            target = self.choose(topic, snapshot, clients) if snapshot.brokers else None
-            if target:
-                self.plan[topic] = target
-                answer = await super().resolve(topic)
-                emit("orphan_replaced", topic=topic, dead=self.known[topic], broker=answer.get("broker"),
-                     error=answer.get("error"))
-        self.known = {**current}
+            if snapshot.brokers:
+                self.plan[topic] = self.choose(topic, snapshot, clients)
+                await self._place_orphan(topic, via="round")
 
     # -- migrations ----------------------------------------------------------------------------
     async def execute(self, migrations: list[Migration], snapshot: Snapshot) -> None:

@@ -147,6 +147,9 @@ class Snapshot(_Json):
     brokers: dict[str, BrokerReport]
     placement: dict[str, str]
     thresholds: dict[str, float] = field(default_factory=dict)
+    # The last report of topics whose owner died: their clients' centroids still say where they
+    # are, so the topic is re-placed near them rather than wherever a first lookup would put it.
+    carried: dict[str, TopicReport] = field(default_factory=dict)
 
     def report(self, topic: str) -> TopicReport | None:
         """The topic's report from the broker that owns it (else from any broker that reports it)."""
@@ -157,7 +160,7 @@ class Snapshot(_Json):
         Computed once per snapshot (a snapshot is not changed after it is built)."""
         cached = self.__dict__.get("_reports")
         if cached is None:
-            cached = {}
+            cached = dict(self.carried)
             for broker in self.brokers.values():
                 for report in broker.topics:
                     if report.topic not in cached or self.placement.get(report.topic) == broker.broker:

@@ -113,6 +113,17 @@ class PubSubSystem:
                     pass  # "ready" and partial lines
         return events
 
+    def kill(self, name: str) -> dict:
+        """Crash broker `name` for good (a scenario fault): SIGKILL its nats-server and agent, and stop
+        supervising it. Its ZooKeeper session then expires and the topic manager re-places its topics."""
+        if name not in self.servers:
+            raise ValueError(f"{name} is not a running broker")
+        for process in (self.servers.pop(name), self.agents.pop(name)):
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+        return {"type": "broker_killed", "time": time.time(), "node": name}
+
     def supervise(self) -> list[dict]:
         events = []
         for name in list(self.servers):

@@ -302,6 +302,14 @@ class Control(Strict):
     overload: Overload = Overload()
 
 
+class Fault(Strict):
+    """At `at` into the run, the broker node `kill` crashes for good: its nats-server, broker agent
+    and Serf agent are killed (SIGKILL) and not restarted. Its topics must be re-placed."""
+
+    at: PositiveDuration
+    kill: Name
+
+
 class Emulation(Strict):
     backend: Literal["auto", "containernet", "mininet"] = "auto"
     shaper: Literal["auto", "netem", "delayline"] = "auto"
@@ -325,6 +333,7 @@ class Scenario(Strict):
     workload: Workload = Workload(kind="none")
     mobility: Mobility = Mobility()
     control: Control = Control()
+    faults: list[Fault] = []
     emulation: Emulation = Emulation()
     outputs: Outputs = Outputs()
 

@@ -44,9 +44,23 @@ def check(scenario: Scenario, path: str) -> None:
     if problems:
         raise ScenarioError(problems)
     try:
-        topology.build(scenario)
+        built = topology.build(scenario)
     except ValueError as error:
         report(("nodes",), str(error))
         raise ScenarioError(problems) from None
+    brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
+    for i, fault in enumerate(scenario.faults):
+        if fault.kill not in brokers:
+            why = ("the cloud node holds ZooKeeper and the topic manager; only edge brokers can be killed"
+                   if fault.kill in built.nodes and built.nodes[fault.kill].role == "cloud" else "not a broker node")
+            report(("faults", i, "kill"), f"{fault.kill!r}: {why}; brokers: {', '.join(brokers) or 'none'}")
+        if fault.at >= scenario.duration:
+            report(("faults", i, "at"), f"{fault.at:g}s is not within the run's duration ({scenario.duration:g}s)")
+    if scenario.faults and scenario.workload.kind == "none":
+        report(("faults",), "faults kill brokers of the pub/sub system: the scenario needs a workload")
+    if len({f.kill for f in scenario.faults}) != len(scenario.faults):
+        report(("faults",), "each broker can be killed once")
+    if problems:
+        raise ScenarioError(problems)
 
 

@@ -1,0 +1,56 @@
+"""A broker killed for good mid-run (scenarios/failover-smoke.yaml, root only; about 80 s): its topics
+are re-placed near their clients and every client's downtime is measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed.emulation import choose
+
+ROOT = Path(__file__).resolve().parent.parent
+SESSION_TIMEOUT_S = 6.0  # the broker agent's ZooKeeper session: how long a dead broker still owns its topics
+pytestmark = [
+    pytest.mark.root, pytest.mark.slow,
+    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+    pytest.mark.skipif(not choose.mininet_importable()[0], reason="Mininet is not installed"),
+    pytest.mark.skipif(not all(shutil.which(b) for b in ("serf", "nats-server", "java")),
+                       reason="needs serf, nats-server and Java (ZooKeeper)"),
+]
+
+
+def test_a_killed_broker_has_its_topics_replaced_and_the_downtime_measured(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "scenarios/failover-smoke.yaml",
+                          "--results", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (out,) = tmp_path.glob("failover-smoke-*")
+    summary = json.loads((out / "summary.json").read_text())
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    start = next(e["time"] for e in events if e["type"] == "run_start")
+    (killed,) = [e for e in events if e["type"] == "broker_killed"]
+    assert killed["node"] == "bzone1" and abs(killed["time"] - start - 25.0) < 1.0
+
+    failover = summary["failover"]
+    print(f"\nfailover: {failover}")
+    assert failover["brokers_killed"] == ["bzone1"]
+    # Both topics of the swarm lived on bzone1 (its home zone) and were re-placed, from their last
+    # report, on the nearest live broker: bzone2 (30 ms RTT away) rather than the cloud (80 ms).
+    orphans = {e["topic"]: e for e in events if e["type"] == "orphan_replaced"}
+    assert set(orphans) == {"follow_leader-swarm1", "sensor_data-swarm1"}
+    assert all(o["dead"] == "bzone1" and o["broker"] == "bzone2" and o["carried"] for o in orphans.values())
+    assert failover["topics_replaced"] == 2
+    # Every client (3 UAVs x 2 topics) lost its broker and came back; the downtime is bounded by the
+    # ZooKeeper session timeout plus the clients' lookup back-off.
+    assert failover["clients_lost_broker"] == 6 and failover["clients_recovered"] == 6
+    assert SESSION_TIMEOUT_S - 1 <= failover["downtime_p50_s"] <= failover["downtime_max_s"] <= SESSION_TIMEOUT_S + 4
+    # After the failover the traffic flows through bzone2, and almost everything was delivered.
+    late = [json.loads(line) for path in (out / "traces").glob("*.jsonl") for line in path.open()
+            if float(json.loads(line)["send_time"]) > killed["time"] + SESSION_TIMEOUT_S + 5]
+    assert late and {row["broker"] for row in late} == {"bzone2"}
+    assert summary["delivered"] >= 0.9 * summary["expected_deliveries"]
