@@ -78,6 +78,10 @@ class Session:
 
     def __enter__(self) -> Session:
         problems = doctor.preflight(len(self.topology.nodes) + len(self.topology.sites))
+        if self.backend == "containernet":
+            from testbed.emulation.containernet_backend import image_problems
+
+            problems += image_problems({n.role for n in self.topology.nodes.values()})
         if problems:
             raise BadRunInput("cannot run here: " + "; ".join(problems))
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -35,7 +34,7 @@ class Roles:
         self.reporters: dict[str, subprocess.Popen] = {}
 
     def python(self) -> list[str]:
-        return [sys.executable, "-m"]
+        return [self.network.python, "-m"]
 
     def start(self) -> None:
         nodes = agent_nodes(self.topology)

@@ -8,12 +8,17 @@ the tag like a Mininet node's.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from testbed.emulation import runstate
 
 # The same settings as NODE_SYSCTLS for namespace hosts; Docker applies them at creation.
 DOCKER_SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1",
                   "net.ipv4.tcp_rmem": "4096 131072 33554432", "net.ipv4.tcp_wmem": "4096 65536 33554432"}
 ROLE_IMAGES = {"cloud": "cloud", "broker": "broker", "nc-proxy": "nc-proxy"}
+IMAGE_PYTHON = "/opt/venv/bin/python"  # the project's venv in images/project
+PROJECT_SOURCE = Path(__file__).resolve().parents[2]  # the repository root (holds testbed/)
+SOURCE_MOUNT = "/opt/testbed-live"
 DEFAULT_IMAGE_ROLE = "client"
 
 
@@ -46,15 +51,62 @@ def _docker_class():
     return RunDocker
 
 
-def add_docker_host(net, name: str, role: str, run_id: str, images: dict[str, str] | None = None):
-    """A container for one node: no Docker network (the emulator gives it eth0), net_admin only."""
+def add_docker_host(net, name: str, role: str, run_id: str, images: dict[str, str] | None = None,
+                    run_dir: Path | None = None):
+    """A container for one node: no Docker network (the emulator gives it eth0), net_admin only.
+
+    The run's results directory is mounted at the same path, so the paths the harness hands to the
+    processes (traces, events, logs, ZooKeeper's data) mean the same inside; the project's source is
+    mounted read-only first on PYTHONPATH, so containers run the harness's code, not the copy
+    baked into the image when it was built (the image still provides the dependencies)."""
+    volumes = [f"{PROJECT_SOURCE}:{SOURCE_MOUNT}:ro"]
+    if run_dir is not None:
+        volumes.append(f"{Path(run_dir).resolve()}:{Path(run_dir).resolve()}:rw")
     return net.addDocker(name, cls=_docker_class(), run_id=run_id, dimage=image_for(role, images), ip=None,
-                         network_mode="none", sysctls=DOCKER_SYSCTLS)
+                         network_mode="none", sysctls=DOCKER_SYSCTLS, volumes=volumes,
+                         environment={"PYTHONPATH": SOURCE_MOUNT})
 
 
-def missing_images(roles: set[str], images: dict[str, str] | None = None) -> list[str]:
-    """Images the topology needs that the Docker engine does not have."""
-    from testbed.emulation import docker_engine
+def exec_argv(host, argv: list[str]) -> list[str]:
+    """`docker exec` of argv in a Containernet host's container, without a TTY, in the mounted
+    source (`python -m` puts the working directory first on sys.path)."""
+    return ["docker", "exec", "-w", SOURCE_MOUNT, f"{host.dnameprefix}.{host.name}", *[str(a) for a in argv]]
 
-    needed = sorted({image_for(role, images) for role in roles})
-    return [image for image in needed if not docker_engine.image_exists(image)]
+
+def signal_inside(node_pid: int, argv: list[str], sig: int) -> bool:
+    """Send `sig` to the process running `argv` inside a container. `docker exec` does not forward
+    signals, so terminating the exec client would leave the process running (and a workload would
+    never print its summary). False when no such process runs."""
+    import os
+
+    from testbed.emulation.netns import pids_in
+
+    wanted = "\0".join(argv)
+    sent = False
+    for pid in pids_in(node_pid):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").rstrip("\0") == wanted:
+                os.kill(pid, sig)
+                sent = True
+        except OSError:
+            continue
+    return sent
+
+
+def image_problems(roles: set[str], images: dict[str, str] | None = None) -> list[str]:
+    """What is wrong with the images the topology needs: missing, or built from other requirements
+    than this checkout's (`make images` fixes both)."""
+    import subprocess
+
+    from testbed.emulation.images import REQUIREMENTS_LABEL, requirements_digest
+
+    want = requirements_digest()
+    problems = []
+    for image in sorted({image_for(role, images) for role in roles}):
+        out = subprocess.run(["docker", "image", "inspect", "-f", f'{{{{index .Config.Labels "{REQUIREMENTS_LABEL}"}}}}',
+                              image], capture_output=True, text=True, timeout=30)
+        if out.returncode != 0:
+            problems.append(f"image {image} is missing (make images)")
+        elif out.stdout.strip() != want:
+            problems.append(f"image {image} was built from other requirements than this checkout's (make images)")
+    return problems

@@ -89,10 +89,26 @@ def build_wheelhouse(root: Path, progress: Progress = print) -> Path:
                 "--abi", f"cp{IMAGE_PYTHON.replace('.', '')}"]
     for tag in _image_platforms():
         download += ["--platform", tag]
-    if (root / "requirements.txt").is_file():
-        download += ["--constraint", str(root / "requirements.txt")]
-    _pip([*download, str(project)], "pip download of the dependency wheels")
+    _pip([*download, *node_requirements(root)], "pip download of the dependency wheels")
     return project
+
+
+# Host-side only: the analysis (PySpark has no wheel, so it cannot be fetched for the image anyway),
+# figures and development tools. Processes inside nodes never import them.
+HOST_ONLY = {"pyspark", "matplotlib", "pyarrow", "pytest", "ruff"}
+
+
+def node_requirements(root: Path) -> list[str]:
+    """The pinned requirements that processes inside nodes need (requirements.txt minus HOST_ONLY)."""
+    import re
+
+    pins = []
+    for line in (root / "requirements.txt").read_text().splitlines():
+        line = line.split("#")[0].strip()
+        name = re.split(r"[<>=!~\[ ;]", line, maxsplit=1)[0].lower()
+        if line and name not in HOST_ONLY:
+            pins.append(line)
+    return pins
 
 
 def snapshot_source(root: Path, progress: Progress = print) -> Path:
@@ -114,8 +130,23 @@ def snapshot_source(root: Path, progress: Progress = print) -> Path:
     return dest
 
 
+REQUIREMENTS_LABEL = "org.testbed.requirements"
+
+
+def requirements_digest(root: Path | None = None) -> str:
+    """What the images' Python environment was built from: a run refuses images built from other
+    requirements (their venv would lack or mismatch what the code imports)."""
+    import hashlib
+
+    root = root or repo_root()
+    digest = hashlib.sha256()
+    for name in ("requirements.txt", "pyproject.toml"):
+        digest.update((root / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def build_role(role: str, root: Path | None = None, base: str = BASE_IMAGE,
-               progress: Progress = print, project: str = "testbed") -> None:
+               progress: Progress = print) -> None:
     """``docker build -f images/<role>/Dockerfile -t testbed/<role>:latest .``
 
     Expects the engine, the base image, build/wheels and build/image-src to
@@ -129,8 +160,8 @@ def build_role(role: str, root: Path | None = None, base: str = BASE_IMAGE,
     started = time.monotonic()
     res = subprocess.run(
         ["docker", "build", "--force-rm", "-f", str(dockerfile), "-t", image_name(role),
-         "--build-arg", f"BASE={base}", "--build-arg", f"PROJECT={project}",
-         "."],
+         "--build-arg", f"BASE={base}",
+         "--label", f"{REQUIREMENTS_LABEL}={requirements_digest(root)}", "."],
         cwd=root, capture_output=True, text=True, check=False)
     if res.returncode != 0:
         tail = "\n".join((res.stdout + res.stderr).splitlines()[-25:])
@@ -145,12 +176,12 @@ def build_all(progress: Progress = print, roles: Sequence[str] = ROLES,
     start_engine()
     if not image_exists(base):
         bootstrap_base_image(base, progress)
-    project = build_wheelhouse(root, progress).name.split("-")[0]  # distribution name
+    build_wheelhouse(root, progress)
     snapshot_source(root, progress)
     # The shared project image first: the role images are thin layers on top of it.
-    build_role("project", root=root, base=base, progress=progress, project=project)
+    build_role("project", root=root, base=base, progress=progress)
     for role in roles:
-        build_role(role, root=root, base=base, progress=progress, project=project)
+        build_role(role, root=root, base=base, progress=progress)
     remove_stale_images()
 
 

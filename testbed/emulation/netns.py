@@ -46,3 +46,19 @@ def connect_in(pid: int, address: tuple[str, int], timeout: float = 5.0) -> sock
     """A connected TCP socket living in the network namespace of process `pid`."""
     with _lock, entered(pid):
         return socket.create_connection(address, timeout=timeout)
+
+
+def pids_in(pid: int) -> list[int]:
+    """Every process that shares the network namespace of process `pid` (a node), `pid` excluded."""
+    want = os.stat(f"/proc/{pid}/ns/net")
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == pid:
+            continue
+        try:
+            st = os.stat(f"/proc/{entry}/ns/net")
+        except OSError:  # gone meanwhile, or a kernel thread
+            continue
+        if (st.st_ino, st.st_dev) == (want.st_ino, want.st_dev):
+            found.append(int(entry))
+    return found

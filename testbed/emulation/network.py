@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from testbed.emulation import runstate
@@ -137,7 +139,8 @@ class Network:
         if self.backend == "containernet":
             from testbed.emulation import containernet_backend
 
-            return containernet_backend.add_docker_host(self.net, name, role, self.run_id, self.images)
+            run_dir = Path(self.log_dir).parent if self.log_dir else None
+            return containernet_backend.add_docker_host(self.net, name, role, self.run_id, self.images, run_dir)
         from mininet.node import Host
 
         return self.net.addHost(name, cls=Host, inNamespace=True, ip=None)
@@ -234,10 +237,57 @@ class Network:
             self._ip_batch(router, [line for node in self.nodes for line in self._route_lines(site, node)])
 
     # -- run -------------------------------------------------------------------------------
+    @property
+    def python(self) -> str:
+        """The Python that runs the project inside nodes: the harness's own, or the image's venv."""
+        if self.backend == "containernet":
+            from testbed.emulation.containernet_backend import IMAGE_PYTHON
+
+            return IMAGE_PYTHON
+        return sys.executable
+
     def popen(self, node: str, argv: list[str], **kwargs) -> subprocess.Popen:
-        """Start a process inside a node (tagged with the run id for cleanup)."""
+        """Start a process inside a node (tagged with the run id for cleanup). On Containernet the
+        returned Popen's terminate/kill reach the process inside the container."""
         kwargs.setdefault("env", self.env)
-        return self.nodes[node].popen(argv, **kwargs)
+        if self.backend != "containernet":
+            return self.nodes[node].popen(argv, **kwargs)
+        from testbed.emulation.containernet_backend import exec_argv, signal_inside
+
+        # Not Containernet's Docker.popen: its `docker exec -t` merges stderr into stdout through a
+        # TTY, and callers read their process's first stdout line. Same defaults as Mininet's popen.
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        process = subprocess.Popen(exec_argv(self.nodes[node], argv), **kwargs)
+        plain = process.send_signal
+        node_pid, args = self.nodes[node].pid, [str(a) for a in argv]
+
+        def send_signal(sig: int) -> None:
+            if process.poll() is None and not signal_inside(node_pid, args, sig):
+                plain(sig)
+
+        process.send_signal = send_signal
+        return process
+
+    def crash(self, node: str) -> list[str]:
+        """The node fails for good: SIGKILL every process in it (whichever backend started them, also
+        those run through `docker exec`), leaving only the node's own shell or container init so the
+        teardown works as usual. Returns the names of what was killed."""
+        import signal
+
+        from testbed.emulation.netns import pids_in
+
+        killed = []
+        for pid in pids_in(self.nodes[node].pid):
+            try:
+                if b"mininet:" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    continue  # the emulator's shell into the node (Containernet's), not the node's own
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+                os.kill(pid, signal.SIGKILL)
+                killed.append(name)
+            except OSError:
+                continue  # exited meanwhile
+        return sorted(killed)
 
     def cmd(self, node: str, command: str) -> str:
         """Run a shell command in a node and return its output (trusted, internal commands only)."""

@@ -121,7 +121,8 @@ class SerfAgents:
         return events
 
     def kill(self, node: str) -> bool:
-        """A crash for good (a fault of the scenario): SIGKILL, and no longer supervised or asked."""
+        """A crash for good (a fault of the scenario): SIGKILL if still running, no longer supervised
+        or asked."""
         agent = self.agents.pop(node, None)
         if agent is None:
             return False

@@ -83,7 +83,7 @@ def start_agent(network, node: str, zk_hosts: str, log_dir: Path, site: str = ""
     from testbed.emulation.shaping import _read_line
 
     log_dir = Path(log_dir)
-    argv = [sys.executable, "-m", "testbed.pubsub.broker", "--node", node, "--nats", nats_url(network.ip_of(node)),
+    argv = [network.python, "-m", "testbed.pubsub.broker", "--node", node, "--nats", nats_url(network.ip_of(node)),
             "--zk", zk_hosts, "--site", site, "--period", f"{period:g}", "--grace", f"{grace:g}",
             "--nc-period", f"{nc_period:g}", "--bandwidth", f"{bandwidth:g}",
             "--events", str(log_dir / f"broker-{node}.events.jsonl"), *(["--cloud"] if cloud else []),

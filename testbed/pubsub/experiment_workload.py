@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import statistics
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -61,7 +60,7 @@ class PubSubWorkload:
         for node in self.topology.nodes.values():
             if node.role != "uav-swarm":
                 continue
-            argv = [sys.executable, "-m", "testbed.pubsub.workloads", "uav", "--node", node.name,
+            argv = [self.network.python, "-m", "testbed.pubsub.workloads", "uav", "--node", node.name,
                     "--members", str(node.members), "--rate", f"{rate:g}", "--size", f"{scenario.workload.message_size:.0f}",
                     "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),
                     "--events", str(self.out / "logs" / f"clients-{node.name}.jsonl"), "--run-id", self.run_id,
@@ -89,7 +88,7 @@ class PubSubWorkload:
         start_path.unlink(missing_ok=True)
         for name in servers:
             node = self.topology.nodes[name]
-            argv = [sys.executable, "-m", "testbed.pubsub.workloads", "mmog", "--node", name,
+            argv = [self.network.python, "-m", "testbed.pubsub.workloads", "mmog", "--node", name,
                     "--plan", str(plan_path), "--start-file", str(start_path),
                     "--rate", f"{rate:g}", "--size", f"{scenario.workload.message_size:.0f}",
                     "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),

@@ -102,7 +102,7 @@ def start_lookup(network, node: str, zk_hosts: str, default: str, log_dir: Path,
     from testbed.emulation.shaping import _read_line
     from testbed.pubsub.broker import nats_url
 
-    argv = [sys.executable, "-m", "testbed.pubsub.lookup", "--nats", nats_url(network.ip_of(node)), "--zk", zk_hosts,
+    argv = [network.python, "-m", "testbed.pubsub.lookup", "--nats", nats_url(network.ip_of(node)), "--zk", zk_hosts,
             "--default", default]
     log = (Path(log_dir) / f"lookup-{node}.log").open("ab")
     process = network.popen(node, argv, stdout=subprocess.PIPE, stderr=log, text=True)

@@ -8,7 +8,6 @@ nats-server or agent that died, reporting each restart as an event.
 from __future__ import annotations
 
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +81,7 @@ class PubSubSystem:
     def _start_manager(self, timeout: float = 30.0) -> None:
         m = self.manager
         cpu, memory, network, output_rate = m.overload
-        argv = [sys.executable, "-m", "testbed.pubsub.manager", "--node", self.cloud, "--nats", self.lookup_url,
+        argv = [self.network.python, "-m", "testbed.pubsub.manager", "--node", self.cloud, "--nats", self.lookup_url,
                 "--zk", self.zk.hosts, "--policy", m.policy, "--workflow", m.workflow, "--executors", str(m.executors),
                 "--period", f"{m.period:g}", "--mode", m.mode, "--threshold", f"{m.threshold:g}",
                 "--cpu", f"{cpu:g}", "--memory", f"{memory:g}", "--network", f"{network:g}",
@@ -114,15 +113,19 @@ class PubSubSystem:
         return events
 
     def kill(self, name: str) -> dict:
-        """Crash broker `name` for good (a scenario fault): SIGKILL its nats-server and agent, and stop
-        supervising it. Its ZooKeeper session then expires and the topic manager re-places its topics."""
+        """Crash broker node `name` for good (a scenario fault): every process in it is killed (its
+        nats-server, broker agent and Serf agent) and it is no longer supervised. Its ZooKeeper session
+        then expires and the topic manager re-places its topics."""
         if name not in self.servers:
             raise ValueError(f"{name} is not a running broker")
+        killed = self.network.crash(name)
         for process in (self.servers.pop(name), self.agents.pop(name)):
-            if process.poll() is None:
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # not in the node's namespace after all: kill it directly
                 process.kill()
-            process.wait()
-        return {"type": "broker_killed", "time": time.time(), "node": name}
+                process.wait()
+        return {"type": "broker_killed", "time": time.time(), "node": name, "killed": killed}
 
     def supervise(self) -> list[dict]:
         events = []
