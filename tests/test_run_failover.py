@@ -4,25 +4,16 @@ are re-placed near their clients and every client's downtime is measured."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
-from testbed.emulation import choose
+from tests.needs import FULL_SYSTEM
 
 ROOT = Path(__file__).resolve().parent.parent
 SESSION_TIMEOUT_S = 6.0  # the broker agent's ZooKeeper session: how long a dead broker still owns its topics
-pytestmark = [
-    pytest.mark.root, pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
-    pytest.mark.skipif(not choose.mininet_importable()[0], reason="Mininet is not installed"),
-    pytest.mark.skipif(not all(shutil.which(b) for b in ("serf", "nats-server", "java")),
-                       reason="needs serf, nats-server and Java (ZooKeeper)"),
-]
+pytestmark = FULL_SYSTEM
 
 
 def test_a_killed_broker_has_its_topics_replaced_and_the_downtime_measured(tmp_path):

@@ -5,17 +5,14 @@ about 90 s). Also the workload's plan and area-of-interest rules, without a netw
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from testbed import topology
-from testbed.emulation import choose
+from tests.needs import full_system
 from testbed.mobility import group_changes
 from testbed.pubsub.workloads import _due_between, area_of_interest, mmog_plan
 from testbed.scenario.loader import load
@@ -50,12 +47,7 @@ def test_due_between_counts_the_open_loop_schedule():
     assert _due_between(100.0, 30, 101.0, 100.0) == 0
 
 
-@pytest.mark.root
-@pytest.mark.slow
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces")
-@pytest.mark.skipif(not choose.mininet_importable()[0], reason="Mininet is not installed")
-@pytest.mark.skipif(not all(shutil.which(b) for b in ("serf", "nats-server", "java")),
-                    reason="needs serf, nats-server and Java (ZooKeeper)")
+@full_system
 def test_mmog_smoke_runs_end_to_end(tmp_path):
     run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "scenarios/mmog-smoke.yaml", "--duration", "30s",
                           "--results", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)

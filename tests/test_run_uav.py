@@ -4,24 +4,15 @@ swarms publishing, relinks, migrations, traces and Fig. 8 (root only; about a mi
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
-from testbed.emulation import choose
+from tests.needs import FULL_SYSTEM
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = [
-    pytest.mark.root, pytest.mark.slow,
-    pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
-    pytest.mark.skipif(not choose.mininet_importable()[0], reason="Mininet is not installed"),
-    pytest.mark.skipif(not all(shutil.which(b) for b in ("serf", "nats-server", "java")),
-                       reason="needs serf, nats-server and Java (ZooKeeper)"),
-]
+pytestmark = FULL_SYSTEM
 
 
 def test_uav_smoke_runs_end_to_end(tmp_path):
