@@ -12,6 +12,9 @@ the series' labels. Latencies are in seconds in the tables and drawn in millisec
   marked (rows of `jobs.e2e_over_time` and `jobs.relinks`).
 - fig9: AoI latency over time for one client, one line per avatar, the threshold (rows of
   `jobs.aoi_latency`); a line has gaps where the avatar was not in the client's AoI.
+- fig8_policies / fig9_policies: the same, one row per broker selection policy (`testbed paper`).
+- policy_over_time: one line per policy (rows of `compare.policy_latency_over_time`), the threshold.
+- policy_violations: violation ratio and p50/p95 latency per policy (rows of `compare.policy_violations`).
 """
 
 from __future__ import annotations
@@ -127,11 +130,9 @@ def _natural(text: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
 
 
-def fig8(e2e, out, relinks=None, threshold_s: float | None = 0.040, stat: str = "p95_s",
-         topic_class: str | None = None, note: str = "") -> dict:
-    """Fig. 8: E2E latency over time, one line per swarm's representative topic; threshold; relinks."""
+def _draw_e2e(ax, e2e, relinks, threshold_s: float | None, stat: str, topic_class: str | None) -> tuple[list, float]:
+    """Fig. 8's content on one axis: a line per swarm's representative topic, the threshold, relinks."""
     table = columns(e2e)
-    fig, ax = plt.subplots(figsize=(10, 5))
     labels = []
     colors = {}
     bucket = _step(table["t_s"]) if _rows(table) else 1.0
@@ -153,6 +154,14 @@ def fig8(e2e, out, relinks=None, threshold_s: float | None = 0.040, stat: str = 
                        label="relink (zone change)" if first else None)
             first = False
     ax.set_ylim(bottom=0)
+    return labels, bucket
+
+
+def fig8(e2e, out, relinks=None, threshold_s: float | None = 0.040, stat: str = "p95_s",
+         topic_class: str | None = None, note: str = "") -> dict:
+    """Fig. 8: E2E latency over time, one line per swarm's representative topic; threshold; relinks."""
+    fig, ax = plt.subplots(figsize=(10, 5))
+    labels, bucket = _draw_e2e(ax, e2e, relinks, threshold_s, stat, topic_class)
     title = "Fig. 8: E2E latency of each swarm's representative topic" + (f"\n({note})" if note else "")
     ylabel = f"E2E latency, {STAT_NAMES.get(stat, stat)} per {bucket:g} s (ms)"
     return _finish(fig, ax, out, title, "time since run start (s)", ylabel, labels)
@@ -160,15 +169,14 @@ def fig8(e2e, out, relinks=None, threshold_s: float | None = 0.040, stat: str = 
 
 # ------------------------------------------------------------------------------------------ Fig. 9
 
-def fig9(aoi, out, threshold_s: float | None = 0.100, stat: str = "p95_s", consumer: str | None = None,
-         note: str = "") -> dict:
-    """Fig. 9: AoI latency over time for one client, one line per avatar in its AoI; threshold."""
+def _draw_aoi(ax, aoi, threshold_s: float | None, stat: str) -> tuple[list, float, str | None]:
+    """Fig. 9's content on one axis: a line per avatar in the consumer's AoI, the threshold."""
     table = columns(aoi)
-    fig, ax = plt.subplots(figsize=(10, 5))
     labels = []
+    consumer = None
     bucket = _step(table["t_s"]) if _rows(table) else 1.0
     if _rows(table):
-        consumer = consumer or str(table["consumer"][0])
+        consumer = str(table["consumer"][0])
         producers = sorted(set(table["producer"]), key=_natural)
         cmap = plt.get_cmap("tab20")
         for i, producer in enumerate(producers):
@@ -178,6 +186,15 @@ def fig9(aoi, out, threshold_s: float | None = 0.100, stat: str = "p95_s", consu
             labels.append(str(producer))
     _threshold_line(ax, threshold_s)
     ax.set_ylim(bottom=0)
+    return labels, bucket, consumer
+
+
+def fig9(aoi, out, threshold_s: float | None = 0.100, stat: str = "p95_s", consumer: str | None = None,
+         note: str = "") -> dict:
+    """Fig. 9: AoI latency over time for one client, one line per avatar in its AoI; threshold."""
+    fig, ax = plt.subplots(figsize=(10, 5))
+    labels, bucket, seen_by = _draw_aoi(ax, aoi, threshold_s, stat)
+    consumer = consumer or seen_by
     who = f" seen by {consumer}" if consumer else ""
     title = f"Fig. 9: E2E area-of-interest latency{who}" + (f"\n({note})" if note else "")
     ylabel = f"E2E AoI latency, {STAT_NAMES.get(stat, stat)} per {bucket:g} s (ms)"
@@ -287,4 +304,161 @@ def fig7b(migrations, out, wan_one_way_s: float | None = None, note: str = "") -
     return _finish(fig, ax, out, title, "topics migrated at once", "median per-topic migration time (ms)", labels)
 
 
-__all__ = ["columns", "representative_topics", "fig7a", "fig7b", "fig8", "fig9"]
+# ------------------------------------------------------------------------------------------ policies side by side
+
+POLICY_NAMES = {"epulsar": "ePulsar", "allpairs": "AllPairs", "pulsar-hash": "Pulsar (hash)"}
+POLICY_COLORS = {"epulsar": "tab:green", "allpairs": "tab:blue", "pulsar-hash": "tab:red"}
+POLICY_ORDER = ("epulsar", "allpairs", "pulsar-hash")
+
+
+def policy_name(policy) -> str:
+    return POLICY_NAMES.get(policy, str(policy))
+
+
+def policy_key(policy) -> tuple:
+    return (POLICY_ORDER.index(policy) if policy in POLICY_ORDER else len(POLICY_ORDER), str(policy))
+
+
+def _save(fig, out) -> str:
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+def _panels(panels: list[dict], out, title: str, ylabel_for, draw, legend_title: str | None = None) -> dict:
+    """One row per policy, shared axes; a panel without data says why instead of staying blank."""
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.9 * len(panels) + 0.8), sharex=True, sharey=True,
+                             squeeze=False)
+    series, ylabel = {}, ""
+    for ax, panel in zip(axes[:, 0], panels):
+        name = policy_name(panel["policy"])
+        if panel.get("missing"):
+            ax.text(0.5, 0.5, f"{name}: missing ({panel['missing']})", ha="center", va="center",
+                    transform=ax.transAxes, color="darkred")
+            _threshold_line(ax, panel.get("threshold_s"))
+            labels, bucket = [], 1.0
+        else:
+            labels, bucket = draw(ax, panel)
+        ylabel = ylabel_for(bucket)
+        series[name] = labels
+        ax.set_title(name + (f" ({panel['note']})" if panel.get("note") else ""), fontsize=10, loc="left")
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.grid(True, alpha=0.3)
+        handles, names = ax.get_legend_handles_labels()
+        if handles:
+            ax.legend(fontsize="x-small", ncol=1 if len(handles) <= 12 else 2, title=legend_title,
+                      title_fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    xlabel = "time since run start (s)"
+    axes[-1, 0].set_xlabel(xlabel)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return {"path": _save(fig, out), "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series}
+
+
+def fig8_policies(panels: list[dict], out, stat: str = "p95_s", topic_class: str | None = None) -> dict:
+    """Fig. 8 once per policy (one row each): panels are {policy, e2e, relinks, threshold_s, note, missing}."""
+    def draw(ax, panel):
+        return _draw_e2e(ax, panel.get("e2e"), panel.get("relinks"), panel.get("threshold_s"), stat, topic_class)
+
+    title = "Fig. 8: E2E latency of each swarm's representative topic, per broker selection policy"
+    return _panels(sorted(panels, key=lambda p: policy_key(p["policy"])), out, title,
+                   lambda bucket: f"E2E latency, {STAT_NAMES.get(stat, stat)}\nper {bucket:g} s (ms)", draw)
+
+
+def fig9_policies(panels: list[dict], out, stat: str = "p95_s") -> dict:
+    """Fig. 9 once per policy (one row each): panels are {policy, aoi, threshold_s, note, missing}."""
+    def draw(ax, panel):
+        labels, bucket, _consumer = _draw_aoi(ax, panel.get("aoi"), panel.get("threshold_s"), stat)
+        return labels, bucket
+
+    title = "Fig. 9: E2E area-of-interest latency of one client, per broker selection policy"
+    return _panels(sorted(panels, key=lambda p: policy_key(p["policy"])), out, title,
+                   lambda bucket: f"E2E AoI latency, {STAT_NAMES.get(stat, stat)}\nper {bucket:g} s (ms)", draw,
+                   legend_title="avatar")
+
+
+def policy_over_time(rows, out, title: str, stat: str = "p95_s", topic_class: str | None = None) -> dict:
+    """One line per policy over time (rows of `compare.policy_latency_over_time` for one scenario), threshold."""
+    table = columns(rows)
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    labels = []
+    bucket = _step(table["t_s"]) if _rows(table) else 1.0
+    threshold = None
+    if _rows(table):
+        classes = sorted(set(table["topic_class"]))
+        topic_class = topic_class if topic_class in classes else classes[0]
+        for policy in sorted(set(table["policy"]), key=policy_key):
+            mask = (table["policy"] == policy) & (table["topic_class"] == topic_class)
+            x, y = _gapped(table["t_s"][mask], table[stat][mask] * 1000, bucket)
+            ax.plot(x, y, linewidth=1.3, color=POLICY_COLORS.get(policy), label=policy_name(policy))
+            labels.append(policy_name(policy))
+            threshold = threshold or float(table["threshold_s"][mask][0])
+    _threshold_line(ax, threshold)
+    ax.set_ylim(bottom=0)
+    ylabel = f"E2E latency, {STAT_NAMES.get(stat, stat)} over all {topic_class or ''} topics per {bucket:g} s (ms)"
+    return _finish(fig, ax, out, title, "time since run start (s)", ylabel, labels, legend_title="policy")
+
+
+def policy_violations(rows, out, scenario_titles: dict[str, str] | None = None) -> dict:
+    """Per scenario (columns): violation ratio (top) and p50/p95 latency with the threshold (bottom), per policy.
+
+    Rows of `compare.policy_violations`; bars are grouped by topic class, one bar per policy.
+    """
+    table = columns(rows)
+    present = set(table["scenario"]) if _rows(table) else set()
+    titled = [s for s in (scenario_titles or {}) if s in present]  # the titles' order first (Fig. 8, then 9)
+    scenarios = titled + sorted(present - set(titled))
+    fig, axes = plt.subplots(2, max(1, len(scenarios)), figsize=(5.5 * max(1, len(scenarios)) + 1, 7.5),
+                             squeeze=False)
+    policies = sorted(set(table["policy"]), key=policy_key) if _rows(table) else []
+    width = 0.8 / max(1, len(policies))
+    for col, scenario in enumerate(scenarios):
+        top, bottom = axes[0, col], axes[1, col]
+        in_scenario = table["scenario"] == scenario
+        classes = sorted(set(table["topic_class"][in_scenario]))
+        for j, policy in enumerate(policies):
+            for k, cls in enumerate(classes):
+                mask = in_scenario & (table["policy"] == policy) & (table["topic_class"] == cls)
+                if not mask.any():
+                    continue
+                i = int(np.flatnonzero(mask)[0])
+                x = k - 0.4 + width * (j + 0.5)
+                label = policy_name(policy) if k == 0 else None
+                ratio = float(table["violation_ratio"][i]) * 100
+                top.bar(x, ratio, width, color=POLICY_COLORS.get(policy), label=label)
+                top.annotate(f"{ratio:.1f}%", (x, ratio), ha="center", va="bottom", fontsize=7)
+                bottom.bar(x, float(table["p95_s"][i]) * 1000, width, color=POLICY_COLORS.get(policy), label=label)
+                bottom.plot([x], [float(table["p50_s"][i]) * 1000], marker="_", markersize=14, color="black",
+                            label="p50" if (j == 0 and k == 0) else None)
+        for k, cls in enumerate(classes):
+            thresholds = table["threshold_s"][in_scenario & (table["topic_class"] == cls)]
+            if len(thresholds) and not _missing(thresholds[0]):
+                bottom.hlines(float(thresholds[0]) * 1000, k - 0.45, k + 0.45, colors="red", linestyles="--",
+                              label=f"threshold {float(thresholds[0]) * 1000:g} ms" if k == 0 else None)
+        name = (scenario_titles or {}).get(scenario, scenario)
+        for ax in (top, bottom):
+            ax.set_xticks(range(len(classes)), classes)
+            ax.set_xlabel("topic class")
+            ax.grid(True, axis="y", alpha=0.3)
+        top.set_title(f"{name}: messages above the threshold", fontsize=10)
+        top.set_ylabel("violation ratio (% of messages)")
+        top.set_ylim(bottom=0, top=max(5.0, top.get_ylim()[1]))
+        bottom.set_title(f"{name}: E2E latency, p95 bar, p50 tick", fontsize=10)
+        bottom.set_ylabel("E2E latency (ms)")
+        for ax in (top, bottom):  # head room so the legend does not cover the bars
+            ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.35)
+            ax.legend(fontsize="x-small", loc="upper right", ncol=2)
+    if not scenarios:
+        axes[0, 0].text(0.5, 0.5, "no runs", ha="center", va="center", transform=axes[0, 0].transAxes)
+    title = "Violation ratio per broker selection policy (the Fig. 8 and Fig. 9 runs)"
+    fig.suptitle(title)
+    fig.tight_layout()
+    return {"path": _save(fig, out), "title": title, "xlabel": "topic class",
+            "ylabel": "violation ratio (% of messages); E2E latency (ms)",
+            "series": [policy_name(p) for p in policies]}
+
+
+__all__ = ["columns", "representative_topics", "fig7a", "fig7b", "fig8", "fig9", "fig8_policies",
+           "fig9_policies", "policy_over_time", "policy_violations", "policy_name", "policy_key"]

@@ -169,6 +169,21 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
                   f"and shaper [bold]{report['shaper']}[/bold] ({report['shaper_reason']})")
 
 
+def with_policy(scenario: Scenario, policy: str) -> Scenario:
+    """The scenario with control.policy replaced, checked by the same model as a scenario file."""
+    from pydantic import ValidationError
+
+    from testbed.scenario.model import Control
+
+    data = scenario.control.model_dump(mode="json", exclude_unset=True)
+    try:
+        control = Control.model_validate({**data, "policy": policy})
+    except ValidationError:
+        allowed = ", ".join(Control.model_fields["policy"].annotation.__args__)
+        raise ValueError(f"--policy: {policy!r} is not a policy; allowed: {allowed}") from None
+    return scenario.model_copy(update={"control": control})
+
+
 @app.command()
 def run(path: Path = typer.Argument(..., help="Scenario file."),
         backend: str = typer.Option("auto", help="auto | containernet | mininet"),
@@ -176,14 +191,22 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         scale: Optional[float] = typer.Option(None, help="Multiply counts and rates."),
         interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
         duration: Optional[str] = typer.Option(None, help="Override the scenario's duration, e.g. 20s."),
+        policy: Optional[str] = typer.Option(None, help="Override control.policy: epulsar | allpairs | pulsar-hash."),
         results: Path = typer.Option(Path("results"), help="Directory for run results.")) -> None:
     """Build the emulated network for a scenario, run it, collect results, tear down.
 
-    Example: sudo testbed run scenarios/uav-smoke.yaml
+    The policy in effect is written to the run's scenario.yaml (control.policy), which the analysis reads.
+
+    Example: sudo testbed run scenarios/uav-smoke.yaml --policy pulsar-hash
     """
     from testbed import experiment
 
     scenario = _load(path, scale)
+    if policy is not None:
+        try:
+            scenario = with_policy(scenario, policy)
+        except ValueError as error:
+            raise _fail_input(error) from None
     if duration is not None:
         from testbed.units import parse_duration
 
@@ -283,15 +306,14 @@ def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run director
             results: Path = typer.Option(Path("results"), help="Results directory."),
             out: Path = typer.Option(Path("results/figures"), help="Where to write figures."),
             master: Optional[str] = typer.Option(None, help="Spark master (default local[*])."),
-            paper: bool = typer.Option(False, "--paper", help="Run every experiment and render every figure.")) -> None:
+            paper: bool = typer.Option(False, "--paper", help="The same as `testbed paper` (every experiment and figure).")) -> None:
     """Reduce run traces with PySpark and render the paper's figures (Fig. 7, 8, 9) as PNG.
 
     Example: testbed figures results/uav-smoke-ab12cd --out results/figures
     """
     if paper:
-        errors.print("figures --paper: `make paper` (every experiment at this machine's scale, Fig. 4-9 with an "
-                     "index beside the paper's numbers) is not built yet (issue 7).")
-        raise typer.Exit(EXIT_FAILURE)
+        paper_command(out=Path("results/paper"), reuse=False, reuse_runs=False, scale="smoke", quick=False,
+                      policies=",".join(POLICY_CHOICES), master=master)
     if not runs:
         runs = sorted(p.parent for p in results.glob("*/run.json"))
     if not runs:
@@ -301,6 +323,44 @@ def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run director
 
     argv = ["figures", *map(str, runs), "--out", str(out), *(["--master", master] if master else [])]
     raise typer.Exit(analysis_main(argv))
+
+
+POLICY_CHOICES = ("epulsar", "allpairs", "pulsar-hash")
+
+
+@app.command("paper")
+def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where the figures and the index go."),
+                  reuse: bool = typer.Option(False, "--reuse", help="Redraw microbenchmark figures from their "
+                                             "results/bench JSON when it exists instead of running them."),
+                  reuse_runs: bool = typer.Option(False, "--reuse-runs", help="Take the newest complete run per "
+                                                  "scenario and policy in OUT/runs instead of running it again."),
+                  scale: str = typer.Option("smoke", help="smoke (uav-smoke, mmog-smoke: ~2 min each) | full "
+                                            "(uav.yaml, mmog.yaml: 10 min each)"),
+                  quick: bool = typer.Option(False, "--quick", help="Microbenchmarks that run use their --quick sweep."),
+                  policies: str = typer.Option(",".join(POLICY_CHOICES), help="Comma-separated policies to run."),
+                  master: Optional[str] = typer.Option(None, help="Spark master (default local[*]).")) -> None:
+    """Run every experiment at this machine's scale, render every figure, write an index beside the paper's numbers.
+
+    Microbenchmarks (Fig. 3b-7b), then the UAV and MMOG scenarios once per policy, then the PySpark
+    comparison (Fig. 8, 9 per policy, violation ratios), then OUT/index.md and index.html. A failing
+    step is reported in the index and the exit code (1); the others still run.
+
+    Example: sudo testbed paper --reuse    (reuse results/bench/*.json, run the 6 smoke experiments)
+    """
+    from testbed import paper as paper_mod
+
+    if scale not in paper_mod.SCALES:
+        raise _fail_input(ValueError(f"--scale: {scale!r}; allowed: {', '.join(paper_mod.SCALES)}"))
+    chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
+    unknown = [p for p in chosen if p not in POLICY_CHOICES]
+    if unknown or not chosen:
+        raise _fail_input(ValueError(f"--policies: {', '.join(unknown) or 'none given'}; allowed: "
+                                     f"{', '.join(POLICY_CHOICES)}"))
+    command = "testbed paper" + "".join(f" {a}" for a in sys.argv[2:]) if sys.argv[1:2] == ["paper"] else \
+        "testbed figures --paper"
+    options = paper_mod.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
+                                policies=chosen, master=master, command=command)
+    raise typer.Exit(paper_mod.main(options))
 
 
 def main() -> None:

@@ -1,0 +1,96 @@
+"""PySpark reductions across runs: the same scenario under each policy, side by side (`testbed paper`).
+
+Pure DataFrame -> DataFrame functions like `analysis.jobs` (no I/O). Their `runs` input labels each
+run: one row per run and topic class with run_id, scenario, policy, topic_class, threshold_s (what
+`runs_frame` builds from run.parquet rows). Traces and events are the unions of the runs' Parquet
+files; every output is grouped by scenario and policy, so several runs of one policy pool their
+messages (a ratio over all messages, not a mean of ratios).
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from analysis import jobs
+
+RUN_COLUMNS = "run_id string, scenario string, policy string, topic_class string, threshold_s double"
+
+
+def runs_frame(spark, runs: list[dict]) -> DataFrame:
+    """Run rows (`traces.read_run`: run_id, scenario, policy, thresholds) -> one row per run and topic class."""
+    rows = [(r.get("run_id"), r.get("scenario"), r.get("policy"), str(cls), float(thr))
+            for r in runs for cls, thr in (r.get("thresholds") or {}).items() if thr is not None]
+    return spark.createDataFrame(rows, RUN_COLUMNS)
+
+
+def _labelled(traces: DataFrame, runs: DataFrame) -> DataFrame:
+    """Traces of the labelled runs with latency_s, topic_class, scenario, policy and threshold_s."""
+    return jobs.with_latency(traces).join(F.broadcast(runs), ["run_id", "topic_class"])
+
+
+def policy_violations(traces: DataFrame, runs: DataFrame, accuracy: int = jobs.ACCURACY) -> DataFrame:
+    """Per scenario, policy and topic class over all its runs: how often and how far the threshold is exceeded.
+
+    Columns: scenario, policy, topic_class, threshold_s, runs, topics, messages, p50_s, p95_s, max_s,
+    violations, violation_ratio (violations / messages).
+    """
+    rows = _labelled(traces, runs)
+    above = (F.col("latency_s") > F.col("threshold_s")).cast("long")
+    quantiles = F.percentile_approx("latency_s", [0.5, 0.95], accuracy)
+    return (rows.groupBy("scenario", "policy", "topic_class", "threshold_s")
+            .agg(F.countDistinct("run_id").alias("runs"), F.countDistinct("topic").alias("topics"),
+                 F.count(F.lit(1)).alias("messages"), quantiles.getItem(0).alias("p50_s"),
+                 quantiles.getItem(1).alias("p95_s"), F.max("latency_s").alias("max_s"),
+                 F.sum(above).alias("violations"))
+            .withColumn("violation_ratio", F.col("violations") / F.col("messages"))
+            .select("scenario", "policy", "topic_class", "threshold_s", "runs", "topics", "messages", "p50_s",
+                    "p95_s", "max_s", "violations", "violation_ratio")
+            .orderBy("scenario", "topic_class", "policy"))
+
+
+def policy_latency_over_time(traces: DataFrame, runs: DataFrame, bucket_s: float = 1.0,
+                             events: DataFrame | None = None, accuracy: int = jobs.ACCURACY) -> DataFrame:
+    """Per scenario, policy, topic class and time bucket (since each run's start), over all its topics.
+
+    Columns: scenario, policy, topic_class, threshold_s, bucket, t_s, messages, p50_s, p95_s, max_s,
+    violation_ratio.
+    """
+    if bucket_s <= 0:
+        raise ValueError("bucket_s must be positive")
+    starts = jobs.run_starts(traces, events)
+    rows = (_labelled(traces, runs).join(F.broadcast(starts), "run_id")
+            .withColumn("bucket", F.floor((F.col("send_time") - F.col("t0")) / F.lit(bucket_s)).cast("long")))
+    above = (F.col("latency_s") > F.col("threshold_s")).cast("long")
+    quantiles = F.percentile_approx("latency_s", [0.5, 0.95], accuracy)
+    return (rows.groupBy("scenario", "policy", "topic_class", "threshold_s", "bucket")
+            .agg(F.count(F.lit(1)).alias("messages"), quantiles.getItem(0).alias("p50_s"),
+                 quantiles.getItem(1).alias("p95_s"), F.max("latency_s").alias("max_s"),
+                 (F.sum(above) / F.count(F.lit(1))).alias("violation_ratio"))
+            .withColumn("t_s", F.col("bucket") * F.lit(float(bucket_s)))
+            .select("scenario", "policy", "topic_class", "threshold_s", "bucket", "t_s", "messages", "p50_s",
+                    "p95_s", "max_s", "violation_ratio")
+            .orderBy("scenario", "topic_class", "policy", "bucket"))
+
+
+def policy_recovery(traces: DataFrame, events: DataFrame, runs: DataFrame) -> DataFrame:
+    """Per scenario and policy: after each relink (zone change), how long the node's topics stay above threshold.
+
+    Uses `jobs.time_above_threshold_after_relink(by="relink")` on every run. Columns: scenario, policy,
+    relinks, relinks_above (some topic went above), median_s and max_s of time_above_s over relinks,
+    unclosed (still above when the window ended: the topic never came back under the threshold).
+    """
+    thresholds = runs.select("run_id", "topic_class", "threshold_s")
+    per_relink = jobs.time_above_threshold_after_relink(traces, events, thresholds, by="relink")
+    labels = runs.select("run_id", "scenario", "policy").distinct()
+    return (per_relink.join(F.broadcast(labels), "run_id")
+            .groupBy("scenario", "policy")
+            .agg(F.count(F.lit(1)).alias("relinks"),
+                 F.sum((F.col("time_above_s") > 0).cast("long")).alias("relinks_above"),
+                 F.percentile_approx("time_above_s", 0.5, jobs.ACCURACY).alias("median_s"),
+                 F.max("time_above_s").alias("max_s"),
+                 F.sum((~F.col("closed")).cast("long")).alias("unclosed"))
+            .orderBy("scenario", "policy"))
+
+
+__all__ = ["RUN_COLUMNS", "runs_frame", "policy_violations", "policy_latency_over_time", "policy_recovery"]

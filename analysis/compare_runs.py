@@ -1,0 +1,138 @@
+"""Runs of the UAV and MMOG scenarios under each policy -> cross-run tables and the comparative figures.
+
+    result = compare_runs(spark, [{"workload": "uav-swarm", "policy": "epulsar", "dir": "results/paper/runs/uav-smoke-ab12cd"},
+                                  {"workload": "mmog", "policy": "allpairs", "dir": None, "missing": "run failed"}, ...],
+                          out="results/paper")
+
+The I/O around `analysis.compare`: every run is reduced as `testbed figures` does (its own tables/),
+MMOG runs all with the same consumer so Fig. 9's panels show one client; then the union of the runs'
+traces gives the per-policy tables (`<out>/tables/*.parquet`, rows also in `<out>/compare.json`) and
+the figures: fig8.png and fig9.png (one row per policy), fig8-p95.png and fig9-p95.png (one line per
+policy), violations.png. A run without trace rows is drawn as a missing panel with its reason.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from analysis import compare, figures, traces
+from analysis.reduce import reduce_run
+from analysis.spark import join
+
+WORKLOAD_FIGURE = {"uav-swarm": "fig8", "mmog": "fig9"}
+SCENARIO_TITLES = {"uav-swarm": "UAV swarms (Fig. 8)", "mmog": "MMOG (Fig. 9)"}
+
+
+def _tables(run_dir: Path) -> dict:
+    import pyarrow.parquet as pq
+
+    return {p.name.removesuffix(".parquet"): pq.read_table(p) for p in sorted((run_dir / "tables").glob("*.parquet"))}
+
+
+def _reduced_consumer(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "tables" / "reduce.json").read_text()).get("consumer")
+    except (OSError, ValueError):
+        return None
+
+
+def _reduce(spark, run_dir: Path, consumer: str | None, say) -> None:
+    """Reduce unless the tables are current (and, for MMOG, made for the wanted consumer)."""
+    stale = traces.needs_conversion(run_dir) or not (run_dir / "tables" / "summary.parquet").exists()
+    if stale or (consumer and _reduced_consumer(run_dir) != consumer):
+        reduce_run(spark, run_dir, consumer=consumer, say=say)
+
+
+def _migrations(run_dir: Path) -> int | None:
+    """Topic migrations the run's summary counted (testbed run writes summary.json)."""
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("migrations")
+    except (OSError, ValueError):
+        return None
+
+
+def _note(run: dict) -> str:
+    parts = [f"run {run.get('run_id')}"]
+    if run.get("partial"):
+        parts.append("partial run")
+    return ", ".join(parts)
+
+
+def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str = "p95_s", say=print) -> dict:
+    """Reduce the runs, write the per-policy tables and figures into `out`; returns what was drawn and the rows."""
+    out = Path(out)
+    usable, missing, panels = [], [], {kind: [] for kind in WORKLOAD_FIGURE}
+    consumers: dict[str, str | None] = {}
+    order = sorted(runs, key=lambda r: figures.policy_key(r["policy"]))  # ePulsar's run picks Fig. 9's client
+    for entry in order:
+        kind, policy = entry["workload"], entry["policy"]
+        run_dir = Path(entry["dir"]) if entry.get("dir") else None
+        panel = {"policy": policy, "missing": entry.get("missing")}
+        if run_dir is not None and not panel["missing"]:
+            traces.ensure_converted(run_dir)
+            run = traces.read_run(run_dir)
+            if not run.get("trace_rows"):
+                panel["missing"] = f"run {run.get('run_id')} has no trace rows"
+            else:
+                _reduce(spark, run_dir, consumers.get(kind) if kind == "mmog" else None, say)
+                if kind == "mmog" and kind not in consumers:
+                    consumers[kind] = _reduced_consumer(run_dir)
+                tables = _tables(run_dir)
+                thresholds = run.get("thresholds") or {}
+                first_class = next(iter(thresholds), None)
+                panel.update(threshold_s=thresholds.get(first_class), topic_class=first_class, note=_note(run),
+                             e2e=tables.get("e2e"), relinks=tables.get("relinks"), aoi=tables.get("aoi"))
+                usable.append({**entry, "dir": str(run_dir), "run": run, "migrations": _migrations(run_dir)})
+        panel.setdefault("threshold_s", entry.get("threshold_s"))
+        if not panel.get("missing") and run_dir is None:
+            panel["missing"] = "no run"
+        if panel.get("missing"):
+            missing.append({"workload": kind, "policy": policy, "reason": panel["missing"]})
+        panels.setdefault(kind, []).append(panel)
+
+    result = {"runs": [{k: v for k, v in u.items() if k != "run"} | {"run_id": u["run"].get("run_id")}
+                       for u in usable],
+              "missing": missing,
+              "figures": {}, "violations": [], "latency": [], "recovery": []}
+    if usable:
+        labels = compare.runs_frame(spark, [u["run"] for u in usable])
+        trace_df = spark.read.parquet(*[join(u["dir"], "traces.parquet") for u in usable])
+        events = spark.read.parquet(*[join(u["dir"], "events.parquet") for u in usable])
+        frames = {"violations": compare.policy_violations(trace_df, labels),
+                  "latency": compare.policy_latency_over_time(trace_df, labels, bucket_s, events),
+                  "recovery": compare.policy_recovery(trace_df, events, labels)}
+        for name, frame in frames.items():
+            target = out / "tables" / f"policy_{name}.parquet"
+            frame.coalesce(1).write.mode("overwrite").parquet(str(target))
+            result[name] = [row.asDict() for row in spark.read.parquet(str(target)).collect()]
+    for kind_panels in panels.values():  # a missing panel still shows its scenario's threshold
+        known = next((p["threshold_s"] for p in kind_panels if p.get("threshold_s")), None)
+        for panel in kind_panels:
+            panel["threshold_s"] = panel.get("threshold_s") or known
+    scenario_of = {u["workload"]: u["run"].get("scenario") for u in usable}
+    for kind, fig in WORKLOAD_FIGURE.items():
+        kind_panels = panels.get(kind) or []
+        if not kind_panels:
+            continue
+        if fig == "fig8":
+            topic_class = next((p["topic_class"] for p in kind_panels if p.get("topic_class")), None)
+            drawn = figures.fig8_policies(kind_panels, out / "fig8.png", stat=stat, topic_class=topic_class)
+        else:
+            drawn = figures.fig9_policies(kind_panels, out / "fig9.png", stat=stat)
+        result["figures"][fig] = drawn
+        rows = [r for r in result["latency"] if r["scenario"] == scenario_of.get(kind)]
+        if rows:
+            title = f"{SCENARIO_TITLES[kind]}: {figures.STAT_NAMES.get(stat, stat)} E2E latency per policy"
+            result["figures"][f"{fig}-p95"] = figures.policy_over_time(rows, out / f"{fig}-p95.png", title, stat=stat)
+    if result["violations"]:
+        titles = {scenario_of[k]: SCENARIO_TITLES[k] for k in WORKLOAD_FIGURE if k in scenario_of}
+        result["figures"]["violations"] = figures.policy_violations(result["violations"], out / "violations.png",
+                                                                    scenario_titles=titles)
+    result["consumers"] = consumers
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(result, indent=2, default=str))
+    return result
+
+
+__all__ = ["compare_runs", "WORKLOAD_FIGURE"]

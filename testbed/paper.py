@@ -1,0 +1,362 @@
+"""`testbed paper` (`make paper`): every experiment at a scale this machine holds, every figure, one index.
+
+Steps, each shown as [i/N] with what is left; a failing step is recorded and the others still run:
+
+  microbenchmarks  bench nc (Fig. 3b), placement (Fig. 4, 5), monitoring (Fig. 6), migration (Fig. 7a, 7b):
+                   `python -m testbed.bench.<name>` writing results/bench/<name>.json and PNGs; with
+                   --reuse and the JSON present, only the figures are redrawn from it
+  experiments      the UAV and MMOG scenarios once per policy (`testbed run --policy P`), smoke scale by
+                   default, --scale full for uav.yaml/mmog.yaml; runs land in <out>/runs/<scenario>-<id>/
+  comparison       PySpark over the runs' traces: fig8.png, fig9.png (one row per policy), fig8-p95.png,
+                   fig9-p95.png, violations.png (`analysis.compare_runs`)
+  index            <out>/index.md and index.html: each figure, our headline number, the paper's, the scale
+
+Exit code: 0 when every step succeeded, 1 when one failed (the index says which), 130 on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH_DIR = REPO / "results" / "bench"
+POLICIES = ("epulsar", "allpairs", "pulsar-hash")
+SCALES = {"smoke": {"uav-swarm": "scenarios/uav-smoke.yaml", "mmog": "scenarios/mmog-smoke.yaml"},
+          "full": {"uav-swarm": "scenarios/uav.yaml", "mmog": "scenarios/mmog.yaml"}}
+PAPER_SCALE = {"uav-swarm": "paper: 4 zones, 8 swarms of 8 UAVs, 200 msg/s of 1 KB each, 50 m/s, 10 min",
+               "mmog": "paper: 5 cities, 64 avatars, 300 msg/s of 998 B, group change after U(30 s, 60 s), 10 min"}
+
+
+@dataclass(frozen=True)
+class Bench:
+    name: str
+    module: str
+    figures: tuple[str, ...]          # figure ids this benchmark's JSON feeds
+    images: tuple[str, ...]           # PNGs it writes into results/bench
+    redraw: str                       # its flag for "figures only, from the JSON"
+
+    @property
+    def json(self) -> Path:
+        return BENCH_DIR / f"{self.name}.json"
+
+
+BENCHES = (
+    Bench("nc", "testbed.bench.nc", ("fig3b",), ("fig3b.png",), "--figure-only"),
+    Bench("placement", "testbed.bench.placement", ("fig4", "fig5"),
+          ("fig4.png", "fig4_configured.png", "fig5.png", "fig5_configured.png"), "--figures-only"),
+    Bench("monitoring", "testbed.bench.monitoring", ("fig6",), ("fig6.png",), "--figure-only"),
+    Bench("migration", "testbed.bench.migration", ("fig7a", "fig7b"), ("fig7a.png", "fig7b.png"), "--figure-only"),
+)
+FIGURE_IMAGES = {"fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
+                 "fig5": ["fig5.png", "fig5_configured.png"], "fig6": ["fig6.png"], "fig7a": ["fig7a.png"],
+                 "fig7b": ["fig7b.png"], "fig8": ["fig8.png", "fig8-p95.png"], "fig9": ["fig9.png", "fig9-p95.png"],
+                 "violations": ["violations.png"]}
+
+
+@dataclass
+class Step:
+    name: str
+    status: str = "pending"           # ok | failed | skipped | interrupted
+    seconds: float = 0.0
+    detail: str = ""
+    figures: tuple[str, ...] = ()
+
+
+@dataclass
+class Options:
+    out: Path = REPO / "results" / "paper"
+    reuse: bool = False               # benchmarks: redraw from their JSON when it exists
+    reuse_runs: bool = False          # experiments: take the newest complete run per scenario and policy
+    scale: str = "smoke"
+    quick: bool = False               # benchmarks that do run: their --quick sweep
+    policies: tuple[str, ...] = POLICIES
+    master: str | None = None
+    command: str = "testbed paper"
+
+
+@dataclass
+class State:
+    options: Options
+    steps: list[Step] = field(default_factory=list)
+    runs: list[dict] = field(default_factory=list)     # {workload, policy, dir, missing}
+    comparison: dict | None = None
+
+
+def machine() -> str:
+    """Host, CPUs, memory and kernel: what 'this machine' was."""
+    try:
+        kib = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                   if line.startswith("MemTotal"))
+        memory = f"{kib / 2**20:.0f} GiB RAM"
+    except (OSError, StopIteration, ValueError):
+        memory = "RAM unknown"
+    return f"{platform.node()} ({os.cpu_count()} CPUs, {memory}, Linux {platform.release()})"
+
+
+def scenario_facts(path: Path) -> dict:
+    """name, workload, description, duration of a scenario file (plain YAML: no emulation imports)."""
+    data = yaml.safe_load(path.read_text()) or {}
+    return {"name": data.get("name"), "workload": (data.get("workload") or {}).get("kind"),
+            "description": data.get("description", ""), "duration": str(data.get("duration", "?"))}
+
+
+def scale_statement(options: Options, benches_reused: list[str]) -> str:
+    experiments = []
+    for kind, rel in SCALES[options.scale].items():
+        facts = scenario_facts(REPO / rel)
+        experiments.append(f"{rel} ({facts['description']}; {facts['duration']}) once per policy "
+                           f"({', '.join(options.policies)}); {PAPER_SCALE[kind]}")
+    benches = ("microbenchmarks redrawn from their JSON as measured earlier: " + ", ".join(benches_reused)
+               if benches_reused else "")
+    ran = [b.name for b in BENCHES if b.name not in benches_reused]
+    if ran:
+        benches += ("; " if benches else "") + f"microbenchmarks run now ({', '.join(ran)}) at their " \
+            + ("--quick sweep" if options.quick else "default sweep")
+    return (f"{options.scale} scale. Experiments: " + " | ".join(experiments) + f". {benches}. "
+            f"Machine: {machine()}. `--scale full` runs uav.yaml and mmog.yaml (10 min each, per policy).")
+
+
+# ------------------------------------------------------------------------------------------ steps
+
+def _rel(path: Path) -> str:
+    """A path as the index shows it: relative to the repository when inside it."""
+    path = Path(path)
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
+def _subprocess(argv: list[str]) -> int:
+    """A child in the repository, its output straight to ours; Ctrl-C reaches it too (same process group)."""
+    return subprocess.call(argv, cwd=REPO)
+
+
+def bench_step(bench: Bench, options: Options, out: Path) -> Step:
+    step = Step(f"bench {bench.name} ({', '.join(bench.figures)})", figures=bench.figures)
+    reuse = options.reuse and bench.json.exists()
+    args = [bench.redraw] if reuse else (["--quick"] if options.quick else [])
+    code = _subprocess([sys.executable, "-m", bench.module, *args])
+    copied = []
+    for name in bench.images:
+        if (BENCH_DIR / name).exists():
+            shutil.copy2(BENCH_DIR / name, out / name)
+            copied.append(name)
+    how = f"redrawn from {_rel(bench.json)}" if reuse else f"ran {' '.join([bench.module, *args])}"
+    step.status = "ok" if code == 0 and bench.json.exists() else "failed"
+    step.detail = f"{how}; exit {code}; copied {', '.join(copied) or 'no PNG'}"
+    if not bench.json.exists():
+        step.detail += f"; {_rel(bench.json)} missing"
+    return step
+
+
+def _run_dirs(runs_dir: Path, name: str) -> set[Path]:
+    return {p for p in runs_dir.glob(f"{name}-*") if (p / "run.json").exists()}
+
+
+def _policy_of(run_dir: Path) -> str | None:
+    try:
+        return ((yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}).get("control") or {}).get("policy")
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def reusable_run(runs_dir: Path, name: str, policy: str) -> Path | None:
+    """The newest complete run of this scenario and policy that has traces."""
+    import json
+
+    found = []
+    for run_dir in _run_dirs(runs_dir, name):
+        try:
+            meta = json.loads((run_dir / "run.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if meta.get("complete") and _policy_of(run_dir) == policy and any((run_dir / "traces").glob("*")):
+            found.append((meta.get("started") or 0, run_dir))
+    return max(found)[1] if found else None
+
+
+def run_step(kind: str, scenario: str, policy: str, state: State) -> Step:
+    options = state.options
+    runs_dir = options.out / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    name = scenario_facts(REPO / scenario)["name"]
+    step = Step(f"run {scenario} --policy {policy}", figures=("fig8" if kind == "uav-swarm" else "fig9", "violations"))
+    entry = {"workload": kind, "policy": policy, "dir": None}
+    state.runs.append(entry)
+    if options.reuse_runs:
+        found = reusable_run(runs_dir, name, policy)
+        if found is not None:
+            entry["dir"] = str(found)
+            step.status, step.detail = "ok", f"reused {_rel(found)}"
+            return step
+    before = _run_dirs(runs_dir, name)
+    code = _subprocess([sys.executable, "-m", "testbed.cli", "run", scenario, "--policy", policy,
+                        "--results", str(runs_dir)])
+    new = sorted(_run_dirs(runs_dir, name) - before, key=lambda p: p.stat().st_mtime)
+    if new:
+        entry["dir"] = str(new[-1])
+    else:
+        entry["missing"] = f"testbed run exited {code} without a run directory"
+    step.status = "ok" if code == 0 and new else "failed"
+    step.detail = f"exit {code}; " + (f"results in {new[-1]}" if new else "no run directory")
+    return step
+
+
+def compare_step(state: State) -> Step:
+    step = Step("PySpark comparison across the runs (fig8, fig9, violations)", figures=("fig8", "fig9", "violations"))
+    from analysis.compare_runs import compare_runs
+    from analysis.spark import java_available, session
+
+    if not java_available():
+        step.status, step.detail = "failed", "Spark needs a Java runtime (make setup installs default-jre-headless)"
+        return step
+    spark = session(state.options.master)
+    state.comparison = compare_runs(spark, state.runs, state.options.out)
+    drawn = sorted(state.comparison["figures"])
+    missing = state.comparison["missing"]
+    step.status = "ok" if drawn and not missing else "failed"
+    step.detail = f"drew {', '.join(drawn) or 'nothing'}" + (
+        "; missing " + ", ".join(f"{m['workload']}/{m['policy']} ({m['reason']})" for m in missing) if missing else "")
+    return step
+
+
+# ------------------------------------------------------------------------------------------ index
+
+def entries(state: State):
+    """One index entry per figure, with its headline, sources and what is missing or failed."""
+    import json
+
+    from analysis import headlines
+    from analysis.paper_index import Entry
+
+    failed = {}
+    for step in state.steps:
+        if step.status in ("failed", "interrupted"):
+            for fig in step.figures:
+                failed.setdefault(fig, []).append(f"{step.name} ({step.detail})")
+    out = []
+    for bench in BENCHES:
+        data = None
+        if bench.json.exists():
+            data = json.loads(bench.json.read_text())
+        for fig in bench.figures:
+            entry = Entry(fig, images=FIGURE_IMAGES[fig], failed=failed.get(fig, []),
+                          source=_rel(bench.json) + (
+                              f" ({time.strftime('%Y-%m-%d %H:%M', time.localtime(data['time']))}"
+                              f"{', ' + data['machine'] if data.get('machine') else ''})"
+                              if data and data.get("time") else ""))
+            if data is None:
+                entry.missing.append(f"{_rel(bench.json)} (make bench-{bench.name})")
+            else:
+                try:
+                    entry.headline = headlines.BENCH_HEADLINES[fig][1](data)
+                except (headlines.MissingInput, KeyError, TypeError, ValueError) as error:
+                    entry.missing.append(f"{_rel(bench.json)}: {error}")
+            out.append(entry)
+    comparison = state.comparison or {}
+    violations, recovery = comparison.get("violations") or [], comparison.get("recovery") or []
+    run_ids = {r["workload"]: [] for r in state.runs}
+    migrations: dict = {}
+    for r in comparison.get("runs", []):
+        run_ids.setdefault(r["workload"], []).append(f"{r['policy']}: {_rel(Path(r['dir']))}")
+        if r.get("migrations") is not None:
+            per_kind = migrations.setdefault(r["workload"], {})
+            per_kind[r["policy"]] = per_kind.get(r["policy"], 0) + r["migrations"]
+    for kind, fig in (("uav-swarm", "fig8"), ("mmog", "fig9")):
+        scenario = SCALES[state.options.scale][kind]
+        facts = scenario_facts(REPO / scenario)
+        scale = f"{facts['name']} ({facts['description']}; {facts['duration']}) on {machine()}"
+        entry = Entry(fig, images=FIGURE_IMAGES[fig], failed=failed.get(fig, []), scale=scale,
+                      source="; ".join(run_ids.get(kind) or []) or "no runs")
+        entry.missing += [f"{m['policy']} run: {m['reason']}" for m in comparison.get("missing", [])
+                          if m["workload"] == kind]
+        if state.comparison is None:
+            entry.missing.append("no comparison (the PySpark step did not run or failed)")
+        else:
+            try:
+                entry.headline = headlines.ours_experiment(fig, violations, recovery, facts["name"],
+                                                           _first_class(REPO / scenario), scale,
+                                                           migrations.get(kind))
+            except headlines.MissingInput as error:
+                entry.missing.append(str(error))
+        out.append(entry)
+    entry = Entry("violations", images=FIGURE_IMAGES["violations"], failed=failed.get("violations", []),
+                  source=f"{_rel(state.options.out / 'tables' / 'policy_violations.parquet')}, "
+                         f"{_rel(state.options.out / 'compare.json')}",
+                  scale=f"{state.options.scale} scenarios; policies {', '.join(state.options.policies)}")
+    if violations:
+        entry.headline = headlines.ours_violations(violations, entry.scale)
+    else:
+        entry.missing.append("no policy comparison rows")
+    out.append(entry)
+    return out
+
+
+def _first_class(path: Path) -> str | None:
+    topics = ((yaml.safe_load(path.read_text()) or {}).get("workload") or {}).get("topics") or []
+    return topics[0].get("name") if topics else None
+
+
+# ------------------------------------------------------------------------------------------ main
+
+def plan(options: Options) -> list[tuple[str, Callable[[State], Step]]]:
+    out = options.out
+    todo = [(f"bench {b.name}", lambda state, b=b: bench_step(b, options, out)) for b in BENCHES]
+    for kind, scenario in SCALES[options.scale].items():
+        for policy in options.policies:
+            todo.append((f"run {scenario} --policy {policy}",
+                         lambda state, k=kind, s=scenario, p=policy: run_step(k, s, p, state)))
+    todo.append(("PySpark comparison", compare_step))
+    return todo
+
+
+def main(options: Options, say=print) -> int:
+    """Run every step, write the index; 0 if all succeeded, 1 if any failed, 130 if interrupted."""
+    from analysis.paper_index import write_index
+
+    started = time.time()
+    options.out = Path(options.out).resolve()
+    options.out.mkdir(parents=True, exist_ok=True)
+    state = State(options)
+    reused = [b.name for b in BENCHES if options.reuse and b.json.exists()]
+    statement = scale_statement(options, reused)
+    todo = plan(options)
+    total = len(todo) + 1
+    say(f"paper: {total} steps into {options.out}\npaper: {statement}")
+    interrupted = False
+    for i, (name, action) in enumerate(todo, 1):
+        say(f"\n[{i}/{total}] {name} ... ({total - i} after this, {(time.time() - started) / 60:.1f} min so far)")
+        t0 = time.monotonic()
+        if interrupted:
+            step = Step(name, "skipped", detail="interrupted before this step")
+        else:
+            try:
+                step = action(state)
+            except KeyboardInterrupt:
+                step, interrupted = Step(name, "interrupted", detail="Ctrl-C"), True
+            except Exception as error:  # noqa: BLE001 - a failing step is reported, the others still run
+                step = Step(name, "failed", detail=f"{type(error).__name__}: {error}")
+        step.seconds = time.monotonic() - t0
+        state.steps.append(step)
+        say(f"[{i}/{total}] {name}: {step.status} in {step.seconds:.0f} s; {step.detail}")
+    say(f"\n[{total}/{total}] index ...")
+    about = {"command": options.command, "machine": machine(), "scale": statement,
+             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": time.time() - started,
+             "steps": [vars(s) for s in state.steps]}
+    md, page = write_index(options.out, entries(state), about)
+    bad = [s for s in state.steps if s.status != "ok"]
+    say(f"[{total}/{total}] index: {md} and {page} ({(time.time() - started) / 60:.1f} min in all)")
+    if bad:
+        say("paper: not ok: " + "; ".join(f"{s.name}: {s.status}" for s in bad))
+    return 130 if interrupted else (1 if bad else 0)
+
+
+__all__ = ["Options", "main", "BENCHES", "SCALES", "POLICIES", "reusable_run", "entries", "scale_statement"]

@@ -1,0 +1,124 @@
+"""Cross-run comparisons (`analysis.compare`, `analysis.compare_runs`) on small generated runs with known answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis import figures
+from tests.test_analysis import T0, event, event_frame, row, spark, trace_frame, write_run  # noqa: F401 - spark is a fixture
+
+
+def labelled(spark, runs):  # noqa: F811 - the fixture's name
+    from analysis import compare
+
+    return compare.runs_frame(spark, runs)
+
+
+def stream(topic, latencies, run_id, start=T0, rate=10):
+    """One producer's messages on `topic` at `rate` per second with the given latencies (s)."""
+    instance = topic.split("-")[1]
+    return [row(topic, f"{instance}-u1", f"{instance}-u2", i, start + i / rate, lat, run_id=run_id)
+            for i, lat in enumerate(latencies)]
+
+
+RUNS = [{"run_id": "a1", "scenario": "uav-test", "policy": "epulsar", "thresholds": {"follow_leader": 0.04}},
+        {"run_id": "a2", "scenario": "uav-test", "policy": "epulsar", "thresholds": {"follow_leader": 0.04}},
+        {"run_id": "h1", "scenario": "uav-test", "policy": "pulsar-hash", "thresholds": {"follow_leader": 0.04}}]
+
+
+def test_policy_violations_pool_the_messages_of_every_run_of_a_policy(spark):  # noqa: F811
+    from analysis import compare
+
+    rows = (stream("follow_leader-swarm1", [0.02] * 30 + [0.05] * 10, "a1")      # 10 of 40 above
+            + stream("follow_leader-swarm1", [0.02] * 10, "a2")                  # 0 of 10
+            + stream("follow_leader-swarm1", [0.06] * 15 + [0.01] * 5, "h1")     # 15 of 20
+            + stream("follow_leader-swarm9", [0.5] * 5, "other"))                # an unlabelled run: left out
+    out = {r["policy"]: r.asDict() for r in compare.policy_violations(trace_frame(spark, rows),
+                                                                      labelled(spark, RUNS)).collect()}
+    assert set(out) == {"epulsar", "pulsar-hash"}
+    ep, hashed = out["epulsar"], out["pulsar-hash"]
+    assert (ep["runs"], ep["messages"], ep["violations"]) == (2, 50, 10)
+    assert ep["violation_ratio"] == pytest.approx(0.2)          # 10/50 pooled, not mean(0.25, 0) = 0.125
+    assert ep["p50_s"] == pytest.approx(0.02) and ep["max_s"] == pytest.approx(0.05)
+    assert (hashed["runs"], hashed["violation_ratio"], hashed["threshold_s"]) == (1, 0.75, 0.04)
+    assert hashed["scenario"] == "uav-test" and hashed["topic_class"] == "follow_leader"
+
+
+def test_policy_latency_over_time_buckets_each_run_from_its_own_start(spark):  # noqa: F811
+    from analysis import compare
+
+    rows = (stream("follow_leader-swarm1", [0.02] * 10 + [0.08] * 10, "a1", start=T0)
+            + stream("follow_leader-swarm1", [0.02] * 10 + [0.02] * 10, "a2", start=T0 + 500))
+    events = event_frame(spark, [event("run_start", T0, run_id="a1"), event("run_start", T0 + 500, run_id="a2")])
+    out = compare.policy_latency_over_time(trace_frame(spark, rows), labelled(spark, RUNS), 1.0, events).collect()
+    buckets = {r["bucket"]: r.asDict() for r in out}
+    assert sorted(buckets) == [0, 1] and all(r["policy"] == "epulsar" for r in out)
+    assert buckets[0]["messages"] == 20 and buckets[0]["violation_ratio"] == 0.0
+    assert buckets[1]["violation_ratio"] == pytest.approx(0.5) and buckets[1]["max_s"] == pytest.approx(0.08)
+    assert buckets[1]["t_s"] == 1.0
+
+
+def test_policy_recovery_measures_time_above_after_a_zone_change(spark):  # noqa: F811
+    from analysis import compare
+
+    # a1: relink at T0+1, above the threshold until T0+3, then below; h1: above from the relink on, never back.
+    rows = (stream("follow_leader-swarm1", [0.02] * 10 + [0.08] * 20 + [0.02] * 20, "a1")
+            + stream("follow_leader-swarm1", [0.02] * 10 + [0.08] * 40, "h1"))
+    events = event_frame(spark, [event("relink", T0 + 1.0, run_id=r, node="swarm1", to_site="zone2") for r in ("a1", "h1")]
+                         + [event("run_start", T0, run_id=r) for r in ("a1", "h1")])
+    out = {r["policy"]: r.asDict() for r in compare.policy_recovery(trace_frame(spark, rows), events,
+                                                                    labelled(spark, RUNS)).collect()}
+    assert (out["epulsar"]["relinks"], out["epulsar"]["relinks_above"], out["epulsar"]["unclosed"]) == (1, 1, 0)
+    assert out["epulsar"]["median_s"] == pytest.approx(2.0, abs=0.01)
+    assert out["pulsar-hash"]["unclosed"] == 1 and out["pulsar-hash"]["max_s"] == pytest.approx(3.9, abs=0.01)
+
+
+def make_run(root, run_id, policy, latencies):
+    rows = stream("follow_leader-swarm1", latencies, run_id) + stream("follow_leader-swarm2", latencies, run_id)
+    run = write_run(root / f"uav-test-{run_id}", rows, [event("run_start", T0, run_id=run_id),
+                                                       event("relink", T0 + 2, run_id=run_id, node="swarm1")])
+    (run / "run.json").write_text(json.dumps({"run_id": run_id, "scenario": "uav-test", "complete": True}))
+    scenario = (run / "scenario.yaml").read_text().replace("policy: epulsar", f"policy: {policy}")
+    (run / "scenario.yaml").write_text(scenario)
+    return run
+
+
+def test_compare_runs_draws_a_row_per_policy_and_lists_missing_runs(spark, tmp_path):  # noqa: F811
+    from analysis.compare_runs import compare_runs
+
+    ep = make_run(tmp_path, "e1", "epulsar", [0.02] * 30 + [0.06] * 10)
+    ap = make_run(tmp_path, "p1", "allpairs", [0.03] * 40)
+    runs = [{"workload": "uav-swarm", "policy": "pulsar-hash", "dir": None, "missing": "testbed run exited 1"},
+            {"workload": "uav-swarm", "policy": "allpairs", "dir": str(ap)},
+            {"workload": "uav-swarm", "policy": "epulsar", "dir": str(ep)}]
+    out = tmp_path / "paper"
+    result = compare_runs(spark, runs, out, say=lambda *_: None)
+    assert result["missing"] == [{"workload": "uav-swarm", "policy": "pulsar-hash", "reason": "testbed run exited 1"}]
+    ratios = {(r["policy"], r["topic_class"]): r["violation_ratio"] for r in result["violations"]}
+    assert ratios == {("epulsar", "follow_leader"): 0.25, ("allpairs", "follow_leader"): 0.0}
+    fig8 = result["figures"]["fig8"]
+    assert list(fig8["series"]) == ["ePulsar", "AllPairs", "Pulsar (hash)"]  # the paper's order, missing one kept
+    assert fig8["series"]["Pulsar (hash)"] == [] and "(ms)" in fig8["ylabel"] and "(s)" in fig8["xlabel"]
+    for name in ("fig8.png", "fig8-p95.png", "violations.png", "compare.json"):
+        assert (out / name).stat().st_size > 1000
+    assert (out / "tables" / "policy_violations.parquet").is_dir()
+    assert result["figures"]["fig8-p95"]["series"] == ["ePulsar", "AllPairs"]
+    assert json.loads((out / "compare.json").read_text())["missing"][0]["policy"] == "pulsar-hash"
+
+
+def test_policy_figures_render_without_spark(tmp_path):
+    rows = [{"scenario": s, "policy": p, "topic_class": c, "threshold_s": t, "violation_ratio": v, "p50_s": t / 2,
+             "p95_s": t * (1 + v)}
+            for s, c, t in (("uav-smoke", "follow_leader", 0.04), ("mmog-smoke", "avatar", 0.1))
+            for p, v in (("pulsar-hash", 0.8), ("epulsar", 0.1))]
+    info = figures.policy_violations(rows, tmp_path / "violations.png",
+                                     scenario_titles={"uav-smoke": "UAV", "mmog-smoke": "MMOG"})
+    assert info["series"] == ["ePulsar", "Pulsar (hash)"] and (tmp_path / "violations.png").stat().st_size > 10_000
+    aoi = [{"consumer": "gs1", "producer": f"a{p}", "t_s": float(t), "p50_s": 0.03, "p95_s": 0.05, "max_s": 0.06}
+           for p in (1, 2) for t in range(20)]
+    info = figures.fig9_policies([{"policy": "epulsar", "aoi": aoi, "threshold_s": 0.1},
+                                  {"policy": "allpairs", "missing": "no trace rows", "threshold_s": 0.1}],
+                                 tmp_path / "fig9.png")
+    assert info["title"].startswith("Fig. 9") and info["series"] == {"ePulsar": ["a1", "a2"], "AllPairs": []}

@@ -1,0 +1,198 @@
+"""`testbed paper`'s parts that need neither root nor Spark: headline numbers from the benchmark JSON
+shapes, the index (missing inputs listed, never dropped), the --policy override and run reuse."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from analysis import headlines, traces
+from analysis.paper_index import Entry, write_index
+from testbed import paper
+from testbed.cli import app, with_policy
+from testbed.scenario.loader import load
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------------------- bench JSON shapes
+
+def nc_json():
+    acc = [{"nodes": n, "rtt_ms": 50.0, "median_error_ms": e, "median_relative": e / 50}
+           for n, e in ((2, 1.9), (8, 1.8), (32, 2.9))]
+    acc += [{"nodes": 8, "rtt_ms": r, "median_error_ms": r * 0.04, "median_relative": 0.04} for r in (20.0, 200.0)]
+    cost = [{"nodes": 8, "query_period_s": 1.0, "cpu_percent_max": 0.3, "rss_mb_mean": 14.2, "rss_mb_max": 14.9}]
+    return {"time": 1.0, "machine": "vm", "accuracy": acc, "overhead": cost}
+
+
+def placement_json(epulsar_worst=0.025):
+    rows = []
+    for kind, sizes in (("uav", (2, 8)), ("mmog", (3, 12))):
+        for size in sizes:
+            for policy, worst, ratio in (("epulsar", epulsar_worst, 0.0), ("allpairs", 0.024, 0.0),
+                                         ("pulsar-hash", 0.097, 0.8 if kind == "uav" else 0.0)):
+                rows.append({"kind": kind, "size": size, "policy": policy, "evaluated_on": "estimate",
+                             "worst_max_s": worst, "worst_p95_s": worst, "violation_ratio_mean": ratio})
+    claims = {"mmog_hash_worse_than_both": True, "mmog_epulsar_within_10pct_of_allpairs_worst_p95": True,
+              "mmog_hash_any_violations": False}
+    return {"time": 2.0, "seeds": 1000, "summary": rows, "paper_claims": {"estimate": claims}}
+
+
+def monitoring_json(epulsar_16=5000.0):
+    rows = []
+    for policy, rates in (("epulsar", {1: 2900.0, 4: 4950.0, 16: epulsar_16}),
+                          ("allpairs", {1: 5400.0, 4: 13800.0, 16: 39700.0})):
+        rows += [{"policy": policy, "topics": t, "clients_per_topic": c, "zk_wire_net_Bps": r * t / 32}
+                 for t in (1, 32) for c, r in rates.items()]
+    return {"time": 3.0, "rows": rows}
+
+
+def migration_json():
+    rows = [{"figure": "7a", "topics": 32, "executors": 16, "wan_ms": w, "workflow": wf,
+             "downtime_median_s": d / 1000, "completion_median_s": 1.0}
+            for w, e, b in ((10, 51, 91), (80, 59, 511)) for wf, d in (("enhanced", e), ("baseline", b))]
+    rows += [{"figure": "7b", "topics": n, "wan_ms": 40, "workflow": "enhanced", "executors": e,
+              "completion_median_s": n * 0.17 / e, "downtime_median_s": 0.05} for n in (8, 128) for e in (1, 4, 16)]
+    rows += [{"figure": "7b", "topics": n, "wan_ms": 40, "workflow": "baseline", "executors": 1,
+              "completion_median_s": n * 0.127, "downtime_median_s": 0.27} for n in (8, 128)]
+    return {"time": 4.0, "rows": rows}
+
+
+def test_headlines_from_the_bench_json_shapes():
+    fig3b = headlines.ours_fig3b(nc_json())
+    assert fig3b.agrees is True and "1.8-2.9 ms for 2-32 nodes" in fig3b.ours and "4.0 % of the RTT" in fig3b.ours
+    assert fig3b.numbers["median_error_ms_max"] == 2.9
+
+    fig5 = headlines.ours_fig5(placement_json())
+    assert fig5.agrees is True and "ePulsar 25 ms" in fig5.ours and "hash 80.0 %" in fig5.ours
+    assert headlines.ours_fig5(placement_json(epulsar_worst=0.041)).agrees is False  # above the 40 ms threshold
+    fig4 = headlines.ours_fig4(placement_json())
+    assert fig4.agrees is True and "3-12 cities" in fig4.ours and fig4.scale == "2 topologies x 1000 placements"
+
+    fig6 = headlines.ours_fig6(monitoring_json())
+    assert fig6.agrees is True and "ePulsar 2,900/4,950/5,000 B/s" in fig6.ours and "7.9x at 16 clients" in fig6.ours
+    assert headlines.ours_fig6(monitoring_json(epulsar_16=9000.0)).agrees is False  # grows with clients
+
+    fig7a = headlines.ours_fig7a(migration_json())
+    assert fig7a.agrees is True and "ePulsar 51/59 ms, Pulsar 91/511 ms" in fig7a.ours
+    assert fig7a.scale.startswith("32 topics at once (paper: 128)")
+    fig7b = headlines.ours_fig7b(migration_json())
+    assert fig7b.agrees is True and "128 topics" in fig7b.ours and "1.4 s (16 executors)" in fig7b.ours
+    assert fig7b.numbers["baseline_s"] == pytest.approx(16.256)
+
+
+def test_headlines_raise_missing_input_for_empty_json():
+    for fig, (_name, extract) in headlines.BENCH_HEADLINES.items():
+        with pytest.raises(headlines.MissingInput):
+            extract({})
+    with pytest.raises(headlines.MissingInput):
+        headlines.ours_fig7a({"rows": [r for r in migration_json()["rows"] if r["workflow"] == "enhanced"]})
+
+
+def test_experiment_headlines_per_policy():
+    rows = [{"scenario": "uav-smoke", "policy": p, "topic_class": c, "threshold_s": 0.04, "messages": 100,
+             "violations": v, "violation_ratio": v / 100, "p50_s": 0.02, "p95_s": 0.03 + v / 1000}
+            for p, v in (("epulsar", 10), ("pulsar-hash", 80), ("allpairs", 12)) for c in ("follow_leader", "sensor_data")]
+    recovery = [{"scenario": "uav-smoke", "policy": "epulsar", "relinks": 5, "median_s": 2.5}]
+    fig8 = headlines.ours_experiment("fig8", rows, recovery, "uav-smoke", "follow_leader", "smoke",
+                                     migrations={"epulsar": 10, "allpairs": 0})
+    assert fig8.ours.startswith("follow_leader messages: ePulsar 10.0 % above 40 ms")
+    assert fig8.ours.index("ePulsar") < fig8.ours.index("AllPairs") < fig8.ours.index("Pulsar (hash)")
+    assert "median 2.5 s above after a zone change (5 changes), 10 migrations;" in fig8.ours and fig8.agrees is True
+    assert "AllPairs 12.0 % above 40 ms (p50 20, p95 42 ms), 0 migrations;" in fig8.ours
+    assert headlines.ours_experiment("fig9", rows, [], "uav-smoke").agrees is True  # p95 40 ms: at the threshold
+    worse = [dict(r, p95_s=0.041) if r["policy"] == "epulsar" else r for r in rows]
+    assert headlines.ours_experiment("fig9", worse, [], "uav-smoke").agrees is False
+    assert headlines.ours_experiment("fig8", [r for r in rows if r["policy"] != "epulsar"], [], "uav-smoke").agrees is None
+    with pytest.raises(headlines.MissingInput):
+        headlines.ours_experiment("fig9", rows, [], "mmog-smoke")
+    pooled = headlines.ours_violations(rows)
+    assert "uav-smoke: ePulsar 10.0 %, AllPairs 12.0 %, Pulsar (hash) 80.0 %" in pooled.ours and pooled.agrees is True
+
+
+# ---------------------------------------------------------------------------------------- the index
+
+def test_index_lists_missing_inputs_and_failures(tmp_path):
+    (tmp_path / "fig3b.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    entries = [
+        Entry("fig3b", images=["fig3b.png"], headline=headlines.ours_fig3b(nc_json()), source="results/bench/nc.json"),
+        Entry("fig6", images=["fig6.png"], missing=["results/bench/monitoring.json (make bench-monitoring)"]),
+        Entry("fig8", images=["fig8.png"], failed=["run scenarios/uav-smoke.yaml --policy allpairs (exit 1)"],
+              scale="uav-smoke"),
+    ]
+    about = {"command": "testbed paper --reuse", "machine": "vm (2 CPUs)", "scale": "smoke scale", "wall_s": 120,
+             "finished": "2026-01-01 00:00:00", "steps": [{"name": "bench nc", "status": "ok", "seconds": 3,
+                                                           "detail": "redrawn"}]}
+    md_path, html_path = write_index(tmp_path, entries, about)
+    md, page = md_path.read_text(), html_path.read_text()
+    assert "| [Fig. 3b](#fig3b) | median per-pair error" in md and "| 5.3 | yes |" in md and "| ok |" in md
+    assert "- Fig. 6: missing: results/bench/monitoring.json (make bench-monitoring)" in md
+    assert "- Fig. 6: missing: fig6.png not rendered" in md
+    assert "- Fig. 8: failed: run scenarios/uav-smoke.yaml --policy allpairs (exit 1)" in md
+    assert "![fig3b.png](fig3b.png)" in md and "![fig6.png]" not in md and "*(no PNG)*" in md
+    assert "in 2.0 min on vm (2 CPUs)" in md and "**Scale.** smoke scale" in md
+    assert "<img src='fig3b.png'" in page and "fig6.png not rendered" in page and page.count("<h2 id=") == 3
+    assert "&lt;" not in md and "Pulsar&#x27;s" not in md  # markdown is not HTML-escaped
+    statuses = [line.rsplit("|", 2)[-2].strip() for line in md.splitlines() if line.startswith("| [Fig.")]
+    assert statuses == ["ok", "missing", "failed"]
+
+
+def test_entries_mark_absent_bench_json_as_missing(tmp_path, monkeypatch):
+    monkeypatch.setattr(paper, "BENCH_DIR", tmp_path)
+    (tmp_path / "nc.json").write_text(json.dumps(nc_json()))
+    (tmp_path / "migration.json").write_text(json.dumps({"time": 1.0, "rows": []}))
+    state = paper.State(paper.Options(out=tmp_path / "paper"))
+    state.steps.append(paper.Step("bench monitoring (fig6)", "failed", detail="exit 1", figures=("fig6",)))
+    by_fig = {e.figure: e for e in paper.entries(state)}
+    assert list(by_fig) == ["fig3b", "fig4", "fig5", "fig6", "fig7a", "fig7b", "fig8", "fig9", "violations"]
+    assert by_fig["fig3b"].headline is not None and not by_fig["fig3b"].missing
+    assert by_fig["fig4"].headline is None and "placement.json (make bench-placement)" in by_fig["fig4"].missing[0]
+    assert by_fig["fig6"].failed == ["bench monitoring (fig6) (exit 1)"]
+    assert "no Fig. 7a rows" in by_fig["fig7a"].missing[0]
+    assert any("PySpark" in m for m in by_fig["fig8"].missing) and by_fig["violations"].missing
+
+
+# ---------------------------------------------------------------------------------------- --policy
+
+def test_policy_override_is_validated_and_lands_in_the_run_metadata(tmp_path):
+    scenario = load(REPO / "scenarios" / "uav-smoke.yaml")
+    changed = with_policy(scenario, "pulsar-hash")
+    assert changed.control.policy == "pulsar-hash" and scenario.control.policy == "epulsar"
+    assert changed.control.settle == scenario.control.settle and changed.workload == scenario.workload
+    with pytest.raises(ValueError, match="'hashing' is not a policy; allowed: epulsar, allpairs, pulsar-hash"):
+        with_policy(scenario, "hashing")
+    # testbed.experiment writes the scenario as run like this; the analysis reads the policy back from it.
+    run_dir = tmp_path / "uav-smoke-abc123"
+    run_dir.mkdir()
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(changed.model_dump(mode="json"), sort_keys=False))
+    (run_dir / "run.json").write_text(json.dumps({"run_id": "abc123", "complete": True, "started": 5.0}))
+    assert traces.run_metadata(run_dir)["policy"] == "pulsar-hash"
+    (run_dir / "traces").mkdir()
+    (run_dir / "traces" / "t.jsonl").write_text("{}\n")
+    assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash") == run_dir
+    assert paper.reusable_run(tmp_path, "uav-smoke", "epulsar") is None
+
+
+def test_cli_rejects_bad_policy_and_scale_before_running_anything():
+    runner = CliRunner()
+    result = runner.invoke(app, ["run", str(REPO / "scenarios" / "uav-smoke.yaml"), "--policy", "random"])
+    assert result.exit_code == 2 and "'random' is not a policy" in result.output
+    result = runner.invoke(app, ["paper", "--scale", "huge"])
+    assert result.exit_code == 2 and "--scale: 'huge'; allowed: smoke, full" in result.output
+    result = runner.invoke(app, ["paper", "--policies", "epulsar,fastest"])
+    assert result.exit_code == 2 and "--policies: fastest" in result.output
+
+
+def test_figures_paper_is_the_paper_command(monkeypatch):
+    seen = []
+    monkeypatch.setattr(paper, "main", lambda options: seen.append(options) or 0)
+    runner = CliRunner()
+    assert runner.invoke(app, ["figures", "--paper"]).exit_code == 0
+    assert runner.invoke(app, ["paper", "--reuse", "--policies", "epulsar,pulsar-hash"]).exit_code == 0
+    alias, direct = seen
+    assert alias.out == Path("results/paper") and alias.policies == paper.POLICIES and not alias.reuse
+    assert direct.reuse and direct.policies == ("epulsar", "pulsar-hash") and direct.scale == "smoke"
