@@ -9,7 +9,7 @@ APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 psmis
                 serf nats-server zookeeper default-jre-headless
 IMAGE_PACKAGES := docker.io debootstrap
 
-.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor bench-analysis bench-monitoring bench-placement
+.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor bench-analysis bench-monitoring bench-placement bench-overload
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -40,8 +40,8 @@ test: setup  ## the test suite (namespace tests need root; Containernet tests sk
 figures: venv
 	$(BIN)/testbed figures
 
-paper: setup
-	$(BIN)/testbed figures --paper
+paper: setup  ## every experiment at this machine's scale, every figure -> results/paper/index.md, index.html (PAPER_ARGS=--reuse ...)
+	$(BIN)/testbed paper $(PAPER_ARGS)
 
 images: venv  ## Docker images for the Containernet backend (bootstraps the base image locally)
 	@missing=$$(for p in $(IMAGE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -78,3 +78,6 @@ bench-placement: setup  ## broker selection policies over 1000 random placements
 
 bench-monitoring: setup  ## monitoring traffic of one broker to ZooKeeper, ePulsar vs AllPairs (paper 5.6) -> results/bench/monitoring.json, fig6.png
 	$(BIN)/python -m testbed.bench.monitoring
+
+bench-overload: setup  ## nats-server output rate vs p95 latency, the Rth_out knee (paper 5.4) -> results/bench/overload.json, overload.png
+	$(BIN)/python -m testbed.bench.overload $(OVERLOAD_ARGS)
