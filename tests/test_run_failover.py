@@ -26,7 +26,9 @@ def test_a_killed_broker_has_its_topics_replaced_and_the_downtime_measured(tmp_p
     start = next(e["time"] for e in events if e["type"] == "run_start")
     (killed,) = [e for e in events if e["type"] == "broker_killed"]
     assert killed["node"] == "bzone1" and abs(killed["time"] - start - 25.0) < 1.0
-    assert killed["killed"] == ["nats-server", "python3", "serf"]  # everything in the node: server, agent, Serf
+    # everything in the node: its nats-server, broker agent (Python) and Serf agent
+    assert len(killed["killed"]) == 3 and {"nats-server", "serf"} < set(killed["killed"])
+    assert any(name.startswith("python") for name in killed["killed"])
 
     failover = summary["failover"]
     print(f"\nfailover: {failover}")
