@@ -386,5 +386,5 @@ def test_place_topics_places_the_most_constrained_topic_first():
 def test_overload_from_scenario_config():
     from testbed.scenario.model import Overload as ScenarioOverload
 
-    assert Overload.from_config(ScenarioOverload()) == Overload(0.85, 0.85, 0.85, 1_500_000.0)
+    assert Overload.from_config(ScenarioOverload()) == Overload(0.85, 0.85, 0.85, 20_000.0)
     assert latency.d(c(0), c(2)) == pytest.approx(0.001)

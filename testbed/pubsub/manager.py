@@ -24,6 +24,7 @@ import time
 
 from testbed.pubsub.lookup import LookupService
 from testbed.pubsub.model import BrokerReport, Migration, Snapshot, TopicClients, TopicReport
+from testbed.scenario.model import NATS_OUTPUT_RATE_THRESHOLD
 from testbed.pubsub.policies import Overload, get_policy, hash_broker, perform_repartitioning
 
 
@@ -262,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu", type=float, default=0.85)
     parser.add_argument("--memory", type=float, default=0.85)
     parser.add_argument("--network", type=float, default=0.85)
-    parser.add_argument("--output-rate", type=float, default=1_500_000.0)
+    parser.add_argument("--output-rate", type=float, default=NATS_OUTPUT_RATE_THRESHOLD, help="Rth_out, msg/s")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     asyncio.run(TopicManager(args).run())

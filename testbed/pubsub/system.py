@@ -15,6 +15,7 @@ from pathlib import Path
 from testbed.emulation.shaping import _read_line
 from testbed.pubsub.broker import nats_url, start_agent, start_nats
 from testbed.pubsub.metadata import start_zookeeper
+from testbed.scenario.model import NATS_OUTPUT_RATE_THRESHOLD
 
 BROKER_ROLES = ("cloud", "broker")
 
@@ -28,7 +29,7 @@ class ManagerOptions:
     mode: str = "control"
     default: str | None = None
     threshold: float = 0.1
-    overload: tuple[float, float, float, float] = (0.85, 0.85, 0.85, 1_500_000.0)
+    overload: tuple[float, float, float, float] = (0.85, 0.85, 0.85, NATS_OUTPUT_RATE_THRESHOLD)
 
 
 @dataclass
