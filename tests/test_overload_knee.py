@@ -2,7 +2,7 @@
 
 import pytest
 
-from testbed.bench.overload import find_knee, hist_quantile, limited_by, recommend, round_down
+from testbed.bench.overload import SHAPE, analyse, find_knee, hist_quantile, limited_by, recommend, round_down
 
 
 def point(offered, p95, achieved=None):
@@ -133,3 +133,26 @@ def test_limited_by_names_the_saturated_resource():
     shared = limited_by(row(machine_busy=1.9, foreign_cpu=0.9), 2)
     assert "largest share taken by other processes" in shared
     assert limited_by(row(), 2).startswith("no resource saturated")
+
+
+def test_analyse_leaves_out_points_disturbed_by_other_processes():
+    def measured(offered, p95, foreign=0.0, size=1000, rep=1):
+        return {**row(foreign_cpu=foreign), **point(offered, p95), "path": "emulated", "size": size,
+                "topics": SHAPE[0], "consumers": SHAPE[1], "repeat": rep}
+
+    rows = [measured(5e3, 3.0), measured(10e3, 3.1), measured(20e3, 9.0, foreign=0.6), measured(30e3, 3.4),
+            measured(40e3, 12.0), measured(5e3, 3.0, size=100), measured(10e3, 3.0, size=100),
+            measured(40e3, 3.2, size=100), measured(80e3, 30.0, size=100)]
+    out = analyse(rows, 2)
+    knee = out["knees"]["emulated 1000B run 1"]
+    assert knee["knee"] == 30e3 and knee["excluded"] == [20e3]
+    assert out["knees"]["emulated 100B run 1"]["knee"] == 40e3
+    assert out["recommendation"]["emulated"]["rth_out"] == 30_000
+
+
+def test_analyse_gives_no_knee_without_an_undisturbed_low_load_point():
+    measured = ((10e3, 3.0, 0.5), (20e3, 3.0, 0.4), (40e3, 3.0, 0.0))  # offered, p95, other processes' cores
+    rows = [{**row(foreign_cpu=f), **point(r, p95), "path": "direct", "size": 100, "topics": SHAPE[0],
+             "consumers": SHAPE[1], "repeat": 1} for r, p95, f in measured]
+    knee = analyse(rows, 2)["knees"]["direct 100B run 1"]
+    assert knee["knee"] is None and "disturbed" in knee["reason"]
