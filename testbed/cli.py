@@ -11,7 +11,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from testbed import load as load_mod
 from testbed import topology as topo_mod
+from testbed.load import CAPACITY_FILE
 from testbed.scenario.loader import ScenarioError, load
 from testbed.scenario.model import Scenario
 from testbed.units import format_bandwidth, format_duration
@@ -113,8 +115,11 @@ def _shaping_text(s: topo_mod.Shaping) -> tuple[str, str, str, str]:
 @app.command()
 def show(path: Path = typer.Argument(..., help="Scenario file."),
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-         scale: Optional[float] = typer.Option(None, help="Multiply counts and rates.")) -> None:
-    """Print the topology: nodes, links with parameters, configured RTT between every pair of sites.
+         scale: Optional[float] = typer.Option(None, help="Multiply counts and rates."),
+         capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity).")
+         ) -> None:
+    """Print the topology: nodes, links with parameters, configured RTT between every pair of sites,
+    and the load the scenario offers against this machine's measured capacity.
 
     Example: testbed show scenarios/mmog.yaml
     """
@@ -122,10 +127,12 @@ def show(path: Path = typer.Argument(..., help="Scenario file."),
 
     scenario = _load(path, scale)
     topology = topo_mod.build(scenario)
+    est, verdict = _offered_load(scenario, topology, capacity)
     handovers = mobility.plan(scenario, topology)
     if as_json:
         data = topology_dict(topology)
         data["handovers"] = [vars(h) for h in handovers]
+        data["load"] = load_mod.as_dict(est, verdict)
         print(json.dumps(data, indent=2))
         return
     console.print(f"[bold]{scenario.name}[/bold]: {scenario.description}")
@@ -146,6 +153,18 @@ def show(path: Path = typer.Argument(..., help="Scenario file."),
     if handovers:
         console.print(f"{len(handovers)} planned handovers; first: "
                       + ", ".join(f"{h.time:g}s {h.node} {h.from_site}->{h.to_site}" for h in handovers[:5]))
+    for line in load_mod.lines(est, verdict):
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+
+
+def _offered_load(scenario: Scenario, topology: topo_mod.Topology, capacity: Path):
+    """The scenario's offered load and its comparison with the capacity file (testbed.load)."""
+    try:
+        measured = load_mod.read_capacity(capacity)
+    except ValueError as error:
+        raise _fail_input(error) from None
+    est = load_mod.estimate(scenario, topology)
+    return est, load_mod.compare(est, measured, capacity)
 
 
 @app.command()
@@ -192,10 +211,15 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
         duration: Optional[str] = typer.Option(None, help="Override the scenario's duration, e.g. 20s."),
         policy: Optional[str] = typer.Option(None, help="Override control.policy: epulsar | allpairs | pulsar-hash."),
-        results: Path = typer.Option(Path("results"), help="Directory for run results.")) -> None:
+        results: Path = typer.Option(Path("results"), help="Directory for run results."),
+        strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a load beyond the measured capacity."),
+        capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity).")
+        ) -> None:
     """Build the emulated network for a scenario, run it, collect results, tear down.
 
     The policy in effect is written to the run's scenario.yaml (control.policy), which the analysis reads.
+    The offered load is printed first and compared with this machine's measured capacity: a warning
+    when beyond it, a refusal with --strict.
 
     Example: sudo testbed run scenarios/uav-smoke.yaml --policy pulsar-hash
     """
@@ -214,9 +238,16 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
             scenario = scenario.model_copy(update={"duration": parse_duration(duration)})
         except ValueError as error:
             raise _fail_input(ValueError(f"--duration: {error}")) from None
+    est, verdict = _offered_load(scenario, topo_mod.build(scenario), capacity)
+    for line in load_mod.lines(est, verdict):
+        console.print(line, highlight=False, markup=False, soft_wrap=True, style="yellow" if verdict.beyond else None)
+    if strict and verdict.beyond:
+        raise _fail_input(ValueError(f"{path}: --strict: offered load beyond this machine's measured capacity "
+                                     f"({'; '.join(verdict.beyond)}; {capacity})"))
     try:
+        # Absolute: processes in Docker hosts start in the read-only source mount, not in our cwd.
         code = experiment.run(scenario, path, backend=backend, shaper=shaper, interactive=interactive,
-                              results_root=results, console=console)
+                              results_root=results.resolve(), console=console)
     except experiment.BadRunInput as error:
         raise _fail_input(error) from None
     raise typer.Exit(code)
@@ -364,9 +395,17 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
 
 
 def main() -> None:
-    """Entry point: one clear line for an unexpected failure (TESTBED_DEBUG=1 shows the traceback)."""
+    """Entry point: one clear line for an unexpected failure (TESTBED_DEBUG=1 shows the traceback).
+
+    Re-runs itself under the Containernet venv when that is where Docker hosts can be built
+    (testbed.emulation.choose.reexec_argv), so `.venv/bin/testbed run` gets them too."""
     import os
 
+    from testbed.emulation.choose import reexec_argv
+
+    target = reexec_argv(sys.argv[1:])
+    if target is not None:
+        os.execve(target[0][0], target[0], target[1])
     try:
         app()
     except KeyboardInterrupt:

@@ -1,0 +1,187 @@
+"""The load a scenario offers, and whether this machine has been measured to carry it (issue 11).
+
+A run whose harness cannot keep up reports the harness's backlog as the system's latency. Before a
+run starts, `testbed show` and `testbed run` estimate what the scenario asks for (messages published
+per second, deliveries per second, frames per second through the shaper) and compare it with the
+capacity `make bench-capacity` measured on this machine (`results/bench/capacity.json`).
+
+Pure: reads a validated Scenario and its topology (`testbed.topology.build`); the MMOG area of
+interest comes from the workload module, the one home of that rule.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from testbed.scenario.model import Scenario
+from testbed.topology import Topology
+
+CAPACITY_FILE = Path("results/bench/capacity.json")
+UNMEASURED = "unmeasured: make bench-capacity"
+# One frame carries at most this much TCP payload (1500 B MTU - IP and TCP headers with timestamps).
+FRAME_PAYLOAD = 1448
+# NATS protocol line (`MSG t.<topic> <sid> <len>`) and the client's JSON head (id, seq, due time,
+# producer, site) in front of every message's payload.
+MESSAGE_OVERHEAD = 200
+# Relay crossings: publisher's access link, a site link, the broker's local link; the same three
+# again from the broker to each subscriber.
+CROSSINGS_PER_MESSAGE = 3
+CROSSINGS_PER_DELIVERY = 3
+
+
+def rate_per_publisher(scenario: Scenario) -> float:
+    """Messages/s of one publisher (a UAV, an avatar): the workload's rate times the scale, as run."""
+    return (scenario.workload.rate or 0.0) * scenario.scale
+
+
+def _swarms(topology: Topology) -> list[int]:
+    """Members of every UAV swarm node (each member is one UAV: one publisher)."""
+    return [n.members for n in topology.nodes.values() if n.role == "uav-swarm"]
+
+
+def mmog_subscriptions(scenario: Scenario, topology: Topology) -> int:
+    """(game server, avatar topic) subscriptions at the start: every server's area of interest under
+    the run's own plan (same seed, same servers). Group changes move avatars between groups of the
+    same sizes on average, so the start is representative of the run."""
+    from testbed.pubsub.workloads import area_of_interest, mmog_plan
+
+    servers = [n.name for n in topology.nodes.values() if n.role == "game-server"]
+    if not servers:
+        return 0
+    plan = mmog_plan(scenario, servers)
+    return sum(len(area_of_interest(s, plan["serving"], plan["groups"])) for s in servers)
+
+
+def published_per_s(scenario: Scenario, topology: Topology) -> float:
+    """Messages/s handed to brokers: every UAV publishes (the leader follow_leader, each follower
+    sensor_data); in the MMOG case every avatar's topic is published by its game server."""
+    kind, rate = scenario.workload.kind, rate_per_publisher(scenario)
+    if kind == "uav-swarm":
+        return rate * sum(_swarms(topology))
+    if kind == "mmog":
+        servers = any(n.role == "game-server" for n in topology.nodes.values())
+        return rate * scenario.workload.avatars if servers else 0.0
+    return 0.0
+
+
+def deliveries_per_s(scenario: Scenario, topology: Topology) -> float:
+    """Messages/s handed to subscribers (messages x subscribers of their topic). UAV, per swarm of m
+    (paper 5.1.1): the leader's follow_leader reaches m-1 followers, and m-1 followers' sensor_data
+    reaches the leader, so 2(m-1) x rate. MMOG: rate x the subscriptions of every area of interest."""
+    kind, rate = scenario.workload.kind, rate_per_publisher(scenario)
+    if kind == "uav-swarm":
+        return rate * sum(2 * (m - 1) for m in _swarms(topology))
+    if kind == "mmog":
+        return rate * mmog_subscriptions(scenario, topology)
+    return 0.0
+
+
+def frames_per_crossing(message_size: float) -> int:
+    """Frames one message puts on a link, conservatively: its data segments (payload plus protocol
+    overhead, no two messages coalesced into one segment) plus one ACK back for each (no delayed
+    ACKs). Both relays of a link direction pair forward them, so both count."""
+    data = math.ceil((message_size + MESSAGE_OVERHEAD) / FRAME_PAYLOAD)
+    return 2 * data
+
+
+def shaper_packets_per_s(scenario: Scenario, topology: Topology) -> float:
+    """Frames/s the delay-line relays forward, summed over links: each message crosses the
+    publisher's access link, one site link and the broker's local link on its way in, and each
+    delivery the broker's local link, one site link and the subscriber's access link on its way out.
+    Counting a site link both ways is the worst placement (the broker at another site, as when every
+    topic starts on the cloud); ePulsar's edge placement saves those two crossings."""
+    crossings = (CROSSINGS_PER_MESSAGE * published_per_s(scenario, topology)
+                 + CROSSINGS_PER_DELIVERY * deliveries_per_s(scenario, topology))
+    return crossings * frames_per_crossing(scenario.workload.message_size)
+
+
+@dataclass
+class Estimate:
+    scenario: str
+    kind: str
+    published_per_s: float
+    deliveries_per_s: float
+    shaper_packets_per_s: float
+    message_size: float
+
+
+def estimate(scenario: Scenario, topology: Topology) -> Estimate:
+    return Estimate(scenario.name, scenario.workload.kind, published_per_s(scenario, topology),
+                    deliveries_per_s(scenario, topology), shaper_packets_per_s(scenario, topology),
+                    scenario.workload.message_size)
+
+
+def read_capacity(path: Path = CAPACITY_FILE) -> dict | None:
+    """The measured capacity (`make bench-capacity`), or None when this machine was not measured.
+
+    Keys used here: `knee[<workload kind>]["deliveries_per_s"]` (the largest load the harness held
+    within its error budget; None when no point held), `knee[<kind>]["reached"]` (False: no point
+    failed, so the knee is a lower bound), `delayline_pkts_per_s` (one relay alone, < 0.1 % loss),
+    `nats_msgs_per_s` (nats-server alone, its output-rate knee) and `cpus`."""
+    try:
+        return json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: not a capacity file ({error}); run make bench-capacity again") from None
+
+
+@dataclass
+class Verdict:
+    """The estimate against the measured capacity: `beyond` lists every limit it exceeds."""
+
+    measured: bool
+    limits: dict = field(default_factory=dict)  # name -> threshold (None: no threshold measured)
+    beyond: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def compare(est: Estimate, capacity: dict | None, source: Path = CAPACITY_FILE) -> Verdict:
+    """Deliveries/s against the harness's knee for this workload kind; deliveries/s against
+    nats-server's own knee (every topic may sit on one broker, as at the start); frames/s against
+    the delay line's own rate times the cores (one relay per link direction, each on a core at best)."""
+    if capacity is None:
+        return Verdict(False, notes=[UNMEASURED])
+    verdict = Verdict(True)
+    knee = (capacity.get("knee") or {}).get(est.kind) or {}
+    if est.kind in (capacity.get("knee") or {}):
+        verdict.limits["harness knee, deliveries/s"] = knee.get("deliveries_per_s")
+        if knee.get("deliveries_per_s") is None:
+            verdict.notes.append(f"no {est.kind} point held within the error budget in {source}")
+        elif not knee.get("reached", True):
+            verdict.notes.append(f"the {est.kind} knee is a lower bound: no measured point failed")
+    else:
+        verdict.notes.append(f"{est.kind}: no knee measured in {source}")
+    if capacity.get("nats_msgs_per_s"):
+        verdict.limits["nats-server alone, msg/s"] = capacity["nats_msgs_per_s"]
+    if capacity.get("delayline_pkts_per_s"):
+        verdict.limits["delay line, pkts/s x cores"] = capacity["delayline_pkts_per_s"] * capacity.get("cpus", 1)
+    offered = {"harness knee, deliveries/s": est.deliveries_per_s, "nats-server alone, msg/s": est.deliveries_per_s,
+               "delay line, pkts/s x cores": est.shaper_packets_per_s}
+    for name, limit in verdict.limits.items():
+        if limit is not None and offered[name] > limit:
+            verdict.beyond.append(f"{offered[name]:,.0f} > {name} {limit:,.0f}")
+    if knee and knee.get("deliveries_per_s") is None and est.deliveries_per_s > 0:
+        verdict.beyond.append(f"{est.deliveries_per_s:,.0f} deliveries/s: no measured {est.kind} load held")
+    return verdict
+
+
+def lines(est: Estimate, verdict: Verdict) -> list[str]:
+    """What `show` and `run` print."""
+    out = [f"offered load: {est.published_per_s:,.0f} msg/s published, {est.deliveries_per_s:,.0f} deliveries/s, "
+           f"~{est.shaper_packets_per_s:,.0f} frames/s through the shaper (upper bound)"]
+    if verdict.measured:
+        limits = ", ".join(f"{k} {v:,.0f}" if v is not None else f"{k} none" for k, v in verdict.limits.items())
+        out.append(f"measured capacity: {limits or 'none recorded'}")
+        out.append("BEYOND this machine's measured capacity: " + "; ".join(verdict.beyond) if verdict.beyond
+                   else "within this machine's measured capacity")
+    out += verdict.notes
+    return out
+
+
+def as_dict(est: Estimate, verdict: Verdict) -> dict:
+    """`show --json`."""
+    return {**asdict(est), "capacity": asdict(verdict)}

@@ -1,0 +1,118 @@
+"""The offered-load estimate (testbed.load) and `run --strict` against a capacity file (pure)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from testbed import load, topology
+from testbed.cli import app
+from testbed.scenario.loader import load as load_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def estimate(name: str, scale: float | None = None) -> load.Estimate:
+    scenario = load_scenario(REPO / "scenarios" / f"{name}.yaml")
+    if scale is not None:
+        scenario = scenario.with_scale(scale)
+    return load.estimate(scenario, topology.build(scenario))
+
+
+def test_uav_paper_case():
+    est = estimate("uav")  # 8 swarms x 8 UAVs x 200 msg/s; per swarm 7 followers + the leader read
+    assert est.published_per_s == 12_800
+    assert est.deliveries_per_s == 22_400
+    # 1 KB + overhead fits one frame, plus its ACK; 3 crossings per message and per delivery
+    assert load.frames_per_crossing(1000) == 2
+    assert est.shaper_packets_per_s == 2 * 3 * (12_800 + 22_400)
+
+
+def test_uav_smoke_is_the_issue_table_s_240_deliveries():
+    est = estimate("uav-smoke")  # 2 swarms x 4 UAVs x 20 msg/s
+    assert (est.published_per_s, est.deliveries_per_s) == (160, 240)
+
+
+def test_scale_halves_swarms_and_rate():
+    est = estimate("uav", 0.5)  # 4 swarms x 8 UAVs at 100 msg/s
+    assert (est.published_per_s, est.deliveries_per_s) == (3_200, 5_600)
+
+
+def test_mmog_uses_the_run_s_areas_of_interest():
+    scenario = load_scenario(REPO / "scenarios" / "mmog.yaml")
+    topo = topology.build(scenario)
+    from testbed.pubsub.workloads import area_of_interest, mmog_plan
+
+    servers = [n.name for n in topo.nodes.values() if n.role == "game-server"]
+    plan = mmog_plan(scenario, servers)
+    subscriptions = sum(len(area_of_interest(s, plan["serving"], plan["groups"])) for s in servers)
+    est = load.estimate(scenario, topo)
+    assert len(servers) == 10 and est.published_per_s == 64 * 300
+    assert est.deliveries_per_s == 300 * subscriptions == load.deliveries_per_s(scenario, topo)
+    # every avatar has a group mate served elsewhere in 8 groups of ~8 over 10 servers
+    assert 64 <= subscriptions < 64 * 10
+
+
+def test_big_messages_take_more_frames():
+    assert load.frames_per_crossing(1248) == 2
+    assert load.frames_per_crossing(1249) == 4
+
+
+CAPACITY = {"knee": {"uav-swarm": {"deliveries_per_s": 1000.0, "reached": True}}, "nats_msgs_per_s": 50_000.0,
+            "delayline_pkts_per_s": 100_000.0, "cpus": 2}
+
+
+def test_compare_against_capacity():
+    smoke, paper = estimate("uav-smoke"), estimate("uav")
+    assert load.compare(smoke, CAPACITY).beyond == []
+    verdict = load.compare(paper, CAPACITY)
+    assert verdict.measured and len(verdict.beyond) == 2  # the harness knee and the delay line, not nats
+    assert "22,400 > harness knee, deliveries/s 1,000" in verdict.beyond[0]
+    unmeasured = load.compare(paper, None)
+    assert not unmeasured.measured and unmeasured.beyond == [] and unmeasured.notes == [load.UNMEASURED]
+    mmog = load.compare(estimate("mmog-smoke"), CAPACITY)
+    assert "mmog: no knee measured" in mmog.notes[0]
+    none_held = load.compare(smoke, {"knee": {"uav-swarm": {"deliveries_per_s": None}}})
+    assert "no measured uav-swarm load held" in none_held.beyond[0]
+
+
+def test_show_says_unmeasured_without_a_capacity_file(tmp_path):
+    result = CliRunner().invoke(app, ["show", str(REPO / "scenarios" / "uav.yaml"), "--json",
+                                      "--capacity", str(tmp_path / "none.json")])
+    assert result.exit_code == 0
+    data = json.loads(result.output)["load"]
+    assert data["deliveries_per_s"] == 22_400 and data["capacity"]["notes"] == [load.UNMEASURED]
+
+
+@pytest.fixture
+def capacity_file(tmp_path):
+    path = tmp_path / "capacity.json"
+    path.write_text(json.dumps(CAPACITY))
+    return path
+
+
+def test_run_strict_refuses_beyond_capacity(capacity_file):
+    scenario = REPO / "scenarios" / "uav.yaml"
+    result = CliRunner().invoke(app, ["run", str(scenario), "--strict", "--capacity", str(capacity_file)])
+    assert result.exit_code == 2
+    refusal = [line for line in result.output.splitlines() if "--strict" in line]
+    assert len(refusal) == 1 and str(scenario) in refusal[0] and "harness knee" in refusal[0]
+
+
+def test_run_strict_starts_within_capacity(capacity_file, monkeypatch):
+    from testbed import experiment
+
+    started = []
+    monkeypatch.setattr(experiment, "run", lambda scenario, *a, **k: started.append(scenario.name) or 0)
+    result = CliRunner().invoke(app, ["run", str(REPO / "scenarios" / "uav-smoke.yaml"), "--strict",
+                                      "--capacity", str(capacity_file)])
+    assert result.exit_code == 0 and started == ["uav-smoke"]
+    assert "within this machine's measured capacity" in result.output
+
+
+def test_a_broken_capacity_file_is_bad_input(tmp_path):
+    path = tmp_path / "capacity.json"
+    path.write_text("{not json")
+    result = CliRunner().invoke(app, ["show", str(REPO / "scenarios" / "uav.yaml"), "--capacity", str(path)])
+    assert result.exit_code == 2 and "not a capacity file" in result.output
