@@ -73,6 +73,29 @@ def check_open_files(nodes: int = 0) -> tuple[bool, str]:
     return soft >= need, f"open files soft={soft} hard={hard}" + ("" if soft >= need else f" (need about {need}: ulimit -n)")
 
 
+START_ENGINE = ".venv/bin/python -c 'from testbed.emulation.docker_engine import start_engine; start_engine()'"
+
+
+def containernet_checks() -> list[tuple[str, tuple[bool, str]]]:
+    """What the containernet backend needs besides Containernet itself, each with its fix."""
+    from testbed.emulation import docker_engine
+
+    engine = choose.docker_engine_running()
+    checks = [
+        ("Docker engine", (engine, "docker info answers" if engine else
+                           f"no Docker engine answers (apt-get install docker.io; start it: {START_ENGINE})")),
+        ("brctl (bridge-utils)", (bool(shutil.which("brctl")), "brctl found" if shutil.which("brctl") else
+                                  "brctl not found: Containernet's LinuxBridge needs it (apt-get install bridge-utils)")),
+        ("Docker bridged frames", docker_engine.bridged_traffic_state()),
+    ]
+    if engine:
+        from testbed.emulation.containernet_backend import ROLE_IMAGES, image_problems
+
+        problems = image_problems({*ROLE_IMAGES, "client"})
+        checks.append(("Docker images", (not problems, "; ".join(problems) or "role images built from this checkout")))
+    return checks
+
+
 def collect(nodes: int = 0) -> dict:
     checks = []
 
@@ -89,8 +112,8 @@ def collect(nodes: int = 0) -> dict:
     add("open files", check_open_files(nodes))
     add("Mininet", choose.mininet_importable())
     add("Containernet", choose.containernet_importable())
-    engine = choose.docker_engine_running()
-    add("Docker engine", (engine, "docker info answers" if engine else "no Docker engine answers (start dockerd)"))
+    for name, result in containernet_checks():
+        add(name, result)
     ovs = _version(["ovs-vsctl", "--version"])
     add("Open vSwitch", ovs)
     add("serf", _version(["serf", "version"]))

@@ -8,6 +8,8 @@ the tag like a Mininet node's.
 
 from __future__ import annotations
 
+import os
+from functools import cache
 from pathlib import Path
 
 from testbed.emulation import runstate
@@ -59,6 +61,7 @@ def add_docker_host(net, name: str, role: str, run_id: str, images: dict[str, st
     processes (traces, events, logs, ZooKeeper's data) mean the same inside; the project's source is
     mounted read-only first on PYTHONPATH, so containers run the harness's code, not the copy
     baked into the image when it was built (the image still provides the dependencies)."""
+    prepare_host()
     volumes = [f"{PROJECT_SOURCE}:{SOURCE_MOUNT}:ro"]
     if run_dir is not None:
         volumes.append(f"{Path(run_dir).resolve()}:{Path(run_dir).resolve()}:rw")
@@ -67,9 +70,40 @@ def add_docker_host(net, name: str, role: str, run_id: str, images: dict[str, st
                          environment={"PYTHONPATH": SOURCE_MOUNT})
 
 
-def exec_argv(host, argv: list[str]) -> list[str]:
+@cache
+def prepare_host() -> str:
+    """Once per process, before the first container and its links: let frames that a host bridge
+    forwards pass Docker's FORWARD DROP (docker_engine.allow_bridged_traffic; idempotent, left in
+    place). The run's own switches are bridges inside its namespaces, which Docker's rules do not
+    reach, but Containernet's own LinuxBridge switches (and `--interactive` experiments) need it."""
+    from testbed.emulation.docker_engine import allow_bridged_traffic
+
+    return allow_bridged_traffic()
+
+
+def relative_paths(argv: list, cwd: Path | None = None) -> list[str]:
+    """Arguments (or the value of `--opt=value`) that are relative paths into the harness's working
+    directory: inside a container they would resolve in the read-only source mount instead."""
+    cwd = Path(cwd or os.getcwd())
+    found = []
+    for arg in argv:
+        text = str(arg)
+        value = text.split("=", 1)[1] if text.startswith("-") and "=" in text else text
+        if isinstance(arg, Path) and not arg.is_absolute():
+            found.append(text)
+        elif "/" in value and not value.startswith("/") and (cwd / value.split("/", 1)[0]).exists():
+            found.append(text)
+    return found
+
+
+def exec_argv(host, argv: list) -> list[str]:
     """`docker exec` of argv in a Containernet host's container, without a TTY, in the mounted
-    source (`python -m` puts the working directory first on sys.path)."""
+    source (`python -m` puts the working directory first on sys.path). Refuses relative paths:
+    the process starts in the read-only source mount, not in the harness's working directory."""
+    relative = relative_paths(argv)
+    if relative:
+        raise ValueError(f"relative path(s) {', '.join(relative)} handed to a process in container "
+                         f"{host.name}: they would point into the read-only mount {SOURCE_MOUNT}; pass absolute paths")
     return ["docker", "exec", "-w", SOURCE_MOUNT, f"{host.dnameprefix}.{host.name}", *[str(a) for a in argv]]
 
 

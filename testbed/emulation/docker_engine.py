@@ -229,6 +229,24 @@ def _slim_rootfs(root: Path) -> None:
         (root / f).touch()
 
 
+BRIDGED_RULE = ("DOCKER-USER", "-m", "physdev", "--physdev-is-bridged", "-j", "ACCEPT")
+
+
+def bridged_traffic_state() -> tuple[bool, str]:
+    """Would Docker's FORWARD DROP drop frames a host bridge forwards? Changes nothing (doctor)."""
+    knob = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
+    if not knob.exists() or knob.read_text().strip() == "0":
+        return True, "bridged frames bypass iptables (bridge-nf-call-iptables off or br_netfilter not loaded)"
+    if shutil.which("iptables") is None:
+        return False, "iptables not found (apt-get install iptables)"
+    if subprocess.run(["iptables", "-n", "-L", "DOCKER-USER"], capture_output=True, check=False).returncode != 0:
+        return True, "no DOCKER-USER chain (dockerd not started)"
+    if subprocess.run(["iptables", "-C", *BRIDGED_RULE], capture_output=True, check=False).returncode == 0:
+        return True, "DOCKER-USER accepts bridged frames (-m physdev --physdev-is-bridged -j ACCEPT)"
+    return False, ("Docker's FORWARD DROP drops frames bridged on the host (Containernet's LinuxBridge); "
+                   "a containernet run inserts the rule itself: iptables -I " + " ".join(BRIDGED_RULE))
+
+
 def allow_bridged_traffic() -> str:
     """Let frames cross plain Linux bridges (the emulated links) again.
 
@@ -242,7 +260,7 @@ def allow_bridged_traffic() -> str:
     knob = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
     if not knob.exists() or knob.read_text().strip() == "0":
         return "bridged frames bypass iptables already"
-    rule = ["DOCKER-USER", "-m", "physdev", "--physdev-is-bridged", "-j", "ACCEPT"]
+    rule = list(BRIDGED_RULE)
     if subprocess.run(["iptables", "-n", "-L", "DOCKER-USER"], capture_output=True,
                       check=False).returncode != 0:
         return "no DOCKER-USER chain (dockerd not started): nothing to do"

@@ -1,0 +1,125 @@
+"""What the containernet backend relies on that CI can check without Containernet: absolute paths
+into containers, finding the Containernet venv and re-running `testbed` under it, the pins.
+
+(Issue 21: `--results` defaulted to the relative `results`, which inside a container points into
+the read-only source mount; the end-to-end tests passed only because they gave an absolute path.)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from typer.testing import CliRunner
+
+from testbed import cli
+from testbed.emulation import choose
+from testbed.emulation.containernet_backend import SOURCE_MOUNT, exec_argv, relative_paths
+
+ROOT = Path(__file__).resolve().parent.parent
+HOST = SimpleNamespace(dnameprefix="tbab12cd", name="bzone1")
+
+
+def test_relative_paths_into_the_working_directory_are_found(tmp_path):
+    (tmp_path / "results").mkdir()
+    argv = ["java", "-cp", "/usr/share/java/a.jar:/usr/share/java/b.jar", "results/run/logs/zoo.cfg",
+            "--trace=results/run/traces/c.jsonl", "--rate", "20/s", "10.0.0.1/24", Path("logs/x.log"),
+            "/abs/results/run/zoo.cfg", "--out=/abs/x"]
+    assert relative_paths(argv, tmp_path) == ["results/run/logs/zoo.cfg", "--trace=results/run/traces/c.jsonl",
+                                              "logs/x.log"]
+
+
+def test_exec_argv_refuses_relative_paths_and_passes_absolute_ones():
+    ok = exec_argv(HOST, ["/opt/venv/bin/python", "-m", "testbed.pubsub.agent", "--log", Path("/tmp/r/a.log")])
+    assert ok == ["docker", "exec", "-w", SOURCE_MOUNT, "tbab12cd.bzone1", "/opt/venv/bin/python", "-m",
+                  "testbed.pubsub.agent", "--log", "/tmp/r/a.log"]
+    with pytest.raises(ValueError, match="tests/x.cfg.*read-only mount"):
+        exec_argv(HOST, ["java", "tests/x.cfg"])  # cwd is the repository when pytest runs
+
+
+def test_run_hands_the_experiment_an_absolute_results_directory(monkeypatch, tmp_path):
+    """The default `--results results` and any relative one reach experiment.run absolute, so every
+    path derived from it (logs, ZooKeeper's data, traces) means the same inside a container."""
+    from testbed import experiment
+
+    seen = []
+
+    def record(*_args, results_root, **_kwargs):
+        seen.append(results_root)
+        return 0
+
+    monkeypatch.setattr(experiment, "run", record)
+    monkeypatch.chdir(tmp_path)
+    scenario = ROOT / "scenarios" / "failover-smoke.yaml"
+    for extra in ([], ["--results", "out/here"]):
+        result = CliRunner().invoke(cli.app, ["run", str(scenario), *extra])
+        assert result.exit_code == 0, result.output
+    assert seen == [tmp_path / "results", tmp_path / "out" / "here"]
+    assert all(p.is_absolute() for p in seen)
+
+
+def test_the_constraints_pin_what_the_docker_sdk_needs():
+    pins = choose.pins(choose.CONSTRAINTS)
+    assert pins["requests"].startswith("2.31.") and pins["urllib3"].startswith("1.26.")
+    assert pins["docker"] == "6.0.1"
+    assert "pydantic" in choose.pins(choose.REQUIREMENTS)
+
+
+def test_a_python_without_containernet_is_reported_with_the_reason(monkeypatch):
+    choose.find_containernet.cache_clear()
+    monkeypatch.setenv(choose.CONTAINERNET_PYTHON_ENV, sys.executable)
+    try:
+        install = choose.find_containernet()
+    finally:
+        choose.find_containernet.cache_clear()
+    assert not install.usable and install.source == f"${choose.CONTAINERNET_PYTHON_ENV}"
+    assert "Containernet does not import" in install.error and "docs/containernet.md" in install.describe()
+
+
+def test_a_missing_interpreter_is_named(monkeypatch, tmp_path):
+    choose.find_containernet.cache_clear()
+    monkeypatch.setenv(choose.CONTAINERNET_PYTHON_ENV, str(tmp_path / "nope" / "python"))
+    try:
+        install = choose.find_containernet()
+    finally:
+        choose.find_containernet.cache_clear()
+    assert not install.usable and "not an executable file" in install.describe()
+
+
+def test_missing_requirements_name_the_fix():
+    install = choose.Install("/opt/cn-venv/bin/python", "the documented location", missing=("typer", "nats-py"))
+    assert not install.usable
+    text = install.describe()
+    assert "typer, nats-py" in text and "/opt/cn-venv/bin/pip install -r" in text and "containernet-constraints" in text
+
+
+@pytest.fixture
+def usable(monkeypatch):
+    """A Containernet venv found and able to run the project; this interpreter cannot import it."""
+    install = choose.Install("/opt/cn-venv/bin/python", "the documented location")
+    monkeypatch.setattr(choose, "find_containernet", lambda: install)
+    monkeypatch.setattr(choose, "containernet_importable_here", lambda: (False, "no"))
+    monkeypatch.delenv(choose.REEXECUTED_ENV, raising=False)
+    return install
+
+
+def test_testbed_re_runs_itself_under_the_containernet_venv(usable, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    argv, env = choose.reexec_argv(["run", "scenarios/uav-smoke.yaml"])
+    assert argv[0] == usable.python and argv[-2:] == ["run", "scenarios/uav-smoke.yaml"]
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/elsewhere"]
+    assert env[choose.REEXECUTED_ENV] == sys.executable
+
+
+@pytest.mark.parametrize("args", [["validate", "x.yaml"], ["run", "x.yaml", "--backend", "mininet"],
+                                  ["probe", "x.yaml", "--backend=mininet"], ["run", "--help"], []])
+def test_no_re_run_where_containernet_is_not_wanted(usable, args):
+    assert choose.reexec_argv(args) is None
+
+
+def test_no_second_re_run(usable, monkeypatch):
+    monkeypatch.setenv(choose.REEXECUTED_ENV, "/work/main/.venv/bin/python")
+    assert choose.reexec_argv(["doctor"]) is None
