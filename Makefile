@@ -9,7 +9,7 @@ APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 psmis
                 serf nats-server zookeeper default-jre-headless
 IMAGE_PACKAGES := docker.io debootstrap
 
-.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor bench-analysis bench-monitoring bench-placement bench-overload
+.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor bench-analysis bench-monitoring bench-placement bench-overload bench-capacity
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -81,3 +81,6 @@ bench-monitoring: setup  ## monitoring traffic of one broker to ZooKeeper, ePuls
 
 bench-overload: setup  ## nats-server output rate vs p95 latency, the Rth_out knee (paper 5.4) -> results/bench/overload.json, overload.png
 	$(BIN)/python -m testbed.bench.overload $(OVERLOAD_ARGS)
+
+bench-capacity: setup  ## load the harness carries within its error budget: UAV and MMOG knees vs the paper's load, nats-server and the delay line alone -> results/bench/capacity.json, capacity.png (CAPACITY_ARGS=--quick ...)
+	$(BIN)/python -m testbed.bench.capacity $(CAPACITY_ARGS)
