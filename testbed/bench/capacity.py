@@ -252,18 +252,20 @@ def _json_lines(path: Path) -> list[dict]:
     return rows
 
 
-def run_point(path: Path, results: Path, say, poll_s: float = 15.0) -> Path | None:
+def run_point(path: Path, results: Path, say, backend: str = "auto", poll_s: float = 15.0) -> Path | None:
     """`testbed run` as a subprocess; its output goes to results/run.log, its last line is shown as
     progress. Returns the run's directory (None when the run wrote none)."""
     results.mkdir(parents=True, exist_ok=True)
     log = results / "run.log"
-    argv = [sys.executable, "-m", "testbed.cli", "run", str(path), "--results", str(results)]
+    argv = [sys.executable, "-m", "testbed.cli", "run", str(path), "--results", str(results), "--backend", backend]
     started = time.monotonic()
+    shown = started
     with log.open("w") as handle:
         proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, cwd=REPO)
         while proc.poll() is None:
             time.sleep(1.0)
-            if (time.monotonic() - started) % poll_s < 1.0:
+            if time.monotonic() - shown >= poll_s:
+                shown = time.monotonic()
                 tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:]
                 say(f"    {time.monotonic() - started:4.0f}s  {tail[0][:110] if tail else ''}")
     if proc.returncode != 0:
@@ -272,14 +274,14 @@ def run_point(path: Path, results: Path, say, poll_s: float = 15.0) -> Path | No
     return runs[-1].parent if runs else None
 
 
-def measure(spec: Point, directory: Path, duration_s: float, say) -> dict:
+def measure(spec: Point, directory: Path, duration_s: float, say, backend: str = "auto") -> dict:
     """Run one point and reduce its run directory to a row."""
     from testbed.pubsub.experiment_workload import trace_rows
 
     scenario_path = directory / f"{spec.name}.yaml"
     offered_per_s = offered(scenario_path)
     say(f"  {spec.name}: offered {offered_per_s:,.0f} deliveries/s")
-    run_dir = run_point(scenario_path, directory / spec.name, say)
+    run_dir = run_point(scenario_path, directory / spec.name, say, backend)
     summary_path = run_dir / "summary.json" if run_dir else None
     if summary_path is None or not summary_path.exists():
         row = point_row(spec, offered_per_s, {}, [], [], duration_s)
@@ -290,7 +292,9 @@ def measure(spec: Point, directory: Path, duration_s: float, say) -> dict:
     values, skipped = overheads_ms(trace_rows(run_dir / "traces"), path)
     row = point_row(spec, offered_per_s, json.loads(summary_path.read_text()), _json_lines(run_dir / "health.jsonl"),
                     values, duration_s)
-    return {**row, "rows_without_path": skipped, "run_dir": str(run_dir)}
+    meta = json.loads((run_dir / "run.json").read_text())
+    return {**row, "rows_without_path": skipped, "run_dir": str(run_dir), "backend": meta.get("backend"),
+            "shaper": meta.get("shaper")}
 
 
 def nats_alone(quick: bool, say) -> dict:
@@ -384,6 +388,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", default="uav,mmog", help="uav, mmog or both")
     parser.add_argument("--duration", default=None, help="each run's duration (default 40s, --quick 20s)")
     parser.add_argument("--settle", default=None, help="each run's settle (default 15s, --quick 10s)")
+    parser.add_argument("--backend", default="auto", choices=["auto", "mininet", "containernet"],
+                        help="testbed run --backend (default: what run would choose)")
     parser.add_argument("--no-references", action="store_true", help="skip nats-server and delay line alone")
     parser.add_argument("--reanalyse", action="store_true", help="re-apply the knee rule to the JSON's rows, redraw")
     args = parser.parse_args(argv)
@@ -427,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"[{i}/{len(points)}] {point.case}, {point.axis} axis: {point.count} nodes at {point.rate} msg/s "
                       f"({time.monotonic() - started:.0f}s so far)")
         scenario_copy(point, duration, settle, directory)
-        row = measure(point, directory, parse_duration(duration), console.print)
+        row = measure(point, directory, parse_duration(duration), console.print, args.backend)
         data["rows"].append(row)
         console.print(f"    delivered {row['delivered_per_s']:,.0f}/s, overhead p50 {_ms(row['overhead_p50_ms'])} ms, "
                       f"p99 {_ms(row['overhead_p99_ms'])} ms, saturated {row['saturated']}"
