@@ -107,7 +107,8 @@ def cmd_figures(args) -> int:
         wanted = _wanted(run, only)
         thresholds = run.get("thresholds") or {}
         first_class = next(iter(thresholds), None)
-        note = "partial run" if run.get("partial") else ""
+        note = ", ".join(n for n in ("partial run" if run.get("partial") else "", traces.harness_note(run)) if n)
+        saturated = run.get("harness_saturated")
         name = f"{run.get('scenario') or 'run'}-{run.get('run_id')}"
         if "fig8" in wanted:
             e2e = tables.get("e2e")
@@ -116,7 +117,7 @@ def cmd_figures(args) -> int:
             else:
                 drawn.append(figures.fig8(e2e, out / f"fig8-{name}.png", relinks=tables.get("relinks"),
                                           threshold_s=thresholds.get(first_class, 0.040), stat=args.stat,
-                                          topic_class=first_class, note=note))
+                                          topic_class=first_class, note=note, saturated=saturated))
         if "fig9" in wanted:
             aoi = tables.get("aoi")
             if aoi is None or aoi.num_rows == 0:
@@ -124,7 +125,7 @@ def cmd_figures(args) -> int:
                                "(not an MMOG run, or no traces; --consumer picks one)")
             else:
                 drawn.append(figures.fig9(aoi, out / f"fig9-{name}.png", threshold_s=thresholds.get(first_class, 0.100),
-                                          stat=args.stat, note=note))
+                                          stat=args.stat, note=note, saturated=saturated))
         if wanted & {"fig7a", "fig7b"} and tables.get("migrations") is not None:
             migrations.extend(tables["migrations"].to_pylist())
     wanted_any = set(only) if only else set().union(*(_wanted(traces.read_run(r), None) for r in runs))

@@ -24,6 +24,26 @@ def runs_frame(spark, runs: list[dict]) -> DataFrame:
     return spark.createDataFrame(rows, RUN_COLUMNS)
 
 
+SATURATED_COLUMNS = "run_id string, from_s double, to_s double"
+
+
+def saturated_frame(spark, runs: list[dict]) -> DataFrame:
+    """Run rows (`traces.read_run`, with harness_saturated) -> one row per saturated interval."""
+    rows = [(r.get("run_id"), float(i["from_s"]), float(i["to_s"]))
+            for r in runs for i in (r.get("harness_saturated") or [])]
+    return spark.createDataFrame(rows, SATURATED_COLUMNS)
+
+
+def outside_saturated(traces: DataFrame, events: DataFrame, saturated: DataFrame) -> DataFrame:
+    """Traces without the messages sent while their run's harness was saturated (testbed.health):
+    there the latency is the harness's, so no verdict may rest on them. Same columns as `traces`."""
+    starts = jobs.run_starts(traces, events)
+    sent = traces.join(F.broadcast(starts), "run_id").withColumn("_t", F.col("send_time") - F.col("t0"))
+    spans = F.broadcast(saturated.withColumnRenamed("run_id", "_run"))
+    inside = (F.col("run_id") == F.col("_run")) & (F.col("_t") >= F.col("from_s")) & (F.col("_t") < F.col("to_s"))
+    return sent.join(spans, inside, "left_anti").select(*traces.columns)
+
+
 def _labelled(traces: DataFrame, runs: DataFrame) -> DataFrame:
     """Traces of the labelled runs with latency_s, topic_class, scenario, policy and threshold_s."""
     return jobs.with_latency(traces).join(F.broadcast(runs), ["run_id", "topic_class"])
@@ -93,4 +113,4 @@ def policy_recovery(traces: DataFrame, events: DataFrame, runs: DataFrame) -> Da
             .orderBy("scenario", "policy"))
 
 
-__all__ = ["RUN_COLUMNS", "runs_frame", "policy_violations", "policy_latency_over_time", "policy_recovery"]
+__all__ = ["RUN_COLUMNS", "SATURATED_COLUMNS", "saturated_frame", "outside_saturated", "runs_frame", "policy_violations", "policy_latency_over_time", "policy_recovery"]

@@ -56,7 +56,26 @@ def _note(run: dict) -> str:
     parts = [f"run {run.get('run_id')}"]
     if run.get("partial"):
         parts.append("partial run")
+    if traces.harness_note(run):
+        parts.append(traces.harness_note(run))
     return ", ".join(parts)
+
+
+def _harness_rows(usable: list[dict], all_messages, kept) -> list[dict]:
+    """Per run: its harness verdict and the messages left out of every verdict (sent while saturated)."""
+    from pyspark.sql import functions as F
+
+    before = {r["run_id"]: r["n"] for r in all_messages.groupBy("run_id").agg(F.count(F.lit(1)).alias("n")).collect()}
+    after = {r["run_id"]: r["n"] for r in kept.groupBy("run_id").agg(F.count(F.lit(1)).alias("n")).collect()}
+    rows = []
+    for u in usable:
+        run = u["run"]
+        run_id = run.get("run_id")
+        rows.append({"run_id": run_id, "scenario": run.get("scenario"), "policy": run.get("policy"),
+                     "valid": run.get("harness_valid"),
+                     "saturated_s": sum(i["to_s"] - i["from_s"] for i in run.get("harness_saturated") or []),
+                     "messages": before.get(run_id, 0), "excluded": before.get(run_id, 0) - after.get(run_id, 0)})
+    return rows
 
 
 def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str = "p95_s", say=print) -> dict:
@@ -82,6 +101,7 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
                 thresholds = run.get("thresholds") or {}
                 first_class = next(iter(thresholds), None)
                 panel.update(threshold_s=thresholds.get(first_class), topic_class=first_class, note=_note(run),
+                             saturated=run.get("harness_saturated"),
                              e2e=tables.get("e2e"), relinks=tables.get("relinks"), aoi=tables.get("aoi"))
                 usable.append({**entry, "dir": str(run_dir), "run": run, "migrations": _migrations(run_dir)})
         panel.setdefault("threshold_s", entry.get("threshold_s"))
@@ -99,6 +119,9 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
         labels = compare.runs_frame(spark, [u["run"] for u in usable])
         trace_df = spark.read.parquet(*[join(u["dir"], "traces.parquet") for u in usable])
         events = spark.read.parquet(*[join(u["dir"], "events.parquet") for u in usable])
+        all_messages = trace_df
+        trace_df = compare.outside_saturated(trace_df, events, compare.saturated_frame(spark, [u["run"] for u in usable]))
+        result["harness"] = _harness_rows(usable, all_messages, trace_df)
         frames = {"violations": compare.policy_violations(trace_df, labels),
                   "latency": compare.policy_latency_over_time(trace_df, labels, bucket_s, events),
                   "recovery": compare.policy_recovery(trace_df, events, labels)}

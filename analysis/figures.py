@@ -103,6 +103,14 @@ def _finish(fig, ax, out: str | os.PathLike, title: str, xlabel: str, ylabel: st
     return {"path": str(path), "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": labels}
 
 
+def _shade_saturated(ax, saturated) -> None:
+    """Grey bands where the run's harness was saturated (testbed.health): latencies there are the
+    harness's, not the system's."""
+    for i, interval in enumerate(saturated or []):
+        ax.axvspan(interval["from_s"], interval["to_s"], color="grey", alpha=0.25, linewidth=0,
+                   label="harness saturated (not evidence)" if i == 0 else None)
+
+
 def _threshold_line(ax, threshold_s: float | None) -> None:
     if threshold_s:
         ax.axhline(threshold_s * 1000, color="red", linestyle="--", linewidth=1.2,
@@ -130,8 +138,11 @@ def _natural(text: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
 
 
-def _draw_e2e(ax, e2e, relinks, threshold_s: float | None, stat: str, topic_class: str | None) -> tuple[list, float]:
-    """Fig. 8's content on one axis: a line per swarm's representative topic, the threshold, relinks."""
+def _draw_e2e(ax, e2e, relinks, threshold_s: float | None, stat: str, topic_class: str | None,
+              saturated=None) -> tuple[list, float]:
+    """Fig. 8's content on one axis: a line per swarm's representative topic, the threshold, relinks,
+    saturated intervals shaded."""
+    _shade_saturated(ax, saturated)
     table = columns(e2e)
     labels = []
     colors = {}
@@ -158,10 +169,11 @@ def _draw_e2e(ax, e2e, relinks, threshold_s: float | None, stat: str, topic_clas
 
 
 def fig8(e2e, out, relinks=None, threshold_s: float | None = 0.040, stat: str = "p95_s",
-         topic_class: str | None = None, note: str = "") -> dict:
-    """Fig. 8: E2E latency over time, one line per swarm's representative topic; threshold; relinks."""
+         topic_class: str | None = None, note: str = "", saturated=None) -> dict:
+    """Fig. 8: E2E latency over time, one line per swarm's representative topic; threshold; relinks;
+    the harness's saturated intervals shaded."""
     fig, ax = plt.subplots(figsize=(10, 5))
-    labels, bucket = _draw_e2e(ax, e2e, relinks, threshold_s, stat, topic_class)
+    labels, bucket = _draw_e2e(ax, e2e, relinks, threshold_s, stat, topic_class, saturated)
     title = "Fig. 8: E2E latency of each swarm's representative topic" + (f"\n({note})" if note else "")
     ylabel = f"E2E latency, {STAT_NAMES.get(stat, stat)} per {bucket:g} s (ms)"
     return _finish(fig, ax, out, title, "time since run start (s)", ylabel, labels)
@@ -169,8 +181,10 @@ def fig8(e2e, out, relinks=None, threshold_s: float | None = 0.040, stat: str = 
 
 # ------------------------------------------------------------------------------------------ Fig. 9
 
-def _draw_aoi(ax, aoi, threshold_s: float | None, stat: str) -> tuple[list, float, str | None]:
-    """Fig. 9's content on one axis: a line per avatar in the consumer's AoI, the threshold."""
+def _draw_aoi(ax, aoi, threshold_s: float | None, stat: str, saturated=None) -> tuple[list, float, str | None]:
+    """Fig. 9's content on one axis: a line per avatar in the consumer's AoI, the threshold, saturated
+    intervals shaded."""
+    _shade_saturated(ax, saturated)
     table = columns(aoi)
     labels = []
     consumer = None
@@ -190,10 +204,11 @@ def _draw_aoi(ax, aoi, threshold_s: float | None, stat: str) -> tuple[list, floa
 
 
 def fig9(aoi, out, threshold_s: float | None = 0.100, stat: str = "p95_s", consumer: str | None = None,
-         note: str = "") -> dict:
-    """Fig. 9: AoI latency over time for one client, one line per avatar in its AoI; threshold."""
+         note: str = "", saturated=None) -> dict:
+    """Fig. 9: AoI latency over time for one client, one line per avatar in its AoI; threshold;
+    the harness's saturated intervals shaded."""
     fig, ax = plt.subplots(figsize=(10, 5))
-    labels, bucket, seen_by = _draw_aoi(ax, aoi, threshold_s, stat)
+    labels, bucket, seen_by = _draw_aoi(ax, aoi, threshold_s, stat, saturated)
     consumer = consumer or seen_by
     who = f" seen by {consumer}" if consumer else ""
     title = f"Fig. 9: E2E area-of-interest latency{who}" + (f"\n({note})" if note else "")
@@ -360,7 +375,8 @@ def _panels(panels: list[dict], out, title: str, ylabel_for, draw, legend_title:
 def fig8_policies(panels: list[dict], out, stat: str = "p95_s", topic_class: str | None = None) -> dict:
     """Fig. 8 once per policy (one row each): panels are {policy, e2e, relinks, threshold_s, note, missing}."""
     def draw(ax, panel):
-        return _draw_e2e(ax, panel.get("e2e"), panel.get("relinks"), panel.get("threshold_s"), stat, topic_class)
+        return _draw_e2e(ax, panel.get("e2e"), panel.get("relinks"), panel.get("threshold_s"), stat, topic_class,
+                         panel.get("saturated"))
 
     title = "Fig. 8: E2E latency of each swarm's representative topic, per broker selection policy"
     return _panels(sorted(panels, key=lambda p: policy_key(p["policy"])), out, title,
@@ -370,7 +386,8 @@ def fig8_policies(panels: list[dict], out, stat: str = "p95_s", topic_class: str
 def fig9_policies(panels: list[dict], out, stat: str = "p95_s") -> dict:
     """Fig. 9 once per policy (one row each): panels are {policy, aoi, threshold_s, note, missing}."""
     def draw(ax, panel):
-        labels, bucket, _consumer = _draw_aoi(ax, panel.get("aoi"), panel.get("threshold_s"), stat)
+        labels, bucket, _consumer = _draw_aoi(ax, panel.get("aoi"), panel.get("threshold_s"), stat,
+                                              panel.get("saturated"))
         return labels, bucket
 
     title = "Fig. 9: E2E area-of-interest latency of one client, per broker selection policy"

@@ -110,6 +110,8 @@ RUN_SCHEMA = pa.schema([
     pa.field("interrupted", pa.string()),         # run.json: SIGINT/SIGTERM/... or null
     pa.field("status", pa.string()),              # complete | interrupted | incomplete
     pa.field("partial", pa.bool_()),              # not complete, or lines lost (truncated or skipped)
+    pa.field("harness_valid", pa.bool_()),        # run.json harness verdict: null for runs before the guard
+    pa.field("harness_saturated", pa.string()),   # JSON [{from_s, to_s, cause, causes}] since the run start
     pa.field("workload", pa.string()),
     pa.field("policy", pa.string()),
     pa.field("workflow", pa.string()),
@@ -126,6 +128,9 @@ RUN_SCHEMA = pa.schema([
     pa.field("converted_at", pa.float64()),
     pa.field("format_version", pa.string()),
 ])
+
+
+JSON_COLUMNS = ("thresholds", "truncated_files", "figures", "harness_saturated")  # JSON text in run.parquet
 
 
 @dataclass
@@ -227,11 +232,24 @@ def run_metadata(run_dir: str | os.PathLike) -> dict:
         meta["thresholds"] = {t["name"]: _duration(t.get("threshold")) for t in workload.get("topics") or []
                               if isinstance(t, dict) and "name" in t}
         meta["figures"] = list((scenario.get("outputs") or {}).get("figures") or [])
+    harness = meta.get("harness") if isinstance(meta.get("harness"), dict) else {}
+    meta["harness_valid"] = harness.get("valid")
+    meta["harness_saturated"] = harness.get("saturated")
     interrupted = meta.get("interrupted")
     complete = bool(meta.get("complete"))
     meta["complete"] = complete
     meta["status"] = "complete" if complete else ("interrupted" if interrupted else "incomplete")
     return meta
+
+
+def harness_note(run: dict) -> str:
+    """A figure's word on the run's harness verdict (testbed.health); empty when valid."""
+    if run.get("harness_valid") is None:
+        return "harness not checked (run before the saturation guard)"
+    if not run["harness_valid"]:
+        seconds = sum(i["to_s"] - i["from_s"] for i in run.get("harness_saturated") or [])
+        return f"harness saturated for {seconds:.0f} s (shaded): not evidence there"
+    return ""
 
 
 def _kv_metadata(meta: dict) -> dict[bytes, bytes]:
@@ -252,7 +270,7 @@ def read_run(run_dir: str | os.PathLike) -> dict:
     """run.parquet as a dict (thresholds and truncated_files decoded)."""
     rows = pq.read_table(outputs(run_dir)["run"]).to_pylist()
     row = rows[0] if rows else {}
-    for key in ("thresholds", "truncated_files", "figures"):
+    for key in JSON_COLUMNS:
         if isinstance(row.get(key), str):
             row[key] = json.loads(row[key])
     return row
@@ -412,7 +430,7 @@ def _run_row(meta: dict) -> dict:
     row = {}
     for f in RUN_SCHEMA:
         value = meta.get(f.name)
-        if f.name in ("thresholds", "truncated_files", "figures") and value is not None:
+        if f.name in JSON_COLUMNS and value is not None:
             value = json.dumps(value)
         try:
             row[f.name] = _coerce(value, _ARROW_KIND[f.type])

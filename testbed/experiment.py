@@ -16,10 +16,11 @@ from pathlib import Path
 
 import yaml
 
-from testbed import doctor, mobility
+from testbed import doctor, health, mobility
 from testbed import topology as topo_mod
 from testbed.emulation import choose, runstate
 from testbed.emulation.network import EmulationError, Network
+from testbed.monitor import HealthMonitor
 from testbed.scenario.model import Scenario
 
 MISSING_WORKLOADS: dict[str, str] = {}
@@ -154,17 +155,22 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
 
                     roles = Roles(session.network, session.topology, scenario, out / "logs", say=session.say)
                     workload = None
+                    monitor = HealthMonitor(session.run_id, session.network.shaper, out / "logs", out / "health.jsonl")
                     try:
                         roles.start()
                         if PubSubWorkload.supported(scenario):
                             workload = PubSubWorkload(session.network, session.topology, scenario, out,
                                                       session.run_id, say=session.say)
                             workload.start_system()
-                        code = _drive(session, roles, events, workload)
+                        code = _drive(session, roles, events, workload, monitor)
                     finally:
+                        monitor.stop()
                         if workload is not None:
                             workload.stop()
+                        meta["harness"] = monitor.finish()
+                        if workload is not None:
                             _finish_workload(session, workload, events, out, meta)
+                        session.say(health.describe(meta["harness"]))
                         roles.stop()
         except Interrupted as why:
             session.say(f"interrupted by {why}: network torn down, results so far kept in {out}")
@@ -195,6 +201,7 @@ def _finish_workload(session: Session, workload, events, out: Path, meta: dict) 
     summary = summarize(out / "traces", thresholds, merged, getattr(workload, "summaries", []))
     expected = sum(s.get("expected", 0) for s in getattr(workload, "summaries", []))
     summary["expected_deliveries"] = expected
+    summary["harness"] = meta.get("harness")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     meta["summary"] = summary
     if session.console is None:
@@ -220,6 +227,16 @@ def _finish_workload(session: Session, workload, events, out: Path, meta: dict) 
                           f"{expected} expected ({lost} not delivered, including those in flight at the stop)")
 
 
+def _health_note(monitor: HealthMonitor | None) -> str:
+    """The progress line's word on the harness: the newest judged second (a few seconds old)."""
+    row = monitor.latest() if monitor is not None else None
+    if row is None:
+        return ""
+    if not row["causes"]:
+        return ", harness ok"
+    return f", harness SATURATED ({', '.join(row['causes'])})"
+
+
 def _settle(session: Session, roles, events) -> None:
     """Let the coordinates converge for `control.settle`, recording snapshots (marked unconverged)."""
     settle = session.scenario.control.settle
@@ -242,15 +259,17 @@ def _settle(session: Session, roles, events) -> None:
         time.sleep(min(5.0, max(0.5, settle - elapsed)))
 
 
-def _drive(session: Session, roles, events, workload=None) -> int:
+def _drive(session: Session, roles, events, workload=None, monitor: HealthMonitor | None = None) -> int:
     """Follow the mobility timeline for the scenario's duration; check every handover happened."""
     network, duration = session.network, session.scenario.duration
     _settle(session, roles, events)
     if workload is not None:
         workload.start_clients()
-    start = time.monotonic()
+    start, t0 = time.monotonic(), time.time()
+    if monitor is not None:
+        monitor.start(t0)
     next_snapshot = 0.0
-    _write_event(events, type="run_start", time=time.time(), run_id=session.run_id)
+    _write_event(events, type="run_start", time=t0, run_id=session.run_id)
     pending = list(session.handovers)
     faults = sorted(session.scenario.faults, key=lambda f: f.at)
     done = 0
@@ -289,10 +308,12 @@ def _drive(session: Session, roles, events, workload=None) -> int:
                 rate, migrations = progress()
                 traffic = f", {rate:,.0f} deliveries/s, migrations {migrations}"
             session.say(f"running: {elapsed:5.0f}s of {duration:g}s, {duration - elapsed:4.0f}s left, "
-                        f"handovers {done}/{len(session.handovers)}{traffic}")
+                        f"handovers {done}/{len(session.handovers)}{traffic}{_health_note(monitor)}")
             next_report += 10
         wait = min(0.05, (pending[0].time - elapsed) if pending else 0.05)
         time.sleep(max(0.001, wait))
+    if monitor is not None:
+        monitor.stop()
     _write_event(events, type="run_end", time=time.time(), handovers_done=done, handovers_planned=len(session.handovers))
     for answer in roles.nc_answers():
         _write_event(events, **answer)

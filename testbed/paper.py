@@ -183,6 +183,21 @@ def reusable_run(runs_dir: Path, name: str, policy: str) -> Path | None:
     return max(found)[1] if found else None
 
 
+def harness_notes(rows: list[dict], scenario: str) -> list[str]:
+    """What the index must say about the harness (testbed.health) for one scenario's runs: runs
+    it saturated and the messages left out of the verdict, or runs never checked."""
+    notes = []
+    for r in rows:
+        if r.get("scenario") != scenario:
+            continue
+        if r.get("valid") is None:
+            notes.append(f"{r['policy']} run {r['run_id']}: harness not checked (a run before the saturation guard)")
+        elif not r["valid"]:
+            notes.append(f"{r['policy']} run {r['run_id']}: harness saturated for {r['saturated_s']:.0f} s; "
+                         f"{r['excluded']} of {r['messages']} messages left out of the verdict")
+    return notes
+
+
 def run_step(kind: str, scenario: str, policy: str, state: State) -> Step:
     options = state.options
     runs_dir = options.out / "runs"
@@ -287,6 +302,7 @@ def entries(state: State):
                                                            migrations.get(kind))
             except headlines.MissingInput as error:
                 entry.missing.append(str(error))
+            entry.missing += harness_notes(comparison.get("harness") or [], facts["name"])
         out.append(entry)
     entry = Entry("violations", images=FIGURE_IMAGES["violations"], failed=failed.get("violations", []),
                   source=f"{_rel(state.options.out / 'tables' / 'policy_violations.parquet')}, "

@@ -122,3 +122,24 @@ def test_policy_figures_render_without_spark(tmp_path):
                                   {"policy": "allpairs", "missing": "no trace rows", "threshold_s": 0.1}],
                                  tmp_path / "fig9.png")
     assert info["title"].startswith("Fig. 9") and info["series"] == {"ePulsar": ["a1", "a2"], "AllPairs": []}
+
+
+def test_messages_sent_while_the_harness_was_saturated_are_left_out(spark):  # noqa: F811 - the fixture
+    """A verdict never rests on a saturated interval (testbed.health): those messages are dropped."""
+    from analysis import compare
+
+    t0 = 1000.0
+    rows = [("r1", "t-1", "p", "c", f"p:{i}", i, t0 + i, t0 + i + 0.02, "b", "s", "s") for i in range(10)]
+    rows += [("r2", "t-1", "p", "c", f"p:{i}", i, t0 + i, t0 + i + 0.02, "b", "s", "s") for i in range(10)]
+    traces = spark.createDataFrame(rows, "run_id string, topic string, producer string, consumer string, "
+                                   "msg_id string, seq long, send_time double, receive_time double, broker string, "
+                                   "producer_site string, consumer_site string")
+    events = spark.createDataFrame([("r1", "run_start", t0), ("r2", "run_start", t0)],
+                                   "run_id string, type string, time double")
+    saturated = compare.saturated_frame(spark, [{"run_id": "r1", "harness_saturated": [{"from_s": 2.0, "to_s": 5.0}]},
+                                                {"run_id": "r2", "harness_saturated": []}])
+    kept = compare.outside_saturated(traces, events, saturated)
+    assert kept.columns == traces.columns
+    left = sorted((r.run_id, r.seq) for r in kept.collect())
+    assert [s for r, s in left if r == "r1"] == [0, 1, 5, 6, 7, 8, 9]
+    assert len([s for r, s in left if r == "r2"]) == 10

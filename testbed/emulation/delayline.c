@@ -20,7 +20,11 @@
  * Interface: prints "ready" on stdout once both sockets are bound.  SIGUSR1
  * writes one JSON line of counters to stderr ({"ab":{rx,tx,drop_loss,
  * drop_queue,rx_bytes,tx_bytes,tx_err,rx_err,kernel_drops,queued,late_1ms,
- * late_max_us},"ba":{...},"ts_fallback":N}).  --rt-prio N asks for SCHED_FIFO
+ * late_budget,late_max_us,late_window_max_us},"ba":{...},"ts_fallback":N}):
+ * late_budget counts frames released more than --late-budget-us (default
+ * 500) after their due time, the harness's error budget; late_window_max_us
+ * is the worst lateness since the previous dump, so a harness polling once a
+ * second sees each second's worst.  --rt-prio N asks for SCHED_FIFO
  * so busy emulated hosts cannot make frames late.
  *
  * Exit codes: 0 on SIGTERM/SIGINT, 1 on unexpected errors, 2 on bad
@@ -83,7 +87,8 @@ struct dir {
     uint8_t *buf; uint64_t bcap, wpos, held;
     int64_t tx_end, last_due;           /* serialization end, last departure */
     uint64_t rx, tx, drop_loss, drop_queue, rx_bytes, tx_bytes, tx_err, rx_err;
-    uint64_t late_1ms; int64_t late_max;  /* scheduling accuracy diagnostics */
+    uint64_t late_1ms, late_budget;     /* scheduling accuracy diagnostics */
+    int64_t late_max, late_window_max;
 };
 
 struct port { const char *name; int ifindex; int fd; };
@@ -93,6 +98,7 @@ static struct dir dirs[2];              /* [0] = A->B, [1] = B->A */
 static uint64_t ports_kdrops[2];        /* PACKET_STATISTICS resets on read */
 static uint64_t ts_fallback;            /* frames without a usable timestamp */
 static uint8_t *scratch;                /* BATCH receive slots */
+static int64_t late_budget_ns = 500000; /* --late-budget-us */
 
 static int64_t now_ns(clockid_t c)
 {
@@ -156,10 +162,12 @@ static void dump_stats(void)
             "\"%s\":{\"rx\":%" PRIu64 ",\"tx\":%" PRIu64 ",\"drop_loss\":%" PRIu64
             ",\"drop_queue\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"tx_bytes\":%" PRIu64
             ",\"tx_err\":%" PRIu64 ",\"rx_err\":%" PRIu64 ",\"kernel_drops\":%" PRIu64
-            ",\"queued\":%u,\"late_1ms\":%" PRIu64 ",\"late_max_us\":%" PRId64 "},",
+            ",\"queued\":%u,\"late_1ms\":%" PRIu64 ",\"late_budget\":%" PRIu64
+            ",\"late_max_us\":%" PRId64 ",\"late_window_max_us\":%" PRId64 "},",
             d->name, d->rx, d->tx, d->drop_loss, d->drop_queue, d->rx_bytes,
             d->tx_bytes, d->tx_err, d->rx_err, ports_kdrops[i], d->count, d->late_1ms,
-            d->late_max / 1000);
+            d->late_budget, d->late_max / 1000, d->late_window_max / 1000);
+        d->late_window_max = 0;
     }
     snprintf(line + n, sizeof line - n, "\"ts_fallback\":%" PRIu64 "}\n", ts_fallback);
     fputs(line, stderr);
@@ -303,7 +311,9 @@ static void flush(struct dir *d, int64_t now)
         for (int i = 0; i < r; i++) {
             int64_t late = now - d->q[d->head].due;
             if (late > d->late_max) d->late_max = late;
+            if (late > d->late_window_max) d->late_window_max = late;
             if (late > 1000000) d->late_1ms++;
+            if (late > late_budget_ns) d->late_budget++;
             d->tx++;
             d->tx_bytes += d->q[d->head].len - VNET_LEN;
             pop(d);
@@ -435,7 +445,7 @@ static void usage(const char *msg)
     fprintf(stderr, "delayline: %s\nusage: delayline --if-a A --if-b B [--delay-ab S] "
             "[--delay-ba S] [--jitter-ab S] [--jitter-ba S] [--loss-ab F] [--loss-ba F] "
             "[--rate-ab BPS] [--rate-ba BPS] [--limit-ab BYTES] [--limit-ba BYTES] "
-            "[--seed N] [--tag STRING] [--rt-prio N]\n", msg);
+            "[--seed N] [--tag STRING] [--rt-prio N] [--late-budget-us N]\n", msg);
     exit(2);
 }
 
@@ -459,12 +469,12 @@ int main(int argc, char **argv)
         {"jitter-ba", 1, 0, 4}, {"loss-ab", 1, 0, 5}, {"loss-ba", 1, 0, 6},
         {"rate-ab", 1, 0, 7}, {"rate-ba", 1, 0, 8}, {"limit-ab", 1, 0, 9},
         {"limit-ba", 1, 0, 10}, {"seed", 1, 0, 11}, {"tag", 1, 0, 12},
-        {"rt-prio", 1, 0, 13}, {0, 0, 0, 0}};
+        {"rt-prio", 1, 0, 13}, {"late-budget-us", 1, 0, 14}, {0, 0, 0, 0}};
     int has_limit[2] = {0, 0}, c, rt_prio = 0;
     uint64_t seed = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        const char *o = c > 0 && c <= 13 ? opts[c + 1].name : "";
+        const char *o = c > 0 && c <= 14 ? opts[c + 1].name : "";
         switch (c) {
         case 'a': ports[0].name = optarg; break;
         case 'b': ports[1].name = optarg; break;
@@ -485,6 +495,7 @@ int main(int argc, char **argv)
         }
         case 12: break;                                 /* only for pgrep */
         case 13: rt_prio = (int)parse_num(optarg, o, 0, 99); break;
+        case 14: late_budget_ns = (int64_t)(parse_num(optarg, o, 1, 1e7) * 1000); break;
         default: usage("unknown option or missing value");
         }
     }

@@ -20,6 +20,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.health import BUDGET
+
 SOURCE = Path(__file__).with_name("delayline.c")
 BUILD_DIR = Path(__file__).with_name("_build")
 BINARY = BUILD_DIR / "delayline"
@@ -149,6 +151,8 @@ def command(
             argv += [f"--limit-{suffix}", str(int(limit))]
     if rt_priority:
         argv += ["--rt-prio", str(int(rt_priority))]
+    # Frames released later than the harness's error budget are counted (the saturation guard).
+    argv += ["--late-budget-us", _fmt(BUDGET.relay_late_p99_ms * 1e3)]
     argv += ["--seed", str(int(seed)), "--tag", tag]
     return argv
 

@@ -11,6 +11,8 @@ addresses and its routes never go away.
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import tempfile
 import time
@@ -143,6 +145,11 @@ class Shaper:
         """Problems seen since the last call (e.g. a relay that died)."""
         return []
 
+    def health(self) -> dict | None:
+        """The shaper's own timeliness since the last call, for the saturation guard
+        ({"tx", "over_budget", "late_max_ms", "harness_drops"}), or None where it is not measured."""
+        return None
+
 
 class DelayLineShaper(Shaper):
     """User-space delay line: one relay process per link, both directions."""
@@ -156,6 +163,7 @@ class DelayLineShaper(Shaper):
         self.delayline = delayline
         self.binary = delayline.ensure_built()
         self.links: dict[int, ShapedLink] = {}
+        self._counters = RelayCounters()
 
     def shape(self, link: ShapedLink) -> None:
         dl = self.delayline
@@ -194,6 +202,12 @@ class DelayLineShaper(Shaper):
                                 f"exited with {link.relay.returncode}: {err.strip()}")
                 self.links.pop(link.index)
         return problems
+
+
+    def health(self) -> dict:
+        relays = [(link.relay, self.log_dir / f"delayline-{link.index}.log") for link in self.links.values()
+                  if link.relay is not None]
+        return self._counters.poll(relays)
 
 
 class NetemShaper(Shaper):
@@ -254,6 +268,60 @@ def _read_line(process: subprocess.Popen, timeout: float) -> str | None:
         if process.poll() is not None:
             return None
     return None
+
+
+class RelayCounters:
+    """Per-relay counter deltas from the lines relays write to their logs on SIGUSR1.
+
+    Each call first reads the answers to the previous call's signals, then signals again, so
+    nothing waits for a relay; the figures lag by one call (the monitor allows for it). A relay
+    restarted by a relink starts counting from zero in the same log: a counter that went down is
+    a new relay, its whole value the delta."""
+
+    FIELDS = ("tx", "late_budget", "kernel_drops", "tx_err", "rx_err")
+
+    def __init__(self):
+        self.offsets: dict[Path, int] = {}
+        self.last: dict[Path, dict] = {}
+
+    def poll(self, relays: list[tuple[subprocess.Popen, Path]]) -> dict:
+        total = {"tx": 0, "over_budget": 0, "late_max_ms": 0.0, "harness_drops": 0, "relays": 0}
+        for relay, log in relays:
+            line = self._last_line(log)
+            if line is not None:
+                now = {f: sum(d.get(f, 0) for d in (line.get("ab", {}), line.get("ba", {}))) for f in self.FIELDS}
+                before = self.last.get(log, dict.fromkeys(self.FIELDS, 0))
+                fresh = now["tx"] < before["tx"]
+                delta = {f: now[f] - (0 if fresh else before[f]) for f in self.FIELDS}
+                self.last[log] = now
+                total["tx"] += delta["tx"]
+                total["over_budget"] += delta["late_budget"]
+                total["harness_drops"] += delta["kernel_drops"] + delta["tx_err"] + delta["rx_err"]
+                worst = max(line.get(d, {}).get("late_window_max_us", 0) for d in ("ab", "ba")) / 1e3
+                total["late_max_ms"] = max(total["late_max_ms"], worst)
+                total["relays"] += 1
+            if relay.poll() is None:
+                try:
+                    relay.send_signal(signal.SIGUSR1)
+                except ProcessLookupError:
+                    pass
+        return total
+
+    def _last_line(self, log: Path) -> dict | None:
+        try:
+            with log.open("rb") as handle:
+                handle.seek(self.offsets.get(log, 0))
+                data = handle.read()
+                self.offsets[log] = handle.tell()
+        except OSError:
+            return None
+        for raw in reversed(data.splitlines()):
+            if raw.startswith(b"{"):
+                try:
+                    return json.loads(raw)
+                except ValueError:
+                    continue
+        return None
 
 
 SHAPERS = {"delayline": DelayLineShaper, "netem": NetemShaper}

@@ -65,7 +65,8 @@ class PubSubWorkload:
                     "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),
                     "--events", str(self.out / "logs" / f"clients-{node.name}.jsonl"), "--run-id", self.run_id,
                     "--site", node.site, "--coord", "proxy" if node.mobile else "serf",
-                    "--nc-period", f"{scenario.control.nc_report_period:g}"]
+                    "--nc-period", f"{scenario.control.nc_report_period:g}",
+                    "--health", str(self.out / "logs" / f"health-{node.name}.jsonl")]
             log = (self.out / "logs" / f"workload-{node.name}.log").open("ab")
             self.processes[node.name] = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log,
                                                            text=True)
@@ -94,7 +95,8 @@ class PubSubWorkload:
                     "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),
                     "--events", str(self.out / "logs" / f"clients-{name}.jsonl"), "--run-id", self.run_id,
                     "--site", node.site, "--coord", "proxy" if node.mobile else "serf",
-                    "--nc-period", f"{scenario.control.nc_report_period:g}"]
+                    "--nc-period", f"{scenario.control.nc_report_period:g}",
+                    "--health", str(self.out / "logs" / f"health-{name}.jsonl")]
             log = (self.out / "logs" / f"workload-{name}.log").open("ab")
             self.processes[name] = self.network.popen(name, argv, stdout=subprocess.PIPE, stderr=log, text=True)
         self._wait_attached()

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.pubsub.client import EventLog, Publisher
+from testbed.pubsub.client import EventLog, Publisher, run_precise
 
 
 async def _main(args) -> int:
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", default="")
     parser.add_argument("--run-id", default="")
     parser.add_argument("--events", type=Path)
-    return asyncio.run(_main(parser.parse_args(argv)))
+    return run_precise(_main(parser.parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -29,17 +29,19 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source
+from testbed.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source, run_precise
+from testbed.pubsub.clienthealth import ClientHealth
 
 
-def uav_clients(args, events: EventLog) -> tuple[list[Publisher], list[Subscriber]]:
+def uav_clients(args, events: EventLog, health: ClientHealth | None = None) -> tuple[list[Publisher], list[Subscriber]]:
     swarm, trace_dir = args.node, Path(args.trace_dir)
     common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
               "coord": coordinate_source(args.coord, swarm), "nc_period": args.nc_period}
     leader, followers = f"{swarm}-u1", [f"{swarm}-u{i}" for i in range(2, args.members + 1)]
     follow, sensor = f"follow_leader-{swarm}", f"sensor_data-{swarm}"
-    publishers = [Publisher(follow, leader, args.rate, args.size, precise_s=0.0, **common)]
-    publishers += [Publisher(sensor, f, args.rate, args.size, precise_s=0.0, **common) for f in followers]
+    publishers = [Publisher(follow, leader, args.rate, args.size, precise_s=0.0, health=health, **common)]
+    publishers += [Publisher(sensor, f, args.rate, args.size, precise_s=0.0, health=health, **common)
+                   for f in followers]
     subscribers = [Subscriber(follow, f, trace=trace_dir / f"{follow}.{f}.jsonl", keep_latencies=False, **common)
                    for f in followers]
     subscribers.append(Subscriber(sensor, leader, trace=trace_dir / f"{sensor}.{leader}.jsonl", keep_latencies=False,
@@ -50,7 +52,8 @@ def uav_clients(args, events: EventLog) -> tuple[list[Publisher], list[Subscribe
 async def _main(args) -> int:
     Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     events = EventLog(args.events)
-    publishers, subscribers = uav_clients(args, events)
+    health = ClientHealth(args.health)
+    publishers, subscribers = uav_clients(args, events, health)
     for client in subscribers + publishers:  # subscribers first: no message is sent before anyone listens
         await client.start()
     print(json.dumps({"ready": True, "publishers": len(publishers), "subscribers": len(subscribers)}), flush=True)
@@ -60,10 +63,11 @@ async def _main(args) -> int:
         loop.add_signal_handler(sig, stop.set)
     start = time.time() + 0.5
     work = [asyncio.create_task(p.run(duration=args.duration, start=start)) for p in publishers]
-    waiter = asyncio.create_task(stop.wait())
+    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    for task in [*work, waiter]:
+    for task in [*work, waiter, probe]:
         task.cancel()
+    health.close()
     await asyncio.sleep(0.5)  # messages in flight reach the subscribers
     readers = {}
     for s in subscribers:
@@ -117,7 +121,7 @@ class GameServer:
     """One game server: publishes its avatars' topics, subscribes to its area of interest, and
     follows the group changes by unsubscribing and subscribing."""
 
-    def __init__(self, args, events: EventLog, plan: dict):
+    def __init__(self, args, events: EventLog, plan: dict, health: ClientHealth | None = None):
         self.args, self.events, self.plan = args, events, plan
         self.node, self.trace_dir = args.node, Path(args.trace_dir)
         self.common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
@@ -125,7 +129,7 @@ class GameServer:
         self.groups = list(plan["groups"])
         self.own = [a for a, s in enumerate(plan["serving"]) if s == self.node]
         self.publishers = [Publisher(avatar_topic(a), avatar_name(a), args.rate, args.size, precise_s=0.0,
-                                     **self.common) for a in self.own]
+                                     health=health, **self.common) for a in self.own]
         self.subscribers: dict[int, Subscriber] = {}
         self.opened: dict[int, float] = {}  # avatar -> when its current subscription was ready
         self.windows: list[tuple[float, float]] = []  # closed subscriptions (ready, closed)
@@ -187,7 +191,8 @@ async def _main_mmog(args) -> int:
     Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     events = EventLog(args.events)
     plan = json.loads(Path(args.plan).read_text())
-    server = GameServer(args, events, plan)
+    health = ClientHealth(args.health)
+    server = GameServer(args, events, plan, health)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -206,12 +211,13 @@ async def _main_mmog(args) -> int:
         server.start = time.time() + 0.5
     work = [asyncio.create_task(p.run(duration=args.duration, start=server.start)) for p in server.publishers]
     work.append(asyncio.create_task(server.follow_groups()))
-    waiter = asyncio.create_task(stop.wait())
+    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
     publishing = [t for t in work[:-1]] or [waiter]
     await asyncio.wait({*publishing, waiter}, return_when=asyncio.FIRST_COMPLETED)
     stopped = time.time()
-    for task in [*work, waiter]:
+    for task in [*work, waiter, probe]:
         task.cancel()
+    health.close()
     await asyncio.sleep(0.5)  # messages in flight reach the subscribers
     received = server.received_closed + sum(s.received for s in server.subscribers.values())
     summary = {"node": args.node, "avatars": server.own, "sent": sum(p.sent for p in server.publishers),
@@ -238,14 +244,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", default="")
     parser.add_argument("--coord", default="proxy")
     parser.add_argument("--nc-period", type=float, default=5.0)
+    parser.add_argument("--health", type=Path, help="per-second publisher lateness and loop lag, JSON lines")
     parser.add_argument("--plan", type=Path, help="mmog: the plan (servers, serving, groups, changes) as JSON")
     parser.add_argument("--start-file", type=Path, help="mmog: wait for the common start time (epoch s) in this file")
     args = parser.parse_args(argv)
     if args.kind == "mmog":
         if not args.plan:
             parser.error("mmog needs --plan")
-        return asyncio.run(_main_mmog(args))
-    return asyncio.run(_main(args))
+        return run_precise(_main_mmog(args))
+    return run_precise(_main(args))
 
 
 if __name__ == "__main__":

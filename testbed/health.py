@@ -1,0 +1,220 @@
+"""The harness's error budget and the verdict on a run: was the testbed itself what set the latency?
+
+A run is only evidence about the system under test while the harness keeps up: publishers send on
+time, the delay line releases frames on time and drops none of its own, event loops are not
+starved, and the machine has CPU to spare. Every second of the workload phase is judged against
+`Budget`; consecutive bad seconds become `saturated` intervals with a cause a person can act on
+("publishers late by up to 48 s: the machine cannot offer this load"). Pure logic: the samples come
+from `testbed.monitor` (harness side) and from the clients (`LatenessHistogram`), the verdict goes to
+summary.json, run.json, the end screen, the Parquet metadata and the figures.
+
+A p99 within a budget is judged exactly from counts: p99 <= b  <=>  at most 1 % of the samples
+exceed b, so clients and relays only count samples over the budget per second (cheap, mergeable
+across processes), and keep a coarse histogram for the reported value.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import asdict, dataclass
+
+#: Upper edges (ms) of the lateness histogram buckets; the last bucket is open.
+BUCKETS_MS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What the harness may add, per second of the run (issue "Paper scale", section 1).
+
+    publisher_late_p99_ms: a message leaves its publisher at most this late (open loop: a late
+        publisher's lateness is in every latency it produces).
+    relay_late_p99_ms: the delay line releases a frame at most this long after its due time.
+    loop_lag_max_ms: no client event loop is blocked longer (subscribers' receive callbacks wait
+        for it: what a subscriber measures includes it).
+    cpu_idle_min: share of the machine's CPU left idle; below it nats-server, relays and clients
+        queue behind each other for a core.
+    harness_drops: frames the relays' sockets lost (kernel receive-buffer drops, send errors): not
+        the emulated link's loss or queue, which are the scenario's.
+    """
+
+    publisher_late_p99_ms: float = 1.0
+    relay_late_p99_ms: float = 0.5
+    loop_lag_max_ms: float = 10.0
+    cpu_idle_min: float = 0.05
+    harness_drops: int = 0
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+BUDGET = Budget()
+
+
+class LatenessHistogram:
+    """Per-second lateness counts, mergeable across publishers and processes (dict form in JSON)."""
+
+    def __init__(self):
+        self.counts = [0] * (len(BUCKETS_MS) + 1)
+        self.n = 0
+        self.max_ms = 0.0
+
+    def add(self, late_ms: float) -> None:
+        self.counts[bisect.bisect_left(BUCKETS_MS, late_ms)] += 1
+        self.n += 1
+        if late_ms > self.max_ms:
+            self.max_ms = late_ms
+
+    def merge(self, other: dict) -> None:
+        for i, c in enumerate(other.get("counts", ())):
+            if i < len(self.counts):
+                self.counts[i] += int(c)
+        self.n += int(other.get("n", 0))
+        self.max_ms = max(self.max_ms, float(other.get("max_ms", 0.0)))
+
+    def quantile_ms(self, q: float) -> float | None:
+        """Upper edge of the bucket holding the q-quantile (the maximum for the open bucket)."""
+        if not self.n:
+            return None
+        rank = q * self.n
+        seen = 0
+        for i, c in enumerate(self.counts):
+            seen += c
+            if seen >= rank and c:
+                return min(BUCKETS_MS[i], self.max_ms) if i < len(BUCKETS_MS) else self.max_ms
+        return self.max_ms
+
+    def over(self, limit_ms: float) -> int:
+        """Samples in buckets entirely above `limit_ms` (exact when `limit_ms` is a bucket edge)."""
+        first = bisect.bisect_right(BUCKETS_MS, limit_ms)
+        return sum(self.counts[first:])
+
+    def as_dict(self) -> dict:
+        return {"n": self.n, "max_ms": round(self.max_ms, 3), "counts": list(self.counts)}
+
+
+def over_p99(over: int, n: int) -> bool:
+    """True when more than 1 % of n samples exceed the budget, i.e. their p99 is above it."""
+    return n > 0 and over * 100 > n
+
+
+def judge(row: dict, budget: Budget = BUDGET) -> list[str]:
+    """The causes (short codes) that make one second of `row` saturated; [] when within budget.
+
+    `row` keys (absent = not measured): publisher_n, publisher_over, relay_tx, relay_over,
+    relay_harness_drops, loop_lag_max_ms, cpu_idle."""
+    causes = []
+    if over_p99(row.get("publisher_over", 0), row.get("publisher_n", 0)):
+        causes.append("publishers")
+    if over_p99(row.get("relay_over", 0), row.get("relay_tx", 0)):
+        causes.append("relays")
+    if row.get("relay_harness_drops", 0) > budget.harness_drops:
+        causes.append("relay-drops")
+    if (row.get("loop_lag_max_ms") or 0.0) > budget.loop_lag_max_ms:
+        causes.append("event-loops")
+    idle = row.get("cpu_idle")
+    if idle is not None and idle < budget.cpu_idle_min:
+        causes.append("cpu")
+    return causes
+
+
+CAUSE_TEXT = {
+    "publishers": ("publisher_late_max_ms", "publishers late by up to {value}: the machine cannot offer this load"),
+    "relays": ("relay_late_max_ms", "delay line late by up to {value}: emulated links are longer than configured"),
+    "relay-drops": ("relay_harness_drops", "delay line lost {value} frames of its own (socket buffers full)"),
+    "event-loops": ("loop_lag_max_ms", "client event loops blocked for up to {value}: receive times are late"),
+    "cpu": ("cpu_idle", "the machine's CPU was {value} idle: processes queue for a core"),
+}
+
+
+def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
+    """Runs of consecutive saturated seconds: [{"from_s", "to_s", "cause", "causes"}], each cause
+    worded with its worst value in the interval. `rows` carry "elapsed_s" and their "causes"
+    (recomputed with `judge` when absent)."""
+    found: list[dict] = []
+    current: dict | None = None
+    for row in sorted(rows, key=lambda r: r["elapsed_s"]):
+        causes = row.get("causes")
+        if causes is None:
+            causes = judge(row, budget)
+        if not causes:
+            current = None
+            continue
+        start = float(row["elapsed_s"])
+        if current is None or start > current["to_s"] + 1e-3:
+            current = {"from_s": start, "to_s": start + 1.0, "worst": {}}
+            found.append(current)
+        current["to_s"] = start + 1.0
+        for cause in causes:
+            value = row.get(CAUSE_TEXT[cause][0])
+            best = current["worst"].get(cause)
+            if value is None or best is None:
+                current["worst"][cause] = best if value is None else value
+            else:
+                current["worst"][cause] = min(best, value) if cause == "cpu" else max(best, value)
+    for interval in found:
+        worst = interval.pop("worst")
+        interval["causes"] = sorted(worst)
+        interval["cause"] = "; ".join(CAUSE_TEXT[c][1].format(value=_format(c, worst[c])) for c in sorted(worst))
+    return found
+
+
+def _format(cause: str, worst: float | None) -> str:
+    if worst is None:
+        return "an unmeasured amount"
+    if cause == "cpu":
+        return f"{100 * worst:.0f} %"
+    if cause == "relay-drops":
+        return f"{worst:.0f}"
+    return f"{worst / 1000:.1f} s" if worst >= 1000 else f"{worst:.1f} ms"
+
+
+def verdict(rows: list[dict], budget: Budget = BUDGET) -> dict:
+    """The run's verdict for summary.json and run.json: valid, or the saturated intervals."""
+    found = intervals(rows, budget)
+    merged = LatenessHistogram()
+    relay_tx = relay_over = 0
+    relay_max = 0.0
+    for row in rows:
+        if row.get("publisher_hist"):
+            merged.merge(row["publisher_hist"])
+        relay_tx += row.get("relay_tx", 0)
+        relay_over += row.get("relay_over", 0)
+        relay_max = max(relay_max, row.get("relay_late_max_ms") or 0.0)
+    idles = [row["cpu_idle"] for row in rows if row.get("cpu_idle") is not None]
+    classes: dict[str, float] = {}
+    for row in rows:
+        for name, cores in (row.get("cpu_by_class") or {}).items():
+            classes[name] = classes.get(name, 0.0) + cores / max(1, len(rows))
+    return {
+        "valid": bool(rows) and not found,
+        "seconds": len(rows),
+        "saturated_seconds": sum(1 for row in rows if row.get("causes", judge(row, budget))),
+        "saturated": found,
+        "budget": budget.as_dict(),
+        "publisher_late_p99_ms": merged.quantile_ms(0.99),
+        "publisher_late_max_ms": merged.max_ms if merged.n else None,
+        "relay_late_share_over_budget": relay_over / relay_tx if relay_tx else None,
+        "relay_late_max_ms": relay_max if relay_tx else None,
+        "cpu_idle_min": min(idles) if idles else None,
+        "cpu_idle_mean": sum(idles) / len(idles) if idles else None,
+        "cpu_by_class": {k: round(v, 3) for k, v in sorted(classes.items())},
+        "unmeasured": [] if rows else ["no health samples: the run ended before its workload phase"],
+    }
+
+
+def describe(result: dict) -> str:
+    """One line for the end screen and the paper index."""
+    if not result.get("seconds"):
+        return "harness: not measured (no workload phase)"
+    if result["valid"]:
+        return (f"harness: valid (within budget for all {result['seconds']} s; publishers p99 late "
+                f"{_ms(result['publisher_late_p99_ms'])}, CPU idle >= {100 * (result['cpu_idle_min'] or 0):.0f} %)")
+    spans = ", ".join(f"t={i['from_s']:.0f}-{i['to_s']:.0f} s" for i in result["saturated"][:4])
+    more = f" and {len(result['saturated']) - 4} more" if len(result["saturated"]) > 4 else ""
+    worst = max(result["saturated"], key=lambda i: i["to_s"] - i["from_s"])
+    return (f"harness: SATURATED {result['saturated_seconds']} of {result['seconds']} s ({spans}{more}): "
+            f"{worst['cause']}")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} ms"

@@ -1,0 +1,208 @@
+"""The harness's health, sampled once a second while the workload runs (the saturation guard's eyes).
+
+A thread merges what each part can see of itself: the machine's idle CPU (/proc/stat), CPU per
+class of process (every process of the run carries TESTBED_RUN=<run id>; others are "other work"
+on the machine), the delay line's own lateness and drops (`Shaper.health`), and the clients'
+publisher lateness and event-loop lag (`logs/health-*.jsonl`, `testbed.pubsub.clienthealth`).
+Each second becomes one row of `health.jsonl`, judged by `testbed.health`; rows are written with a
+few seconds' delay so that every process's line for that second has arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+from testbed import health
+from testbed.emulation.runstate import ENV_TAG
+
+LAG_S = 3  # clients write a second's line when it ends; relays answer one poll later
+CLASSES = (  # (class, substring of the command line); first match wins
+    ("relays", "delayline"), ("nats-server", "nats-server"), ("clients", "testbed.pubsub.workloads"),
+    ("clients", "testbed.pubsub.client"), ("clients", "testbed.pubsub.multiclient"),
+    ("broker-agents", "testbed.pubsub.broker"), ("control-plane", "testbed.pubsub.manager"),
+    ("control-plane", "testbed.pubsub.lookup"), ("zookeeper", "zookeeper"), ("serf", "serf"),
+    ("nc-proxies", "testbed.nc."), ("docker", "containerd"), ("docker", "dockerd"))
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def classify(cmdline: str, in_run: bool, harness: bool) -> str:
+    """The process class a command line belongs to (`cpu_by_class` keys)."""
+    if harness:
+        return "harness"
+    for name, needle in CLASSES:
+        if needle in cmdline and (in_run or name == "docker"):
+            return name
+    return "run-other" if in_run else "other"
+
+
+class CpuSampler:
+    """Idle share of the machine and cores used per process class between two calls."""
+
+    def __init__(self, run_id: str):
+        self.tag = f"{ENV_TAG}={run_id}".encode()
+        self.harness = os.getpid()
+        self.known: dict[int, str] = {}
+        self.times: dict[int, int] = {}
+        self.machine = self._machine()
+        self.at = time.monotonic()
+
+    @staticmethod
+    def _machine() -> tuple[int, int]:
+        with open("/proc/stat") as handle:
+            fields = [int(v) for v in handle.readline().split()[1:]]
+        return sum(fields[:8]), fields[3] + fields[4]  # total, idle + iowait
+
+    def _class(self, pid: int) -> str:
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            environ, cmdline = b"", ""
+        return classify(cmdline, self.tag in environ, pid == self.harness)
+
+    def sample(self) -> tuple[float, dict[str, float]]:
+        now, machine = time.monotonic(), self._machine()
+        total, idle = machine[0] - self.machine[0], machine[1] - self.machine[1]
+        elapsed = max(1e-3, now - self.at)
+        by_class: dict[str, float] = {}
+        seen = set()
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            pid = int(entry)
+            try:
+                with open(f"/proc/{pid}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            used = int(fields[11]) + int(fields[12])  # utime + stime, all threads
+            seen.add(pid)
+            if pid not in self.known:
+                self.known[pid] = self._class(pid)
+                self.times[pid] = used  # its CPU before we saw it is not this interval's
+                continue
+            delta = used - self.times[pid]
+            self.times[pid] = used
+            if delta > 0:
+                name = self.known[pid]
+                by_class[name] = by_class.get(name, 0.0) + delta / TICKS / elapsed
+        for pid in set(self.known) - seen:
+            self.known.pop(pid)
+            self.times.pop(pid, None)
+        self.machine, self.at = machine, now
+        return (idle / total if total > 0 else 1.0), {k: round(v, 3) for k, v in sorted(by_class.items())}
+
+
+class ClientLines:
+    """New lines of the clients' per-second health files, merged by second."""
+
+    def __init__(self, directory: Path):
+        self.directory = Path(directory)
+        self.offsets: dict[Path, int] = {}
+
+    def read(self, into: dict[int, dict]) -> None:
+        for path in sorted(self.directory.glob("health-*.jsonl")):
+            try:
+                with path.open("rb") as handle:
+                    handle.seek(self.offsets.get(path, 0))
+                    data = handle.read()
+            except OSError:
+                continue
+            complete = data[: data.rfind(b"\n") + 1]
+            self.offsets[path] = self.offsets.get(path, 0) + len(complete)
+            for raw in complete.splitlines():
+                try:
+                    line = json.loads(raw)
+                    second = int(line["s"])
+                except (ValueError, KeyError, TypeError):
+                    continue
+                slot = into.setdefault(second, {})
+                slot.setdefault("hist", health.LatenessHistogram()).merge(line.get("hist") or {})
+                slot["loop_lag_max_ms"] = max(slot.get("loop_lag_max_ms", 0.0), float(line.get("loop_lag_max_ms", 0)))
+
+
+class HealthMonitor:
+    """Samples once a second in a thread from `start()` to `stop()`; rows go to `path` and `rows`."""
+
+    def __init__(self, run_id: str, shaper, log_dir: Path, path: Path, budget: health.Budget = health.BUDGET,
+                 on_row=None):
+        self.shaper, self.path, self.budget, self.on_row = shaper, Path(path), budget, on_row
+        self.cpu = CpuSampler(run_id)
+        self.clients = ClientLines(log_dir)
+        self.pending: dict[int, dict] = {}
+        self.rows: list[dict] = []
+        self.start_time = time.time()
+        self.end_time: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="health-monitor", daemon=True)
+
+    def start(self, t0: float | None = None) -> None:
+        """Sample from now on; `elapsed_s` counts from `t0` (the run's run_start event, which the
+        analysis takes as time zero), so saturated intervals line up with the figures' time axis."""
+        self.start_time = t0 if t0 is not None else time.time()
+        self.cpu.sample()
+        if self.shaper is not None:
+            self.shaper.health()  # the first poll only asks; its answers come with the next
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0 - (time.time() % 1.0) + 0.05):
+            self.tick(time.time())
+
+    def tick(self, now: float) -> None:
+        """One sample: the last second's machine and relay figures, clients' lines, rows now final."""
+        second = int(now) - 1
+        idle, by_class = self.cpu.sample()
+        slot = self.pending.setdefault(second, {})
+        slot.update(cpu_idle=round(idle, 4), cpu_by_class=by_class)
+        relays = self.shaper.health() if self.shaper is not None else None
+        if relays is not None:  # answers to the previous poll: the second before
+            earlier = self.pending.setdefault(second - 1, {})
+            earlier.update(relay_tx=relays["tx"], relay_over=relays["over_budget"],
+                           relay_late_max_ms=round(relays["late_max_ms"], 3),
+                           relay_harness_drops=relays["harness_drops"])
+        self.clients.read(self.pending)
+        self._emit(upto=int(now) - LAG_S)
+
+    def _emit(self, upto: float) -> None:
+        for second in sorted(s for s in self.pending if s <= upto):
+            slot = self.pending.pop(second)
+            if second < int(self.start_time):
+                continue
+            row = {"t": second, "elapsed_s": round(second - self.start_time, 3),
+                   **{k: v for k, v in slot.items() if k != "hist"}}
+            hist = slot.get("hist")
+            if hist is not None and hist.n:
+                row.update(publisher_n=hist.n, publisher_over=hist.over(self.budget.publisher_late_p99_ms),
+                           publisher_late_p99_ms=hist.quantile_ms(0.99), publisher_late_max_ms=round(hist.max_ms, 3),
+                           publisher_hist=hist.as_dict())
+            row["causes"] = health.judge(row, self.budget)
+            row["saturated"] = bool(row["causes"])
+            self.rows.append(row)
+            with self.path.open("a") as handle:
+                handle.write(json.dumps(row, separators=(",", ":")) + "\n")
+            if self.on_row is not None:
+                self.on_row(row)
+
+    def stop(self) -> None:
+        """The workload phase ended: no more samples (what the clients still write is read by finish)."""
+        self.end_time = time.time()
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5)
+
+    def finish(self) -> dict:
+        """After the clients exited: their last lines, the remaining rows, and the run's verdict."""
+        if self.end_time is None:
+            self.stop()
+        self.clients.read(self.pending)
+        self._emit(upto=int(self.end_time) - 1)
+        self.pending.clear()
+        return health.verdict(self.rows, self.budget)
+
+    def latest(self) -> dict | None:
+        return self.rows[-1] if self.rows else None

@@ -1,0 +1,107 @@
+"""The saturation guard's logic on generated seconds: budget, intervals, causes, verdict."""
+
+from __future__ import annotations
+
+import json
+
+from testbed import health
+from testbed.emulation.shaping import RelayCounters
+from testbed.monitor import classify
+
+
+def second(i: int, **values) -> dict:
+    return {"elapsed_s": i, "cpu_idle": 0.5, **values}
+
+
+def test_p99_within_budget_is_judged_exactly_from_counts():
+    assert not health.over_p99(10, 1000)  # 1 % over: p99 is still within
+    assert health.over_p99(11, 1000)
+    assert not health.over_p99(0, 0)
+
+
+def test_histogram_quantile_over_and_merge():
+    h = health.LatenessHistogram()
+    for v in [0.05] * 980 + [3.0] * 20:
+        h.add(v)
+    assert h.over(1.0) == 20 and h.quantile_ms(0.99) == 3.0 and h.max_ms == 3.0
+    other = health.LatenessHistogram()
+    other.add(48_000.0)
+    h.merge(json.loads(json.dumps(other.as_dict())))
+    assert h.n == 1001 and h.max_ms == 48_000.0 and h.over(1.0) == 21
+
+
+def test_judge_names_each_cause():
+    assert health.judge(second(0, publisher_n=1000, publisher_over=5, relay_tx=5000, relay_over=10)) == []
+    row = second(0, publisher_n=1000, publisher_over=500, relay_tx=100, relay_over=2, relay_harness_drops=3,
+                 loop_lag_max_ms=50.0, cpu_idle=0.01)
+    assert health.judge(row) == ["publishers", "relays", "relay-drops", "event-loops", "cpu"]
+
+
+def test_unmeasured_parts_do_not_saturate():
+    assert health.judge({"elapsed_s": 0}) == []
+
+
+def test_intervals_merge_consecutive_seconds_and_word_the_worst_value():
+    rows = [second(i) for i in range(5)]
+    rows += [second(i, publisher_n=100, publisher_over=90, publisher_late_max_ms=1000.0 * i) for i in range(5, 9)]
+    rows += [second(9), second(10, cpu_idle=0.0), second(11)]
+    found = health.intervals(rows)
+    assert [(i["from_s"], i["to_s"]) for i in found] == [(5.0, 9.0), (10.0, 11.0)]
+    assert found[0]["cause"] == "publishers late by up to 8.0 s: the machine cannot offer this load"
+    assert found[1]["causes"] == ["cpu"] and "0 % idle" in found[1]["cause"]
+
+
+def test_verdict_valid_only_without_saturated_seconds():
+    clean = [second(i, publisher_n=100, publisher_over=0) for i in range(10)]
+    assert health.verdict(clean)["valid"] is True
+    assert "valid" in health.describe(health.verdict(clean))
+    dirty = clean + [second(10, publisher_n=100, publisher_over=50, publisher_late_max_ms=3.0)]
+    result = health.verdict(dirty)
+    assert result["valid"] is False and result["saturated_seconds"] == 1
+    assert result["saturated"][0]["from_s"] == 10.0
+    assert "SATURATED 1 of 11 s" in health.describe(result)
+
+
+def test_verdict_without_samples_is_not_valid():
+    result = health.verdict([])
+    assert result["valid"] is False and result["unmeasured"]
+
+
+def test_relay_counters_take_deltas_and_survive_a_relay_restart(tmp_path):
+    class FakeRelay:  # only poll() and send_signal() are used; signals are counted
+        signals = 0
+
+        def poll(self):
+            return None
+
+        def send_signal(self, _sig):
+            FakeRelay.signals += 1
+
+    log = tmp_path / "delayline-1.log"
+    counters = RelayCounters()
+
+    def dump(tx, late, drops, window_us):
+        d = {"tx": tx, "late_budget": late, "kernel_drops": drops, "tx_err": 0, "rx_err": 0,
+             "late_window_max_us": window_us}
+        with log.open("a") as handle:
+            handle.write(json.dumps({"ab": d, "ba": {**d, "tx": 0, "late_budget": 0, "kernel_drops": 0}}) + "\n")
+
+    relay = FakeRelay()
+    assert counters.poll([(relay, log)])["relays"] == 0  # nothing answered yet
+    dump(100, 1, 0, 300)
+    first = counters.poll([(relay, log)])
+    assert (first["tx"], first["over_budget"], first["late_max_ms"]) == (100, 1, 0.3)
+    dump(250, 4, 2, 900)
+    second_poll = counters.poll([(relay, log)])
+    assert (second_poll["tx"], second_poll["over_budget"], second_poll["harness_drops"]) == (150, 3, 2)
+    dump(10, 0, 0, 50)  # a relay restarted by a relink counts from zero
+    assert counters.poll([(relay, log)])["tx"] == 10
+    assert FakeRelay.signals == 4
+
+
+def test_processes_are_classified_by_command_line_and_run():
+    assert classify("/x/delayline --if-a l1a", True, False) == "relays"
+    assert classify("python -m testbed.pubsub.workloads uav", True, False) == "clients"
+    assert classify("nats-server -c x", False, False) == "other"  # another run's or the machine's
+    assert classify("dockerd", False, False) == "docker"
+    assert classify("anything", True, True) == "harness"
