@@ -7,9 +7,12 @@ BIN := $(VENV)/bin
 SCENARIO ?= scenarios/uav-smoke.yaml
 APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 psmisc procps python3-venv \
                 serf nats-server zookeeper default-jre-headless
-IMAGE_PACKAGES := docker.io debootstrap
+# The containernet backend: the Docker engine, the base image's bootstrap, brctl for Containernet's LinuxBridge.
+IMAGE_PACKAGES := docker.io debootstrap bridge-utils
+# The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
+CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor bench-analysis bench-monitoring bench-placement bench-overload bench-capacity
+.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-capacity
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -47,6 +50,10 @@ images: venv  ## Docker images for the Containernet backend (bootstraps the base
 	@missing=$$(for p in $(IMAGE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 	$(BIN)/python -m testbed.emulation.images build
+
+containernet-deps:  ## the project's requirements into the Containernet venv (CN_PYTHON), its pins kept
+	@test -x $(CN_PYTHON) || { echo "no Containernet venv at $(CN_PYTHON): install it first (docs/containernet.md)"; exit 2; }
+	$(CN_PYTHON) -m pip install -q -r requirements.txt -c images/containernet-constraints.txt
 
 doctor: venv
 	$(BIN)/testbed doctor

@@ -102,6 +102,7 @@ def usable(monkeypatch):
     install = choose.Install("/opt/cn-venv/bin/python", "the documented location")
     monkeypatch.setattr(choose, "find_containernet", lambda: install)
     monkeypatch.setattr(choose, "containernet_importable_here", lambda: (False, "no"))
+    monkeypatch.setattr(choose, "docker_engine_running", lambda: True)
     monkeypatch.delenv(choose.REEXECUTED_ENV, raising=False)
     return install
 
@@ -123,3 +124,9 @@ def test_no_re_run_where_containernet_is_not_wanted(usable, args):
 def test_no_second_re_run(usable, monkeypatch):
     monkeypatch.setenv(choose.REEXECUTED_ENV, "/work/main/.venv/bin/python")
     assert choose.reexec_argv(["doctor"]) is None
+
+
+def test_without_a_docker_engine_only_doctor_re_runs(usable, monkeypatch):
+    monkeypatch.setattr(choose, "docker_engine_running", lambda: False)
+    assert choose.reexec_argv(["run", "x.yaml"]) is None
+    assert choose.reexec_argv(["doctor"]) is not None

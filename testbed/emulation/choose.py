@@ -156,13 +156,16 @@ def _asked_backend(args: list[str]) -> str:
 def reexec_argv(args: list[str]) -> tuple[list[str], dict[str, str]] | None:
     """The argv and environment to re-run `testbed args` under the Containernet venv, or None to
     go on here: when this interpreter lacks Containernet, the command builds a network (or is
-    doctor), mininet was not asked for, and a Containernet venv that can run the project exists.
+    doctor), mininet was not asked for, a Containernet venv that can run the project exists and
+    (but for doctor) a Docker engine answers: without one, Debian's Mininet here does the run.
     The project is made importable there by PYTHONPATH, not by installing it."""
     if (not args or args[0] not in REEXEC_COMMANDS or os.environ.get(REEXECUTED_ENV)
             or _asked_backend(args) == "mininet" or "--help" in args or containernet_importable_here()[0]):
         return None
     install = find_containernet()
     if not install.usable or Path(install.python).absolute() == Path(sys.executable).absolute():
+        return None
+    if args[0] != "doctor" and not docker_engine_running():
         return None
     env = dict(os.environ)
     env[REEXECUTED_ENV] = sys.executable
