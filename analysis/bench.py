@@ -184,7 +184,8 @@ def capacity_figure(data: dict, out: Path) -> None:
                      s=80, color="red", zorder=3)
     for case, paper in data["paper"].items():
         left.axvline(paper, color="grey", linestyle=":", linewidth=1)
-        left.annotate(f"paper {case}", (paper, 0.02), rotation=90, fontsize=7, color="grey")
+        left.text(paper, 0.98, f"paper {case}", transform=left.get_xaxis_transform(), rotation=90, va="top",
+                  ha="right", fontsize=7, color="grey")
     for case, knee in data.get("knee", {}).items():
         if knee.get("deliveries_per_s"):
             left.axvline(knee["deliveries_per_s"], color="green", linewidth=1)
