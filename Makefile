@@ -12,7 +12,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-capacity
+.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-client bench-capacity
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -85,6 +85,9 @@ bench-placement: setup  ## broker selection policies over 1000 random placements
 
 bench-monitoring: setup  ## monitoring traffic of one broker to ZooKeeper, ePulsar vs AllPairs (paper 5.6) -> results/bench/monitoring.json, fig6.png
 	$(BIN)/python -m testbed.bench.monitoring
+
+bench-client: setup  ## client library CPU per message, one swarm against nats-server on loopback -> results/bench/client.json
+	$(BIN)/python -m testbed.bench.client $(CLIENT_ARGS)
 
 bench-overload: setup  ## nats-server output rate vs p95 latency, the Rth_out knee (paper 5.4) -> results/bench/overload.json, overload.png
 	$(BIN)/python -m testbed.bench.overload $(OVERLOAD_ARGS)

@@ -27,7 +27,9 @@ class Budget:
     """What the harness may add, per second of the run (issue "Paper scale", section 1).
 
     publisher_late_p99_ms: a message leaves its publisher at most this late (open loop: a late
-        publisher's lateness is in every latency it produces).
+        publisher's lateness is in every latency it produces). 2 ms, the p50 overhead the capacity
+        knee allows: several UAVs share one Python process, and on an idle 2-core VM the seconds in
+        which one of them reconnects (a migration) see 1-2.6 ms for a few of the others' messages.
     relay_late_p99_ms: the delay line releases a frame at most this long after its due time.
     loop_lag_max_ms: no client event loop is blocked longer (subscribers' receive callbacks wait
         for it: what a subscriber measures includes it).
@@ -37,7 +39,7 @@ class Budget:
         the emulated link's loss or queue, which are the scenario's.
     """
 
-    publisher_late_p99_ms: float = 1.0
+    publisher_late_p99_ms: float = 2.0
     relay_late_p99_ms: float = 0.5
     loop_lag_max_ms: float = 10.0
     cpu_idle_min: float = 0.05

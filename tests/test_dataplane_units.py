@@ -103,3 +103,35 @@ def test_subscriber_counts_losses_duplicates_and_reordering_and_writes_the_trace
     assert row["run_id"] == "r1" and row["msg_id"] == "p1:0" and row["broker"] == "b1"
     assert row["producer_site"] == "zone1" and row["consumer_site"] == "zone2"
     assert float(row["receive_time"]) > float(row["send_time"])
+
+
+def test_fast_trace_rows_and_headers_match_json_dumps(tmp_path):
+    """The per-message formatting shortcuts write exactly what json.dumps would."""
+    import json
+
+    from testbed.pubsub.client import Publisher, TraceWriter
+
+    publisher = Publisher("t1", "sw1-u2", 10.0, size=300, owner=("b", "nats://x:1"), site="zone1")
+    data = publisher.payload(17, 1795438137.1234567)
+    head = data.split(b"\n", 1)[0]
+    assert head == json.dumps({"id": "sw1-u2:17", "seq": 17, "t": 1795438137.1234567, "p": "sw1-u2", "s": "zone1"},
+                              separators=(",", ":")).encode()
+    assert len(data) == 300
+    writer = TraceWriter(tmp_path / "a.jsonl")
+    row = ("run1", "t1", 'odd"name', "c1", 'odd"name:3', 3, "1.000000", "2.500000", "bzone1", "zone1", "zone2")
+    writer.write(row)
+    prefix, suffix = writer.row_affixes("run1", "t1", "c1", "bzone1", "zone1", "zone2")
+    writer.write_delivery(prefix, 'odd"name', 'odd"name:3', 3, 1.0, 2.5, suffix)
+    writer.close()
+    slow, fast = (tmp_path / "a.jsonl").read_text().splitlines()
+    assert slow == fast
+
+
+def test_producer_stats_count_gaps_reordering_and_duplicates():
+    from testbed.pubsub.client import ProducerStats
+
+    stats = ProducerStats(5, 5)
+    seen = [stats.see(s) for s in (6, 9, 8, 8, 3, 4, 12)]
+    assert seen == [True, True, True, False, True, True, True]
+    assert (stats.first, stats.last, stats.received, stats.duplicates, stats.reordered) == (3, 12, 7, 1, 3)
+    assert stats.lost == len({7, 10, 11}) and stats.missing == {7, 10, 11}

@@ -36,7 +36,7 @@ def test_uav_smoke_runs_end_to_end(tmp_path):
     # at 240 deliveries/s the harness is far from its limits: every second within budget
     harness = summary["harness"]
     assert harness["valid"] is True, harness["saturated"]
-    assert harness["seconds"] >= 25 and harness["publisher_late_p99_ms"] <= 1.0
+    assert harness["seconds"] >= 25 and harness["publisher_late_p99_ms"] <= 2.0
     assert harness["cpu_by_class"].get("relays", 0) > 0 and harness["cpu_by_class"].get("clients", 0) > 0
     assert json.loads((out / "run.json").read_text())["harness"]["valid"] is True
     figures = subprocess.run([sys.executable, "-m", "testbed.cli", "figures", str(out), "--out", str(tmp_path / "figs")],

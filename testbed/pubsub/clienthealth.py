@@ -26,9 +26,9 @@ class ClientHealth:
         self.hist = LatenessHistogram()
         self.loop_lag_max_ms = 0.0
 
-    def published(self, late_s: float) -> None:
-        """A message left its publisher `late_s` after its due time."""
-        self._roll(time.time())
+    def published(self, late_s: float, now: float) -> None:
+        """A message left its publisher `late_s` after its due time, at `now` (epoch s)."""
+        self._roll(now)
         self.hist.add(max(0.0, late_s) * 1e3)
 
     def _roll(self, now: float) -> None:

@@ -1,0 +1,161 @@
+"""`make bench-client`: what the client library costs per message, in CPU, with no network between.
+
+A UAV swarm's process as the experiment runs it (one leader and M-1 followers, each with its own
+publisher and subscriber connection, open loop at R msg/s per UAV, one trace row per delivery) runs
+against a nats-server on loopback for D seconds in a child process; the child's CPU time (user +
+system, from the kernel's accounting of the finished process) divided by the messages it handled
+(published + delivered) is the client library's cost per message. nats-server's own CPU is reported
+beside it. This isolates the Python side of the harness (issue "Paper scale", section 3) from the
+shaper and the machine's other work, so a change to the client library can be compared before and
+after on a noisy 2-core machine (--source runs another checkout's client library).
+
+    python -m testbed.bench.client [--members 8] [--rate 200] [--duration 10] [--repeat 3] [--source DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+OUT = Path("results/bench")
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def _swarm(args) -> dict:
+    """The child: the swarm's clients (as `workloads.uav_clients` builds them) on a given broker."""
+    from testbed.pubsub import client as lib
+
+    health = None
+    try:
+        from testbed.pubsub.clienthealth import ClientHealth
+
+        health = ClientHealth(None)
+    except ImportError:  # a checkout from before the saturation guard
+        pass
+    trace_dir = Path(args.trace_dir)
+    owner = ("bench", args.nats)
+    common = {"owner": owner, "site": "zone1", "run_id": "bench", "nc_period": 3600.0}
+    leader, followers = "swarm1-u1", [f"swarm1-u{i}" for i in range(2, args.members + 1)]
+    extra = {"health": health} if health is not None else {}
+    pubs = [lib.Publisher("follow_leader-swarm1", leader, args.rate, 1000, precise_s=0.0, **extra, **common)]
+    pubs += [lib.Publisher("sensor_data-swarm1", f, args.rate, 1000, precise_s=0.0, **extra, **common)
+             for f in followers]
+    subs = [lib.Subscriber("follow_leader-swarm1", f, trace=trace_dir / f"fl.{f}.jsonl", keep_latencies=False,
+                           **common) for f in followers]
+    subs.append(lib.Subscriber("sensor_data-swarm1", leader, trace=trace_dir / "sd.jsonl", keep_latencies=False,
+                               **common))
+    for c in subs + pubs:
+        await c.start()
+    start = time.time() + 0.2
+    await asyncio.gather(*(p.run(duration=args.duration, start=start) for p in pubs))
+    await asyncio.sleep(0.5)
+    result = {"sent": sum(p.sent for p in pubs), "received": sum(s.received for s in subs)}
+    for c in pubs + subs:
+        await c.close()
+    return result
+
+
+def _child(args) -> int:
+    from testbed.pubsub import client as lib
+
+    runner = getattr(lib, "run_precise", asyncio.run)
+    print(json.dumps(runner(_swarm(args))), flush=True)
+    return 0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(members: int, rate: float, duration: float, source: Path) -> dict:
+    """One run: a fresh nats-server, the swarm child, its CPU per message."""
+    port = _free_port()
+    server = subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-client-"))
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        server_cpu = _cpu_s(server.pid)
+        env = {**os.environ, "PYTHONPATH": f"{source}:{REPO}"}
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        child = subprocess.run([sys.executable, "-m", "testbed.bench.client", "--child", "--members", str(members),
+                                "--rate", f"{rate:g}", "--duration", f"{duration:g}", "--nats",
+                                f"nats://127.0.0.1:{port}", "--trace-dir", str(tmp)], env=env, capture_output=True,
+                               text=True, timeout=duration + 120, cwd=source)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if child.returncode != 0:
+            raise RuntimeError(f"swarm child failed: {child.stderr.strip()[-500:]}")
+        counts = json.loads(child.stdout.strip().splitlines()[-1])
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        messages = counts["sent"] + counts["received"]
+        return {"members": members, "rate": rate, "duration_s": duration, "source": str(source), **counts,
+                "client_cpu_s": round(cpu, 3), "client_us_per_message": round(1e6 * cpu / max(1, messages), 2),
+                "user_s": round(after.ru_utime - before.ru_utime, 3), "sys_s": round(after.ru_stime - before.ru_stime, 3),
+                "nats_cpu_s": round(_cpu_s(server.pid) - server_cpu, 3)}
+    finally:
+        server.terminate()
+        server.wait(10)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--members", type=int, default=8)
+    parser.add_argument("--rate", type=float, default=200.0, help="messages/s per UAV")
+    parser.add_argument("--duration", type=float, default=10.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--source", type=Path, action="append",
+                        help="a checkout whose client library to measure (repeat to compare, runs alternate)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--nats", help=argparse.SUPPRESS)
+    parser.add_argument("--trace-dir", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return _child(args)
+    if not shutil.which("nats-server"):
+        print("bench-client: nats-server not found (make setup installs it)", file=sys.stderr)
+        return 2
+    sources = [s.resolve() for s in (args.source or [REPO])]
+    rows = []
+    for i in range(args.repeat):
+        for source in sources:
+            row = measure(args.members, args.rate, args.duration, source)
+            rows.append(row)
+            print(f"[{i + 1}/{args.repeat}] {source}: {row['sent']} sent, {row['received']} delivered, "
+                  f"client {row['client_us_per_message']:.1f} us/message (user {row['user_s']} s, sys {row['sys_s']} s),"
+                  f" nats-server {row['nats_cpu_s']} s", flush=True)
+    summary = {str(s): statistics.median(r["client_us_per_message"] for r in rows if r["source"] == str(s))
+               for s in sources}
+    for source, value in summary.items():
+        print(f"median: {value:.1f} us of client CPU per message ({source})")
+    OUT.mkdir(parents=True, exist_ok=True)
+    (OUT / "client.json").write_text(json.dumps({"rows": rows, "median_us_per_message": summary}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
