@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed.emulation import choose
 from testbed.emulation.docker_engine import (
     BASE_IMAGE,
     allow_bridged_traffic,
@@ -52,11 +53,11 @@ finally:
 
 
 def containernet_python() -> str:
-    """Interpreter that has Containernet installed."""
-    env = os.environ.get("TESTBED_CONTAINERNET_PYTHON")
+    """Interpreter that has Containernet installed: the one `testbed` itself finds."""
+    env = os.environ.get(choose.CONTAINERNET_PYTHON_ENV)
     if env:
         return env
-    default = Path("/opt/cn-venv/bin/python")
+    default = Path(choose.DEFAULT_CONTAINERNET_PYTHON)
     return str(default) if default.exists() else sys.executable
 
 
@@ -67,7 +68,7 @@ def cn_python() -> str:
                          check=False)
     if res.returncode != 0:
         pytest.skip(f"Containernet not importable with {python} "
-                    "(set TESTBED_CONTAINERNET_PYTHON; see docs/containernet.md)")
+                    f"(set {choose.CONTAINERNET_PYTHON_ENV}; see docs/containernet.md)")
     if os.geteuid() != 0:
         pytest.skip("Containernet needs root")
     if not engine_running():
