@@ -211,7 +211,7 @@ def describe(result: dict) -> str:
     if result["valid"]:
         return (f"harness: valid (within budget for all {result['seconds']} s; publishers p99 late "
                 f"{_ms(result['publisher_late_p99_ms'])}, CPU idle >= {100 * (result['cpu_idle_min'] or 0):.0f} %)")
-    spans = ", ".join(f"t={i['from_s']:.0f}-{i['to_s']:.0f} s" for i in result["saturated"][:4])
+    spans = ", ".join(f"t={max(0.0, i['from_s']):.0f}-{i['to_s']:.0f} s" for i in result["saturated"][:4])
     more = f" and {len(result['saturated']) - 4} more" if len(result["saturated"]) > 4 else ""
     worst = max(result["saturated"], key=lambda i: i["to_s"] - i["from_s"])
     return (f"harness: SATURATED {result['saturated_seconds']} of {result['seconds']} s ({spans}{more}): "

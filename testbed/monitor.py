@@ -25,7 +25,8 @@ CLASSES = (  # (class, substring of the command line); first match wins
     ("clients", "testbed.pubsub.client"), ("clients", "testbed.pubsub.multiclient"),
     ("broker-agents", "testbed.pubsub.broker"), ("control-plane", "testbed.pubsub.manager"),
     ("control-plane", "testbed.pubsub.lookup"), ("zookeeper", "zookeeper"), ("serf", "serf"),
-    ("nc-proxies", "testbed.nc."), ("docker", "containerd"), ("docker", "dockerd"))
+    ("nc-proxies", "testbed.nc."), ("docker", "containerd"), ("docker", "dockerd"),
+    ("kernel-net", "[ksoftirqd"))  # softirq work the kernel could not do inline: mostly the emulated network
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -34,7 +35,7 @@ def classify(cmdline: str, in_run: bool, harness: bool) -> str:
     if harness:
         return "harness"
     for name, needle in CLASSES:
-        if needle in cmdline and (in_run or name == "docker"):
+        if needle in cmdline and (in_run or name in ("docker", "kernel-net")):
             return name
     return "run-other" if in_run else "other"
 
@@ -60,6 +61,8 @@ class CpuSampler:
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if not cmdline:  # a kernel thread: its name
+                cmdline = "[" + Path(f"/proc/{pid}/comm").read_text().strip()
         except OSError:
             environ, cmdline = b"", ""
         return classify(cmdline, self.tag in environ, pid == self.harness)

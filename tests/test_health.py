@@ -105,3 +105,4 @@ def test_processes_are_classified_by_command_line_and_run():
     assert classify("nats-server -c x", False, False) == "other"  # another run's or the machine's
     assert classify("dockerd", False, False) == "docker"
     assert classify("anything", True, True) == "harness"
+    assert classify("[ksoftirqd/1", False, False) == "kernel-net"
