@@ -130,3 +130,11 @@ def test_without_a_docker_engine_only_doctor_re_runs(usable, monkeypatch):
     monkeypatch.setattr(choose, "docker_engine_running", lambda: False)
     assert choose.reexec_argv(["run", "x.yaml"]) is None
     assert choose.reexec_argv(["doctor"]) is not None
+
+
+def test_a_scenario_that_asks_for_mininet_is_not_re_run(usable, tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nemulation: {backend: mininet}\n")
+    assert choose.reexec_argv(["run", str(scenario)]) is None
+    scenario.write_text("name: s\nemulation: {backend: auto}\n")
+    assert choose.reexec_argv(["run", str(scenario)]) is not None

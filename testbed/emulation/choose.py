@@ -145,11 +145,21 @@ def find_containernet() -> Install:
 
 
 def _asked_backend(args: list[str]) -> str:
+    """`--backend`, else the scenario file's emulation.backend (unreadable files: validation says why)."""
     for i, arg in enumerate(args):
         if arg == "--backend" and i + 1 < len(args):
             return args[i + 1]
         if arg.startswith("--backend="):
             return arg.split("=", 1)[1]
+    for arg in args[1:]:
+        if arg.endswith((".yaml", ".yml")) and Path(arg).is_file():
+            import yaml
+
+            try:
+                data = yaml.safe_load(Path(arg).read_text())
+                return str(data.get("emulation", {}).get("backend", "auto"))
+            except (yaml.YAMLError, AttributeError, OSError):
+                return "auto"
     return "auto"
 
 
