@@ -183,7 +183,7 @@ def point_row(point: Point, offered_per_s: float, summary: dict, health: list[di
             "delivered_per_s": summary.get("delivered", 0) / seconds if seconds else 0.0,
             "overhead_p50_ms": quantile(overheads, 0.50), "overhead_p99_ms": quantile(overheads, 0.99),
             "messages": len(overheads), "publisher_late_p99_ms": harness.get("publisher_late_p99_ms"),
-            "relay_late_p99_ms": harness.get("relay_late_p99_ms"), "cpu_idle_min": harness.get("cpu_idle_min"),
+            "relay_late_max_ms": harness.get("relay_late_max_ms"), "cpu_idle_min": harness.get("cpu_idle_min"),
             "cpu_by_class": cpu or {}, "saturated": saturated, "saturated_intervals": harness.get("saturated", []),
             "migrations": summary.get("migrations")}
 
