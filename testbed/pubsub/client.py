@@ -41,6 +41,10 @@ TRACE_FIELDS = ("run_id", "topic", "producer", "consumer", "msg_id", "seq", "sen
                 "producer_site", "consumer_site")
 FLUSH_EVERY_S = 1.0
 RELOOKUP_CONNECT_S = 2.0  # a nats-server that is up accepts within an RTT; a dead one is given this long
+# Longest pause between lookups after losing a broker. The lookup names the dead broker until its
+# ZooKeeper session expires (~6 s); with pauses doubling to 2 s a retry could land just before the
+# expiry and wait 2 s more (downtime 6 s or 8.5 s by chance, on either backend). 0.5 s bounds that.
+RELOOKUP_PAUSE_MAX_S = 0.5
 
 
 def run_precise(coro):
@@ -257,7 +261,7 @@ class TopicClient:
                     self.events.add("attach_failed", topic=self.topic, client=self.name, to=broker,
                                     error=f"{type(error).__name__}: {error}")
                     await asyncio.sleep(pause)
-                    pause = min(2.0, pause * 2)
+                    pause = min(RELOOKUP_PAUSE_MAX_S, pause * 2)
             await self._before_detach(old, new)
             self.current = new
             self.events.add("relinked", topic=self.topic, client=self.name, role=self.role, frm=old.broker, to=broker)
