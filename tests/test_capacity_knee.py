@@ -74,9 +74,24 @@ def test_configured_path_follows_relinks(tmp_path):
     assert delay.of({**base, "send_time": 50.0, "receive_time": 50.02}) == pytest.approx(0.017)
     # after the relink the swarm is in another zone: + 15 ms each way to its old broker
     assert delay.of({**base, "send_time": 150.0, "receive_time": 150.05}) == pytest.approx(0.047)
-    values, skipped = capacity.overheads_ms([{**base, "send_time": 50.0, "receive_time": 50.018},
-                                             {**base, "broker": "nobody", "send_time": 1, "receive_time": 2}], delay)
-    assert values == [pytest.approx(1.0)] and skipped == 1
+    rows = [{**base, "send_time": 50.0, "receive_time": 50.018}, {**base, "send_time": 60.0, "receive_time": 60.027},
+            {**base, "broker": "nobody", "send_time": 1, "receive_time": 2}]
+    values, steady, skipped = capacity.overheads_ms(rows, delay, windows=[(59.5, 61.0)])
+    assert values == [pytest.approx(1.0), pytest.approx(10.0)] and steady == [pytest.approx(1.0)] and skipped == 1
+
+
+def test_the_steady_rule_leaves_migration_windows_and_isolated_seconds_out():
+    events = [{"type": "migration_start", "time": 10.0, "topic": "a"}, {"type": "migration_end", "time": 10.4, "topic": "a"},
+              {"type": "grace_end", "time": 12.0, "topic": "a"}]
+    windows = capacity.migration_windows(events)
+    assert windows[-1] == (9.5, 13.0)
+    health = [{"t": float(t), "saturated": t in (10, 11, 30)} for t in range(0, 60)]
+    assert capacity.steady_saturated_share(health, windows) == pytest.approx(1 / 56)  # seconds 9-12 overlap
+    good = row(1000)
+    good.update(steady_overhead_p50_ms=0.5, steady_overhead_p99_ms=3.0, steady_saturated_share=0.02, saturated=True)
+    assert capacity.unhealthy(good) and not capacity.unhealthy(good, "steady")
+    good["steady_saturated_share"] = 0.2
+    assert "outside migrations saturated" in capacity.unhealthy(good, "steady")[0]
 
 
 def test_mmog_producers_are_placed_by_their_server_s_site(tmp_path):
