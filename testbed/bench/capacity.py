@@ -335,25 +335,39 @@ def run_point(path: Path, results: Path, say, backend: str = "auto", poll_s: flo
 
 def measure(spec: Point, directory: Path, duration_s: float, say, backend: str = "auto") -> dict:
     """Run one point and reduce its run directory to a row."""
-    from testbed.pubsub.experiment_workload import trace_rows
-
     scenario_path = directory / f"{spec.name}.yaml"
     offered_per_s = offered(scenario_path)
     say(f"  {spec.name}: offered {offered_per_s:,.0f} deliveries/s")
     run_dir = run_point(scenario_path, directory / spec.name, say, backend)
-    summary_path = run_dir / "summary.json" if run_dir else None
-    if summary_path is None or not summary_path.exists():
+    if run_dir is None or not (run_dir / "summary.json").exists():
         row = point_row(spec, offered_per_s, {}, [], [], duration_s)
         row["error"] = f"no summary.json (see {directory / spec.name / 'run.log'})"
         return row
+    return reduce_point(spec, scenario_path, run_dir, offered_per_s, duration_s)
+
+
+def reanalysed(row: dict) -> dict:
+    """A stored row reduced again from its run directory when that still exists (new fields, new rules)."""
+    run_dir = Path(row.get("run_dir") or "")
+    if "error" in row or not (run_dir / "summary.json").exists():
+        return row
+    spec = Point(row["case"], row["axis"], row["count"], row["rate"])
+    return reduce_point(spec, run_dir.parent.parent / f"{spec.name}.yaml", run_dir, row["offered_per_s"],
+                        row.get("duration_s") or 40.0)
+
+
+def reduce_point(spec: Point, scenario_path: Path, run_dir: Path, offered_per_s: float, duration_s: float) -> dict:
+    """A finished run directory -> the point's row (again, with --reanalyse)."""
+    from testbed.pubsub.experiment_workload import trace_rows
+
     _, topo = loaded(scenario_path)
     events = _json_lines(run_dir / "events.jsonl")
     path = PathDelay(topo, site_timelines(events))
     windows = migration_windows(events)
     values, steady, skipped = overheads_ms(trace_rows(run_dir / "traces"), path, windows)
     health = _json_lines(run_dir / "health.jsonl")
-    row = point_row(spec, offered_per_s, json.loads(summary_path.read_text()), health, values, duration_s, steady,
-                    steady_saturated_share(health, windows))
+    row = point_row(spec, offered_per_s, json.loads((run_dir / "summary.json").read_text()), health, values,
+                    duration_s, steady, steady_saturated_share(health, windows))
     meta = json.loads((run_dir / "run.json").read_text())
     return {**row, "rows_without_path": skipped, "run_dir": str(run_dir), "backend": meta.get("backend"),
             "shaper": meta.get("shaper")}
@@ -463,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     name = "capacity-quick" if args.quick else "capacity"  # a smoke run never replaces the full sweep
     if args.reanalyse:
         data = json.loads((OUT / f"{name}.json").read_text())
+        data["rows"] = [reanalysed(row) for row in data["rows"]]
         write(data, name)
         report(data, console)
         return 0
