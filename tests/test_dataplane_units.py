@@ -135,3 +135,29 @@ def test_producer_stats_count_gaps_reordering_and_duplicates():
     assert seen == [True, True, True, False, True, True, True]
     assert (stats.first, stats.last, stats.received, stats.duplicates, stats.reordered) == (3, 12, 7, 1, 3)
     assert stats.lost == len({7, 10, 11}) and stats.missing == {7, 10, 11}
+
+
+def test_clients_of_one_process_share_one_coordinate_query():
+    import asyncio
+    import time
+
+    from testbed.pubsub.client import shared_query
+
+    calls = []
+
+    def fetch():
+        calls.append(1)
+        time.sleep(0.05)
+        return {"vec": [len(calls)]}
+
+    async def main():
+        get = shared_query(fetch, max_age_s=0.2)
+        first = await asyncio.gather(*(get() for _ in range(16)))
+        again = await get()
+        await asyncio.sleep(0.25)
+        later = await get()
+        return first, again, later
+
+    first, again, later = asyncio.run(main())
+    assert all(v == {"vec": [1]} for v in first) and again == {"vec": [1]}
+    assert later == {"vec": [2]} and len(calls) == 2
