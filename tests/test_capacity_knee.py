@@ -85,7 +85,7 @@ def test_the_steady_rule_leaves_migration_windows_and_isolated_seconds_out():
               {"type": "grace_end", "time": 12.0, "topic": "a"}]
     windows = capacity.migration_windows(events)
     assert windows[-1] == (9.5, 13.0)
-    health = [{"t": float(t), "saturated": t in (10, 11, 30)} for t in range(0, 60)]
+    health = [{"t": float(t), "cpu_idle": 0.0 if t in (10, 11, 30) else 0.5} for t in range(0, 60)]
     assert capacity.steady_saturated_share(health, windows) == pytest.approx(1 / 56)  # seconds 9-12 overlap
     good = row(1000)
     good.update(steady_overhead_p50_ms=0.5, steady_overhead_p99_ms=3.0, steady_saturated_share=0.02, saturated=True)

@@ -187,8 +187,10 @@ def overheads_ms(rows, path: PathDelay, windows: list[tuple[float, float]] = ())
 
 def steady_saturated_share(health: list[dict], windows: list[tuple[float, float]]) -> float | None:
     """Share of the guard's seconds outside the migration windows that were saturated."""
+    from testbed.health import judge
+
     outside = [h for h in health if not any(low < h["t"] + 1 and h["t"] < high for low, high in windows)]
-    return sum(bool(h.get("saturated")) for h in outside) / len(outside) if outside else None
+    return sum(bool(judge(h)) for h in outside) / len(outside) if outside else None  # today's budget
 
 
 # -- one point's row, the knee (pure) ------------------------------------------------------------------
