@@ -557,12 +557,14 @@ class Subscriber(TopicClient):
 
 
 # -- coordinates for NC reports --------------------------------------------------------------------
-def shared_query(fetch, max_age_s: float = 1.0):
+def shared_query(fetch, max_age_s: float = 0.0):
     """An async coordinate source for every client of one process: one blocking `fetch` at a time (in
-    a thread), its answer reused for `max_age_s`. The clients of a process live on one node (a swarm's
-    UAVs share its access link, a game server's avatars its host), so they have one coordinate; each
-    still sends its own report. Without it the 16 clients of a swarm asked the zone's NC proxy 16
-    times at every report period and at every migration, 16 threads at once."""
+    a thread); callers that ask while it runs share its answer (and, with `max_age_s` > 0, callers
+    up to that long after). The clients of a process live on one node (a swarm's UAVs share its
+    access link, a game server's avatars its host), so they have one coordinate; each still sends its
+    own report. Without it the 16 clients of a swarm asked the zone's NC proxy 16 times at once at
+    every migration, 16 threads. No reuse after the answer by default: a swarm that just moved must
+    not report its old zone's coordinate (a reuse of 1 s delayed a migration by a report period)."""
     state: dict = {"at": float("-inf"), "value": None, "pending": None}
 
     async def get():
