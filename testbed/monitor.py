@@ -131,9 +131,8 @@ class ClientLines:
 class HealthMonitor:
     """Samples once a second in a thread from `start()` to `stop()`; rows go to `path` and `rows`."""
 
-    def __init__(self, run_id: str, shaper, log_dir: Path, path: Path, budget: health.Budget = health.BUDGET,
-                 on_row=None):
-        self.shaper, self.path, self.budget, self.on_row = shaper, Path(path), budget, on_row
+    def __init__(self, run_id: str, shaper, log_dir: Path, path: Path, budget: health.Budget = health.BUDGET):
+        self.shaper, self.path, self.budget = shaper, Path(path), budget
         self.cpu = CpuSampler(run_id)
         self.clients = ClientLines(log_dir)
         self.pending: dict[int, dict] = {}
@@ -188,12 +187,12 @@ class HealthMonitor:
             self.rows.append(row)
             with self.path.open("a") as handle:
                 handle.write(json.dumps(row, separators=(",", ":")) + "\n")
-            if self.on_row is not None:
-                self.on_row(row)
 
     def stop(self) -> None:
-        """The workload phase ended: no more samples (what the clients still write is read by finish)."""
-        self.end_time = time.time()
+        """The workload phase ended: no more samples (what the clients still write is read by finish).
+        A second call (the run's teardown) keeps the first end: seconds after it are not the run's."""
+        if self.end_time is None:
+            self.end_time = time.time()
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(5)

@@ -107,3 +107,29 @@ def test_processes_are_classified_by_command_line_and_run():
     assert classify("dockerd", False, False) == "docker"
     assert classify("anything", True, True) == "harness"
     assert classify("[ksoftirqd/1", False, False) == "kernel-net"
+
+
+def test_the_monitor_keeps_the_first_end_and_merges_clients_lines(tmp_path):
+    import time
+
+    from testbed.monitor import HealthMonitor
+
+    monitor = HealthMonitor("none", None, tmp_path, tmp_path / "health.jsonl")
+    now = time.time()
+    second = int(now) - 2
+    line = health.LatenessHistogram()
+    for late in (0.1, 0.2, 5.0, 6.0):
+        line.add(late)
+    (tmp_path / "health-swarm1.jsonl").write_text(json.dumps({"s": second, "hist": line.as_dict(),
+                                                              "loop_lag_max_ms": 1.5}) + "\n")
+    monitor.start(now - 5)
+    monitor.stop()
+    first_end = monitor.end_time
+    time.sleep(0.01)
+    monitor.stop()
+    assert monitor.end_time == first_end
+    result = monitor.finish()
+    row = next(r for r in monitor.rows if r["t"] == second)
+    assert (row["publisher_n"], row["publisher_over"], row["loop_lag_max_ms"]) == (4, 2, 1.5)
+    assert row["causes"] == ["publishers"] and result["valid"] is False
+    assert (tmp_path / "health.jsonl").read_text().count("\n") == len(monitor.rows)
