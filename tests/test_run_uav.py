@@ -26,10 +26,16 @@ def test_uav_smoke_runs_end_to_end(tmp_path):
     assert summary["expected_deliveries"] > 1000
     assert summary["delivered"] >= 0.99 * summary["expected_deliveries"]
     assert summary["migrations"] >= 2 and summary["migrations_failed"] == 0
-    # at home the swarm's path is 2 x (8 ms access + 0.5 ms broker): ~17 ms, well under the 40 ms threshold
-    for c in summary["classes"].values():
-        assert 15 <= c["p50_ms"] <= 25, c
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    # while a topic sits at the broker of the swarm's current zone the path is 2 x (8 ms access + 0.5 ms
+    # broker): ~17 ms, well under the 40 ms threshold. Judged on those messages only: how much of a
+    # 30 s run a topic spends elsewhere (start-up on the cloud, the report and round after a handover)
+    # depends on where the manager's 5 s rounds fall, not on the data path.
+    at_home = _latencies_at_home(out, events)
+    for topic_class in summary["classes"]:
+        latencies = sorted(ms for topic, ms in at_home if topic.startswith(topic_class))
+        assert len(latencies) >= 300, (topic_class, len(latencies))
+        assert 15 <= latencies[len(latencies) // 2] <= 25, (topic_class, latencies[len(latencies) // 2])
     kinds = {e["type"] for e in events}
     assert {"relink", "migration_end", "violation_detected", "nc_snapshot"} <= kinds
     assert list((out / "traces").glob("*.jsonl"))
@@ -51,6 +57,25 @@ def test_uav_smoke_runs_end_to_end(tmp_path):
                              capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert figures.returncode == 0, figures.stderr[-2000:]
     assert (tmp_path / "figs" / f"fig8-{out.name}.png").stat().st_size > 10_000
+
+
+def _latencies_at_home(out: Path, events: list[dict]) -> list[tuple[str, float]]:
+    """(topic, latency ms) of every delivery whose broker was in the swarm's zone when it was sent."""
+    broker_site = {e["broker"]: e["site"] for e in events if e["type"] == "broker_registered"}
+    moves = sorted((e["time"], e["node"], e["to_site"]) for e in events if e["type"] == "relink")
+    rows = []
+    for path in (out / "traces").glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            swarm = row["producer"].split("-")[0]
+            sent = float(row["send_time"])
+            site = row["producer_site"]  # the swarm's site at start (rows keep it: issue 13 item 9)
+            for when, node, to_site in moves:
+                if node == swarm and when <= sent:
+                    site = to_site
+            if broker_site.get(row["broker"]) == site:
+                rows.append((row["topic"], 1000 * (float(row["receive_time"]) - sent)))
+    return rows
 
 
 def test_set_threshold_on_a_running_experiment(tmp_path):
