@@ -288,7 +288,7 @@ def topic_set_threshold(run_id: str = typer.Argument(..., help="The running expe
     Example: sudo testbed topic set-threshold ab12cd follow_leader-swarm1 30ms
     """
     from testbed.emulation import runstate
-    from testbed.pubsub.metadata import ZK_PORT, Metadata, check_topic
+    from testbed.systems.pubsub.metadata import ZK_PORT, Metadata, check_topic
     from testbed.units import parse_duration
 
     try:

@@ -150,8 +150,8 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
                     session.say("interactive: the Mininet CLI on the running network (mobility paused); exit to tear down")
                     CLI(session.network.net)
                 else:
-                    from testbed.pubsub.experiment_workload import PubSubWorkload
-                    from testbed.roles import Roles
+                    from testbed.roles.workload import PubSubWorkload
+                    from testbed.roles.coordinates import Roles
 
                     roles = Roles(session.network, session.topology, scenario, out / "logs", say=session.say)
                     workload = None
@@ -192,7 +192,7 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
 
 def _finish_workload(session: Session, workload, events, out: Path, meta: dict) -> None:
     """Merge the system's events into the run's, write the summary and print the end screen."""
-    from testbed.pubsub.experiment_workload import summarize
+    from testbed.roles.workload import summarize
 
     merged = workload.events()
     for event in merged:

@@ -3,7 +3,7 @@
 A thread merges what each part can see of itself: the machine's idle CPU (/proc/stat), CPU per
 class of process (every process of the run carries TESTBED_RUN=<run id>; others are "other work"
 on the machine), the delay line's own lateness and drops (`Shaper.health`), and the clients'
-publisher lateness and event-loop lag (`logs/health-*.jsonl`, `testbed.pubsub.clienthealth`).
+publisher lateness and event-loop lag (`logs/health-*.jsonl`, `testbed.systems.pubsub.clienthealth`).
 Each second becomes one row of `health.jsonl`, judged by `testbed.health`; rows are written with a
 few seconds' delay so that every process's line for that second has arrived.
 """
@@ -21,10 +21,10 @@ from testbed.emulation.runstate import ENV_TAG
 
 LAG_S = 3  # clients write a second's line when it ends; relays answer one poll later
 CLASSES = (  # (class, substring of the command line); first match wins
-    ("relays", "delayline"), ("nats-server", "nats-server"), ("clients", "testbed.pubsub.workloads"),
-    ("clients", "testbed.pubsub.client"), ("clients", "testbed.pubsub.multiclient"),
-    ("broker-agents", "testbed.pubsub.broker"), ("control-plane", "testbed.pubsub.manager"),
-    ("control-plane", "testbed.pubsub.lookup"), ("zookeeper", "zookeeper"), ("serf", "serf"),
+    ("relays", "delayline"), ("nats-server", "nats-server"), ("clients", "testbed.systems.pubsub.workloads"),
+    ("clients", "testbed.systems.pubsub.client"), ("clients", "testbed.systems.pubsub.multiclient"),
+    ("broker-agents", "testbed.systems.pubsub.broker"), ("control-plane", "testbed.systems.pubsub.manager"),
+    ("control-plane", "testbed.systems.pubsub.lookup"), ("zookeeper", "zookeeper"), ("serf", "serf"),
     ("nc-proxies", "testbed.nc."), ("docker", "containerd"), ("docker", "dockerd"),
     ("kernel-net", "[ksoftirqd"))  # softirq work the kernel could not do inline: mostly the emulated network
 TICKS = os.sysconf("SC_CLK_TCK")

@@ -19,11 +19,11 @@ import time
 
 import pytest
 
-from testbed.nc.serf import Coordinate
-from testbed.pubsub import assessment
-from testbed.pubsub.assessment import (Infrastructure, TopicSpec, assess, evaluate, infrastructure, load_inputs,
+from testbed.nc.coordinate import Coordinate
+from testbed.bench import assessment
+from testbed.bench.assessment import (Infrastructure, TopicSpec, assess, evaluate, infrastructure, load_inputs,
                                        mmog_topics, per_placement, percentile, summarize, uav_topics)
-from testbed.pubsub.policies import hash_broker
+from testbed.policies import hash_broker
 from testbed.topology import Link, Node, Shaping, Site, Topology
 
 MS = 1e-3
@@ -291,7 +291,7 @@ def _spark_available():
 @pytest.mark.slow
 @pytest.mark.skipif(_spark_available() is not None, reason=str(_spark_available()))
 def test_spark_job_matches_the_local_reduction(tmp_path):
-    from testbed.pubsub import assess_spark
+    from testbed.bench import assess_spark
 
     infras: list[Infrastructure] = [infrastructure("mmog", *mmog_topology(), threshold=0.045),
                                     infrastructure("uav", *uav_topology())]
@@ -321,6 +321,6 @@ def test_spark_job_matches_the_local_reduction(tmp_path):
     assert by_key[("mmog", "tiny-mmog", 2, "pulsar-hash", "estimate")]["worst_max_s"] == pytest.approx(0.070)
     with open(tmp_path / "out" / "summary.csv", newline="") as handle:
         assert len(list(csv.DictReader(handle))) == 12
-    from testbed.pubsub.assess_spark import read_summary
+    from testbed.bench.assess_spark import read_summary
     assert read_summary(tmp_path / "out" / "summary.csv")[0]["placements"] == seeds
     print(f"spark job on {seeds} seeds: {elapsed:.1f} s")

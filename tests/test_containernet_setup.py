@@ -33,9 +33,9 @@ def test_relative_paths_into_the_working_directory_are_found(tmp_path):
 
 
 def test_exec_argv_refuses_relative_paths_and_passes_absolute_ones():
-    ok = exec_argv(HOST, ["/opt/venv/bin/python", "-m", "testbed.pubsub.agent", "--log", Path("/tmp/r/a.log")])
+    ok = exec_argv(HOST, ["/opt/venv/bin/python", "-m", "testbed.systems.pubsub.broker", "--log", Path("/tmp/r/a.log")])
     assert ok == ["docker", "exec", "-w", SOURCE_MOUNT, "tbab12cd.bzone1", "/opt/venv/bin/python", "-m",
-                  "testbed.pubsub.agent", "--log", "/tmp/r/a.log"]
+                  "testbed.systems.pubsub.broker", "--log", "/tmp/r/a.log"]
     with pytest.raises(ValueError, match="tests/x.cfg.*read-only mount"):
         exec_argv(HOST, ["java", "tests/x.cfg"])  # cwd is the repository when pytest runs
 

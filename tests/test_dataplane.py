@@ -23,12 +23,12 @@ import pytest
 from testbed.emulation import choose
 from testbed.emulation.shaping import _read_line
 from testbed.experiment import Session
-from testbed.pubsub import latency
-from testbed.pubsub.broker import nats_url, start_agent, start_nats
-from testbed.pubsub.inside import NodeLoop
-from testbed.pubsub.lookup import start_lookup
-from testbed.pubsub.metadata import Metadata, expire_session, start_zookeeper
-from testbed.pubsub.model import BrokerReport, coord_from_dict
+from testbed.policies import latency
+from testbed.systems.pubsub.broker import nats_url, start_agent, start_nats
+from testbed.roles.inside import NodeLoop
+from testbed.systems.pubsub.lookup import start_lookup
+from testbed.systems.pubsub.metadata import Metadata, expire_session, start_zookeeper
+from testbed.policies.snapshot import BrokerReport, coord_from_dict
 from testbed.scenario.loader import parse_text
 
 pytestmark = [
@@ -116,7 +116,7 @@ class Plane:
         return self.request(f"_ep.cmd.{broker}", body, at=broker)
 
     def client(self, mode: str, node: str, topic: str, *extra: str) -> subprocess.Popen:
-        argv = [sys.executable, "-m", "testbed.pubsub.client", mode, "--topic", topic, "--name", node,
+        argv = [sys.executable, "-m", "testbed.systems.pubsub.client", mode, "--topic", topic, "--name", node,
                 "--lookup", self.url("cloud"), "--site", self.net.site_of(node), "--nc-period", f"{PERIOD:g}",
                 "--events", str(self.log_dir / f"events-{topic}-{node}.jsonl"), *extra]
         log = (self.log_dir / f"client-{topic}-{node}.log").open("ab")

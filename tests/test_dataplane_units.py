@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from testbed.nc.serf import Coordinate
-from testbed.pubsub import latency
-from testbed.pubsub.client import TRACE_FIELDS, Endpoint, Publisher, Subscriber
-from testbed.pubsub.metadata import check_topic
-from testbed.pubsub.monitoring import ClientEntry, Owned, parse_nc_report, topic_report
+from testbed.nc.coordinate import Coordinate
+from testbed.policies import latency
+from testbed.systems.pubsub.client import TRACE_FIELDS, Endpoint, Publisher, Subscriber
+from testbed.systems.pubsub.metadata import check_topic
+from testbed.systems.pubsub.reports import ClientEntry, Owned, parse_nc_report, topic_report
 
 
 def coord(x: float, h: float = 0.001) -> dict:
@@ -109,7 +109,7 @@ def test_fast_trace_rows_and_headers_match_json_dumps(tmp_path):
     """The per-message formatting shortcuts write exactly what json.dumps would."""
     import json
 
-    from testbed.pubsub.client import Publisher, TraceWriter
+    from testbed.systems.pubsub.client import Publisher, TraceWriter
 
     publisher = Publisher("t1", "sw1-u2", 10.0, size=300, owner=("b", "nats://x:1"), site="zone1")
     data = publisher.payload(17, 1795438137.1234567)
@@ -128,7 +128,7 @@ def test_fast_trace_rows_and_headers_match_json_dumps(tmp_path):
 
 
 def test_producer_stats_count_gaps_reordering_and_duplicates():
-    from testbed.pubsub.client import ProducerStats
+    from testbed.systems.pubsub.client import ProducerStats
 
     stats = ProducerStats(5, 5)
     seen = [stats.see(s) for s in (6, 9, 8, 8, 3, 4, 12)]
@@ -141,7 +141,7 @@ def test_clients_of_one_process_share_one_coordinate_query():
     import asyncio
     import time
 
-    from testbed.pubsub.client import shared_query
+    from testbed.systems.pubsub.client import shared_query
 
     calls = []
 

@@ -102,7 +102,7 @@ def test_relay_counters_take_deltas_and_survive_a_relay_restart(tmp_path):
 
 def test_processes_are_classified_by_command_line_and_run():
     assert classify("/x/delayline --if-a l1a", True, False) == "relays"
-    assert classify("python -m testbed.pubsub.workloads uav", True, False) == "clients"
+    assert classify("python -m testbed.systems.pubsub.workloads uav", True, False) == "clients"
     assert classify("nats-server -c x", False, False) == "other"  # another run's or the machine's
     assert classify("dockerd", False, False) == "docker"
     assert classify("anything", True, True) == "harness"

@@ -42,7 +42,7 @@ def test_scale_halves_swarms_and_rate():
 def test_mmog_uses_the_run_s_areas_of_interest():
     scenario = load_scenario(REPO / "scenarios" / "mmog.yaml")
     topo = topology.build(scenario)
-    from testbed.pubsub.workloads import area_of_interest, mmog_plan
+    from testbed.systems.pubsub.workloads import area_of_interest, mmog_plan
 
     servers = [n.name for n in topo.nodes.values() if n.role == "game-server"]
     plan = mmog_plan(scenario, servers)

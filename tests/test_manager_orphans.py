@@ -7,10 +7,10 @@ import argparse
 import asyncio
 import json
 
-from testbed.pubsub import manager as manager_mod
-from testbed.pubsub.manager import TopicManager
-from testbed.pubsub.model import coord_to_dict
-from testbed.nc.serf import Coordinate
+from testbed.systems.pubsub import manager as manager_mod
+from testbed.systems.pubsub.manager import TopicManager
+from testbed.policies.snapshot import coord_to_dict
+from testbed.nc.coordinate import Coordinate
 
 
 def coord(x: float, y: float = 0.0) -> dict:

@@ -9,12 +9,12 @@ import asyncio
 import json
 import time
 
-from testbed.nc.serf import Coordinate
-from testbed.pubsub import broker as broker_mod
-from testbed.pubsub import manager as manager_mod
-from testbed.pubsub.model import TopicClients
-from testbed.pubsub.monitoring import ClientEntry, Owned, topic_clients, topic_report
-from testbed.pubsub.policies import Overload, get_policy, perform_repartitioning
+from testbed.nc.coordinate import Coordinate
+from testbed.systems.pubsub import broker as broker_mod
+from testbed.systems.pubsub import manager as manager_mod
+from testbed.policies.snapshot import TopicClients
+from testbed.systems.pubsub.reports import ClientEntry, Owned, topic_clients, topic_report
+from testbed.policies import Overload, get_policy, perform_repartitioning
 
 ME = Coordinate(tuple([0.001] * 8), 0.5, 0.0, 0.0001)
 

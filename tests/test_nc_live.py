@@ -18,7 +18,7 @@ from testbed.emulation import choose
 from testbed.experiment import Session
 from testbed.nc import proxy as nc_proxy
 from testbed.nc.agents import SerfAgents
-from testbed.roles import Roles
+from testbed.roles.coordinates import Roles
 from testbed.scenario.loader import parse_text
 
 pytestmark = [

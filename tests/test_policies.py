@@ -11,12 +11,12 @@ from collections import Counter
 
 import pytest
 
-from testbed.nc.serf import Coordinate
-from testbed.pubsub import latency
-from testbed.pubsub.latency import (aggregate, allpairs_worst, centroid, d, deviation, deviation_w, expected_w_tb,
+from testbed.nc.coordinate import Coordinate
+from testbed.policies import latency
+from testbed.policies.latency import (aggregate, allpairs_worst, centroid, d, deviation, deviation_w, expected_w_tb,
                                     worst_case_e)
-from testbed.pubsub.model import (BrokerReport, ClientNC, Migration, Snapshot, TopicClients, TopicReport)
-from testbed.pubsub.policies import (POLICIES, AllPairs, EPulsar, Overload, Policy, PulsarHash, can_host,
+from testbed.policies.snapshot import (BrokerReport, ClientNC, Migration, Snapshot, TopicClients, TopicReport)
+from testbed.policies import (POLICIES, AllPairs, EPulsar, Overload, Policy, PulsarHash, can_host,
                                      choose_brokers, get_policy, hash_broker, hash_slot, latency_violated,
                                      overloaded_brokers, perform_repartitioning, place_topics, topics_to_shed)
 

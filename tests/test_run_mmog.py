@@ -14,7 +14,7 @@ from pathlib import Path
 from testbed import topology
 from tests.needs import full_system
 from testbed.mobility import group_changes
-from testbed.pubsub.workloads import _due_between, area_of_interest, mmog_plan
+from testbed.systems.pubsub.workloads import _due_between, area_of_interest, mmog_plan
 from testbed.scenario.loader import load
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -100,7 +100,7 @@ def test_set_threshold_on_a_running_experiment(tmp_path):
                               "follow_leader-swarm1", "25ms"], capture_output=True, text=True, cwd=ROOT, timeout=60)
         assert out.returncode == 0, out.stderr
         assert "follow_leader-swarm1: threshold 25 ms" in out.stdout
-        from testbed.pubsub.metadata import ZK_PORT, Metadata
+        from testbed.systems.pubsub.metadata import ZK_PORT, Metadata
 
         run = runstate.known_runs()[run_id]
         cloud = [n for n, r in run["roles"].items() if r == "cloud"][0]

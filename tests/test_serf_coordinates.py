@@ -2,7 +2,7 @@
 
 import pytest
 
-from testbed.nc.serf import Coordinate
+from testbed.nc.coordinate import Coordinate
 
 
 def coord(vec, height=0.0, adjustment=0.0):

@@ -34,11 +34,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 async def _swarm(args) -> dict:
     """The child: the swarm's clients (as `workloads.uav_clients` builds them) on a given broker."""
-    from testbed.pubsub import client as lib
+    from testbed.systems.pubsub import client as lib
 
     health = None
     try:
-        from testbed.pubsub.clienthealth import ClientHealth
+        from testbed.systems.pubsub.clienthealth import ClientHealth
 
         health = ClientHealth(None)
     except ImportError:  # a checkout from before the saturation guard
@@ -67,7 +67,7 @@ async def _swarm(args) -> dict:
 
 
 def _child(args) -> int:
-    from testbed.pubsub import client as lib
+    from testbed.systems.pubsub import client as lib
 
     runner = getattr(lib, "run_precise", asyncio.run)
     print(json.dumps(runner(_swarm(args))), flush=True)

@@ -26,7 +26,7 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed.experiment import Session
-from testbed.pubsub.system import ManagerOptions, PubSubSystem, wait_ready
+from testbed.roles.pubsub import ManagerOptions, PubSubSystem, wait_ready
 from testbed.scenario.loader import parse_text
 
 OUT = Path("results/bench")
@@ -74,7 +74,7 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
         ready = float("inf")
         try:
             rate = 20.0 if topics <= 32 else 10.0
-            argv = [sys.executable, "-m", "testbed.pubsub.multiclient", "--topics", str(topics), "--lookup",
+            argv = [sys.executable, "-m", "testbed.systems.pubsub.multiclient", "--topics", str(topics), "--lookup",
                     system.lookup_url, "--rate", f"{rate:g}", "--events", str(log_dir / "clients.jsonl")]
             client = session.network.popen("cl1", argv, stdout=subprocess.PIPE, stderr=(log_dir / "mc.log").open("ab"),
                                            text=True)

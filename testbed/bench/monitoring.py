@@ -66,7 +66,7 @@ def _coordinate(rng: random.Random) -> dict:
 
 
 async def _clients(args) -> int:
-    from testbed.pubsub.client import Publisher, Subscriber, connect_nats, lookup
+    from testbed.systems.pubsub.client import Publisher, Subscriber, connect_nats, lookup
 
     rng = random.Random(args.seed)
     lookup_nc = await connect_nats(args.lookup)
@@ -176,8 +176,8 @@ def _report_bytes(meta) -> tuple[int, dict]:
 
 def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, periods: int, say) -> list[dict]:
     from testbed.experiment import Session
-    from testbed.pubsub.metadata import Metadata
-    from testbed.pubsub.system import ManagerOptions, PubSubSystem, wait_ready
+    from testbed.systems.pubsub.metadata import Metadata
+    from testbed.roles.pubsub import ManagerOptions, PubSubSystem, wait_ready
     from testbed.scenario.loader import parse_text
 
     log_dir = Path(tempfile.mkdtemp(prefix=f"testbed-bench-mon-{policy}-"))

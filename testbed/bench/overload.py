@@ -237,7 +237,7 @@ def _machine() -> tuple[float, float]:
 def _varz(network) -> dict:
     """nats-server's /varz, fetched from inside the broker's namespace."""
     from testbed.emulation.netns import connect_in
-    from testbed.pubsub.broker import MONITOR_PORT
+    from testbed.systems.pubsub.broker import MONITOR_PORT
 
     ip = network.ip_of(BROKER)
     try:
@@ -290,7 +290,7 @@ class Bench:
     """The emulated network, its nats-server and the relays' pids, for a whole sweep."""
 
     def __init__(self, session, log_dir: Path, pubs: int, subs: int, timing: Timing):
-        from testbed.pubsub.broker import nats_url, start_nats
+        from testbed.systems.pubsub.broker import nats_url, start_nats
 
         self.network, self.log_dir, self.pubs, self.subs, self.timing = session.network, log_dir, pubs, subs, timing
         self.binary = ensure_built()
@@ -651,7 +651,7 @@ def main(argv: list[str] | None = None) -> int:
             "how": {"scenario": SCENARIO.strip(), "links_one_way_ms": LINKS_ONE_WAY_MS, "shaper": shaper,
                     "paths": {p: PATH_TITLES[p] for p in paths},
                     "broker": f"one nats-server ({facts['nats_server']}) in {BROKER}, started by "
-                              "testbed.pubsub.broker.start_nats, default settings",
+                              "testbed.systems.pubsub.broker.start_nats, default settings",
                     "load": f"natsload ({SOURCE.name}): {args.pubs} publisher processes (one connection per topic), "
                             f"{args.subs} consumer processes (one connection per topic x consumer), in {PUB} and "
                             f"{SUB} (emulated) or {BROKER} (direct); open loop, latency = receive time - due time",

@@ -2,7 +2,7 @@
 
 For each topology size, an emulated network with real Serf agents, run until the coordinates
 converge; the coordinate snapshot then feeds the PySpark assessment of random placements
-(testbed.pubsub.assess_spark) for Pulsar's hash, AllPairs and ePulsar:
+(testbed.bench.assess_spark) for Pulsar's hash, AllPairs and ePulsar:
 
 - MMOG (Fig. 4): the first N WonderProxy cities (nyc, atl, chi, dal, lax, sfo, ...), cloud in nyc,
   one broker and one game server per city (game servers are the clients' places), no NC proxies.
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figures-only", action="store_true", help="redraw the figures from placement.json")
     parser.add_argument("--master", default="local[*]")
     args = parser.parse_args(argv)
-    from testbed.pubsub import assess_spark, assessment
+    from testbed.bench import assess_spark, assessment
 
     if args.figures_only:
         rows = json.loads((OUT / "placement.json").read_text())["summary"]

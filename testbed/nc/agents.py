@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.nc.serf import RPC_PORT, Coordinate, SerfError, SerfRPC
+from testbed.nc.coordinate import Coordinate
+from testbed.nc.serf import RPC_PORT, SerfError, SerfRPC
 
 SERF_PORT = 7946
 AGENT_ROLES = {"cloud", "broker", "nc-proxy", "game-server", "static", "star"}

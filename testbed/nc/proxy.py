@@ -20,7 +20,8 @@ import socket
 import sys
 import time
 
-from testbed.nc.serf import Coordinate, SerfError, SerfRPC
+from testbed.nc.coordinate import Coordinate
+from testbed.nc.serf import SerfError, SerfRPC
 
 NC_ANYCAST_IP = "10.255.255.253"
 NC_PORT = 7400

@@ -9,7 +9,7 @@ import statistics
 import time
 from itertools import combinations
 
-from testbed.nc.serf import Coordinate
+from testbed.nc.coordinate import Coordinate
 
 CONVERGED_RELATIVE_ERROR = 0.06  # the paper's bound: median per-pair error < 6 % of the RTT
 

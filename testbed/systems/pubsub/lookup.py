@@ -3,7 +3,7 @@ cloud broker with the topic's owner from ZooKeeper, and assigns an unowned topic
 does) by telling a broker to acquire it: the broker planned for it on `_ep.lookup.plan`
 ({"topic": t, "broker": b}, used once), else the default broker.
 
-    python -m testbed.pubsub.lookup --nats nats://10.1.0.1:4222 --zk 10.1.0.1:2181 --default cloud
+    python -m testbed.systems.pubsub.lookup --nats nats://10.1.0.1:4222 --zk 10.1.0.1:2181 --default cloud
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import signal
 import sys
 from pathlib import Path
 
-from testbed.pubsub.client import connect_nats
-from testbed.pubsub.metadata import Metadata, check_topic
+from testbed.systems.pubsub.client import connect_nats
+from testbed.systems.pubsub.metadata import Metadata, check_topic
 
 
 class LookupService:
@@ -100,9 +100,9 @@ def start_lookup(network, node: str, zk_hosts: str, default: str, log_dir: Path,
     import subprocess
 
     from testbed.emulation.shaping import _read_line
-    from testbed.pubsub.broker import nats_url
+    from testbed.systems.pubsub.broker import nats_url
 
-    argv = [network.python, "-m", "testbed.pubsub.lookup", "--nats", nats_url(network.ip_of(node)), "--zk", zk_hosts,
+    argv = [network.python, "-m", "testbed.systems.pubsub.lookup", "--nats", nats_url(network.ip_of(node)), "--zk", zk_hosts,
             "--default", default]
     log = (Path(log_dir) / f"lookup-{node}.log").open("ab")
     process = network.popen(node, argv, stdout=subprocess.PIPE, stderr=log, text=True)

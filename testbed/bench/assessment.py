@@ -40,10 +40,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.nc.serf import Coordinate
-from testbed.pubsub import latency
-from testbed.pubsub.model import BrokerReport, ClientNC, Snapshot, TopicClients, coord_from_dict
-from testbed.pubsub.policies import POLICIES, choose_brokers, hash_broker
+from testbed.nc.coordinate import Coordinate
+from testbed.policies import latency
+from testbed.policies.snapshot import BrokerReport, ClientNC, Snapshot, TopicClients, coord_from_dict
+from testbed.policies import POLICIES, choose_brokers, hash_broker
 
 THRESHOLDS = {"mmog": 0.100, "uav": 0.040}
 POLICY_NAMES = ("pulsar-hash", "allpairs", "epulsar")

@@ -1,7 +1,7 @@
 """The topic manager (ePulsar's Load Manager, paper 3.3-3.6), run by the elected cloud broker.
 
 Every monitoring period it reads the brokers' reports from ZooKeeper, builds a Snapshot and runs
-Algorithm 1 (testbed.pubsub.policies.perform_repartitioning) with the configured policy, then
+Algorithm 1 (testbed.policies.perform_repartitioning) with the configured policy, then
 executes the migrations: `enhanced` (Fig. 2) on a pool of executors, `baseline` one at a time with
 lazy reassignment through lookup. It also answers `_ep.lookup` (assigning unowned topics with the
 policy) and re-places the topics of brokers that died. `--mode pingpong` is the paper's 5.7 driver:
@@ -9,7 +9,7 @@ every period it moves all topics from one broker to the other and back.
 
 Each decision and migration is one JSON line on stdout (the run collects them as events).
 
-    python -m testbed.pubsub.manager --node cloud --nats nats://IP:4222 --zk IP:2181 --policy epulsar
+    python -m testbed.systems.pubsub.manager --node cloud --nats nats://IP:4222 --zk IP:2181 --policy epulsar
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import sys
 import threading
 import time
 
-from testbed.pubsub.lookup import LookupService
-from testbed.pubsub.model import BrokerReport, Migration, Snapshot, TopicClients, TopicReport
+from testbed.systems.pubsub.lookup import LookupService
+from testbed.policies.snapshot import BrokerReport, Migration, Snapshot, TopicClients, TopicReport
 from testbed.scenario.model import NATS_OUTPUT_RATE_THRESHOLD
-from testbed.pubsub.policies import Overload, get_policy, hash_broker, perform_repartitioning
+from testbed.policies import Overload, get_policy, hash_broker, perform_repartitioning
 
 
 def emit(kind: str, **data) -> None:

@@ -12,9 +12,9 @@ own, and unsubscribes/subscribes as the plan's group changes happen (times since
 which the experiment writes to --start-file once every game server is ready). Game servers are
 static: their coordinate comes from their own Serf agent. One trace file per (server, avatar topic).
 
-    python -m testbed.pubsub.workloads uav --node swarm1 --members 8 --rate 200 --size 1000 \
+    python -m testbed.systems.pubsub.workloads uav --node swarm1 --members 8 --rate 200 --size 1000 \
         --lookup nats://IP:4222 --trace-dir DIR --events FILE --run-id ID --site zone1
-    python -m testbed.pubsub.workloads mmog --node gs1 --plan PLAN.json --start-file FILE --rate 300 \
+    python -m testbed.systems.pubsub.workloads mmog --node gs1 --plan PLAN.json --start-file FILE --rate 300 \
         --size 998 --lookup nats://IP:4222 --trace-dir DIR --events FILE --run-id ID --site nyc --coord serf
 """
 
@@ -30,8 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source, run_precise
-from testbed.pubsub.clienthealth import ClientHealth
+from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source, run_precise
+from testbed.systems.pubsub.clienthealth import ClientHealth
 
 
 def uav_clients(args, events: EventLog, health: ClientHealth | None = None) -> tuple[list[Publisher], list[Subscriber]]:

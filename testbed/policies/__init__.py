@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from testbed.pubsub import latency
-from testbed.pubsub.model import Migration, Snapshot, TopicClients
+from testbed.policies import latency
+from testbed.policies.snapshot import Migration, Snapshot, TopicClients
 from testbed.scenario.model import NATS_OUTPUT_RATE_THRESHOLD
 
 CanHost = Callable[[str, str, Mapping[str, str], Snapshot], bool]

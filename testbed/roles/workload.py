@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from testbed.pubsub.system import ManagerOptions, PubSubSystem, wait_ready
+from testbed.roles.pubsub import ManagerOptions, PubSubSystem, wait_ready
 
 SUPPORTED = {"uav-swarm", "mmog"}
 
@@ -60,7 +60,7 @@ class PubSubWorkload:
         for node in self.topology.nodes.values():
             if node.role != "uav-swarm":
                 continue
-            argv = [self.network.python, "-m", "testbed.pubsub.workloads", "uav", "--node", node.name,
+            argv = [self.network.python, "-m", "testbed.systems.pubsub.workloads", "uav", "--node", node.name,
                     "--members", str(node.members), "--rate", f"{rate:g}", "--size", f"{scenario.workload.message_size:.0f}",
                     "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),
                     "--events", str(self.out / "logs" / f"clients-{node.name}.jsonl"), "--run-id", self.run_id,
@@ -76,7 +76,7 @@ class PubSubWorkload:
     def _start_mmog(self) -> None:
         """One process per game server; they share a plan (avatar -> server, groups, group changes)
         and start publishing together at the time written to logs/mmog-start once all are ready."""
-        from testbed.pubsub.workloads import mmog_plan
+        from testbed.systems.pubsub.workloads import mmog_plan
 
         scenario = self.scenario
         rate = scenario.workload.rate * scenario.scale
@@ -89,7 +89,7 @@ class PubSubWorkload:
         start_path.unlink(missing_ok=True)
         for name in servers:
             node = self.topology.nodes[name]
-            argv = [self.network.python, "-m", "testbed.pubsub.workloads", "mmog", "--node", name,
+            argv = [self.network.python, "-m", "testbed.systems.pubsub.workloads", "mmog", "--node", name,
                     "--plan", str(plan_path), "--start-file", str(start_path),
                     "--rate", f"{rate:g}", "--size", f"{scenario.workload.message_size:.0f}",
                     "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from testbed.nc.serf import Coordinate
+from testbed.nc.coordinate import Coordinate
 
 
 def coord_to_dict(c: Coordinate | None) -> dict | None:
@@ -80,7 +80,7 @@ class TopicReport(_Json):
     rate_in / rate_out: messages/s received from producers / delivered to consumers.
     ncp / ncc: centroids of the producers' / consumers' coordinates (None when there are none).
     w: W(t), the maximum deviation from the centroids; e: E(t), the worst-case end-to-end latency
-    through this broker (both in seconds, one-way, see testbed.pubsub.latency).
+    through this broker (both in seconds, one-way, see testbed.policies.latency).
     """
 
     topic: str

@@ -14,9 +14,9 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 
-from testbed.nc.serf import Coordinate
-from testbed.pubsub import latency
-from testbed.pubsub.model import ClientNC, TopicClients, TopicReport, coord_from_dict
+from testbed.nc.coordinate import Coordinate
+from testbed.policies import latency
+from testbed.policies.snapshot import ClientNC, TopicClients, TopicReport, coord_from_dict
 
 
 def parse_nc_report(data: bytes) -> tuple[str, str, Coordinate | None, float]:

@@ -1,9 +1,9 @@
 """The paper's 1000-placement policy assessment (5.5, Fig. 4 and Fig. 5) as a PySpark job.
 
-    python -m testbed.pubsub.assess_spark --inputs snapshots.json --out results/assessment \\
+    python -m testbed.bench.assess_spark --inputs snapshots.json --out results/assessment \\
         [--seeds 1000] [--master local[*]] [--figures results/assessment] [--topic-rows]
 
-`--inputs`: the JSON file of `testbed.pubsub.assessment.load_inputs` (one entry per emulated
+`--inputs`: the JSON file of `testbed.bench.assessment.load_inputs` (one entry per emulated
 topology: its scenario and its coordinate snapshot). The topologies are built on the driver and
 broadcast; `sparkContext.parallelize(range(seeds))` runs `assessment.assess` for every seed and
 topology on the executors, each seed reduced at once to one row per placement (worst pair latency,
@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.pubsub import assessment
+from testbed.bench import assessment
 
 PLACEMENT_COLUMNS = ("kind", "topology", "size", "policy", "seed", "evaluated_on", "worst_e2e_s", "pairs",
                      "violations", "violation_ratio")
@@ -133,7 +133,7 @@ def figures(rows: list[dict], directory: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="ePulsar paper 5.5: assess the broker selection policies over random placements (PySpark).",
-        epilog="example: python -m testbed.pubsub.assess_spark --inputs snapshots.json --out results/assessment "
+        epilog="example: python -m testbed.bench.assess_spark --inputs snapshots.json --out results/assessment "
                "--figures results/assessment")
     parser.add_argument("--inputs", required=True, help="JSON file of topologies and coordinate snapshots")
     parser.add_argument("--out", required=True, help="output directory (Parquet and CSV)")

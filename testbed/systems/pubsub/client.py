@@ -12,8 +12,8 @@ latency = receive_time - scheduled send time includes any time the client spent 
 shares the host's clock). Subscribers write one trace row per delivered message and count losses,
 duplicates and reordering per producer from the sequence numbers.
 
-    python -m testbed.pubsub.client pub --topic avatar-1 --name gs1 --lookup nats://10.1.0.1:4222 --rate 50
-    python -m testbed.pubsub.client sub --topic avatar-1 --name gs2 --lookup nats://10.1.0.1:4222 --trace t.jsonl
+    python -m testbed.systems.pubsub.client pub --topic avatar-1 --name gs1 --lookup nats://10.1.0.1:4222 --rate 50
+    python -m testbed.systems.pubsub.client sub --topic avatar-1 --name gs2 --lookup nats://10.1.0.1:4222 --trace t.jsonl
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import nats
 
-from testbed.pubsub.metadata import check_topic
-from testbed.pubsub.model import coord_from_dict, coord_to_dict
+from testbed.systems.pubsub.metadata import check_topic
+from testbed.policies.snapshot import coord_from_dict, coord_to_dict
 
 _json_str = json.encoder.encode_basestring_ascii  # a str as json.dumps writes it (the C encoder)
 TRACE_FIELDS = ("run_id", "topic", "producer", "consumer", "msg_id", "seq", "send_time", "receive_time", "broker",
@@ -639,7 +639,7 @@ async def _main(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="a pub/sub client in a node",
-                                     epilog="example: python -m testbed.pubsub.client pub --topic t1 --name cl1 "
+                                     epilog="example: python -m testbed.systems.pubsub.client pub --topic t1 --name cl1 "
                                             "--lookup nats://10.1.0.1:4222 --rate 50 --duration 30")
     parser.add_argument("mode", choices=("pub", "sub"))
     parser.add_argument("--topic", required=True)

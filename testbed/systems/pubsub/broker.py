@@ -9,7 +9,7 @@ broker forwards what is still published to it to the new owner (and re-sends the
 bridges the new owner's traffic back to consumers that have not moved yet, which stands in for
 the message retention a persistent Pulsar topic gives across a migration.
 
-    python -m testbed.pubsub.broker --node bzone1 --nats nats://10.1.0.2:4222 --zk 10.1.0.1:2181
+    python -m testbed.systems.pubsub.broker --node bzone1 --nats nats://10.1.0.2:4222 --zk 10.1.0.1:2181
 """
 
 from __future__ import annotations
@@ -28,12 +28,13 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.nc.serf import Coordinate, SerfError, SerfRPC
-from testbed.pubsub.client import connect_nats
-from testbed.pubsub.metadata import Metadata, check_topic
-from testbed.pubsub.model import BrokerReport, coord_to_dict
-from testbed.pubsub.monitoring import ClientEntry, Owned, parse_nc_report, topic_clients, topic_report
-from testbed.pubsub.resources import ResourceSampler
+from testbed.nc.coordinate import Coordinate
+from testbed.nc.serf import SerfError, SerfRPC
+from testbed.systems.pubsub.client import connect_nats
+from testbed.systems.pubsub.metadata import Metadata, check_topic
+from testbed.policies.snapshot import BrokerReport, coord_to_dict
+from testbed.systems.pubsub.reports import ClientEntry, Owned, parse_nc_report, topic_clients, topic_report
+from testbed.systems.pubsub.resources import ResourceSampler
 
 NATS_PORT = 4222
 MONITOR_PORT = 8222
@@ -83,7 +84,7 @@ def start_agent(network, node: str, zk_hosts: str, log_dir: Path, site: str = ""
     from testbed.emulation.shaping import _read_line
 
     log_dir = Path(log_dir)
-    argv = [network.python, "-m", "testbed.pubsub.broker", "--node", node, "--nats", nats_url(network.ip_of(node)),
+    argv = [network.python, "-m", "testbed.systems.pubsub.broker", "--node", node, "--nats", nats_url(network.ip_of(node)),
             "--zk", zk_hosts, "--site", site, "--period", f"{period:g}", "--grace", f"{grace:g}",
             "--nc-period", f"{nc_period:g}", "--bandwidth", f"{bandwidth:g}",
             "--events", str(log_dir / f"broker-{node}.events.jsonl"), *(["--cloud"] if cloud else []),
@@ -498,7 +499,7 @@ class BrokerAgent:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="ePulsar broker agent (runs in a broker node next to its "
-                                     "nats-server)", epilog="example: python -m testbed.pubsub.broker --node bzone1 "
+                                     "nats-server)", epilog="example: python -m testbed.systems.pubsub.broker --node bzone1 "
                                      "--nats nats://10.1.0.2:4222 --zk 10.1.0.1:2181 --site zone1")
     parser.add_argument("--node", required=True, help="broker name (also its Serf node name)")
     parser.add_argument("--nats", required=True, help="this broker's nats-server, nats://ip:4222")

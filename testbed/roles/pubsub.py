@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.emulation.shaping import _read_line
-from testbed.pubsub.broker import nats_url, start_agent, start_nats
-from testbed.pubsub.metadata import start_zookeeper
+from testbed.systems.pubsub.broker import nats_url, start_agent, start_nats
+from testbed.systems.pubsub.metadata import start_zookeeper
 from testbed.scenario.model import NATS_OUTPUT_RATE_THRESHOLD
 
 BROKER_ROLES = ("cloud", "broker")
@@ -82,7 +82,7 @@ class PubSubSystem:
     def _start_manager(self, timeout: float = 30.0) -> None:
         m = self.manager
         cpu, memory, network, output_rate = m.overload
-        argv = [self.network.python, "-m", "testbed.pubsub.manager", "--node", self.cloud, "--nats", self.lookup_url,
+        argv = [self.network.python, "-m", "testbed.systems.pubsub.manager", "--node", self.cloud, "--nats", self.lookup_url,
                 "--zk", self.zk.hosts, "--policy", m.policy, "--workflow", m.workflow, "--executors", str(m.executors),
                 "--period", f"{m.period:g}", "--mode", m.mode, "--threshold", f"{m.threshold:g}",
                 "--cpu", f"{cpu:g}", "--memory", f"{memory:g}", "--network", f"{network:g}",

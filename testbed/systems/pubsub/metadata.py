@@ -140,7 +140,7 @@ class _NetnsHandler(SequentialThreadingHandler):
         self.pid = pid
 
     def create_connection(self, *args, **kwargs):
-        from testbed.pubsub.inside import entered
+        from testbed.roles.inside import entered
 
         with entered(self.pid):
             return super().create_connection(*args, **kwargs)

@@ -1,7 +1,7 @@
 """Many publishers (one per topic) in one process: the clients of the migration microbenchmark
 (paper 5.7: one client per topic, up to 128 topics), sharing one event loop.
 
-    python -m testbed.pubsub.multiclient --topics 32 --prefix mig --lookup nats://IP:4222 --rate 20 --events F
+    python -m testbed.systems.pubsub.multiclient --topics 32 --prefix mig --lookup nats://IP:4222 --rate 20 --events F
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.pubsub.client import EventLog, Publisher, run_precise
+from testbed.systems.pubsub.client import EventLog, Publisher, run_precise
 
 
 async def _main(args) -> int:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 
-from testbed.nc.serf import Coordinate
-from testbed.pubsub.model import ClientNC, TopicReport
+from testbed.nc.coordinate import Coordinate
+from testbed.policies.snapshot import ClientNC, TopicReport
 
 
 def _coord(x: Coordinate | ClientNC) -> Coordinate:
