@@ -162,57 +162,6 @@ def time_conversion(directory: Path, traces: pa.Table) -> dict:
             "rows_per_s": round(result.trace_rows / seconds)}
 
 
-def capacity_figure(data: dict, out: Path) -> None:
-    """`make bench-capacity` (testbed.bench.capacity): left, the harness's overhead over the
-    configured path (p50 solid, p99 dashed) against offered deliveries/s per case and axis, saturated
-    points crossed, the knee rule's limits and the paper's loads; right, CPU by process class per point."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = [r for r in data["rows"] if r.get("overhead_p50_ms") is not None]
-    rule = data["how"]["knee_rule"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 4.8))
-    for (case, axis), color in zip(sorted({(r["case"], r["axis"]) for r in rows}), plt.cm.tab10.colors):
-        series = sorted((r for r in rows if (r["case"], r["axis"]) == (case, axis)), key=lambda r: r["offered_per_s"])
-        x = [r["offered_per_s"] for r in series]
-        left.plot(x, [max(r["overhead_p50_ms"], 0.01) for r in series], "o-", color=color, label=f"{case}, {axis}: p50")
-        left.plot(x, [max(r["overhead_p99_ms"], 0.01) for r in series], "s--", color=color, label=f"{case}, {axis}: p99")
-        bad = [r for r in series if r["saturated"]]
-        left.scatter([r["offered_per_s"] for r in bad], [max(r["overhead_p99_ms"], 0.01) for r in bad], marker="x",
-                     s=80, color="red", zorder=3)
-    for case, paper in data["paper"].items():
-        left.axvline(paper, color="grey", linestyle=":", linewidth=1)
-        left.text(paper, 0.98, f"paper {case}", transform=left.get_xaxis_transform(), rotation=90, va="top",
-                  ha="right", fontsize=7, color="grey")
-    for case, knee in data.get("knee", {}).items():
-        if knee.get("deliveries_per_s"):
-            left.axvline(knee["deliveries_per_s"], color="green", linewidth=1)
-    left.axhline(rule["overhead_p50_ms"], color="black", linewidth=0.8)
-    left.axhline(rule["overhead_p99_ms"], color="black", linestyle="--", linewidth=0.8)
-    left.set(xscale="log", yscale="log", xlabel="offered deliveries/s", ylabel="E2E - configured path (ms)",
-             title="harness overhead (x: guard saturated; green: knees; lines: knee limits)")
-    left.grid(alpha=0.3, which="both")
-    left.legend(fontsize=7)
-    ordered = sorted(data["rows"], key=lambda r: (r["case"], r["offered_per_s"]))
-    classes = sorted({k for r in ordered for k in r["cpu_by_class"]})
-    bottom = np.zeros(len(ordered))
-    for name in classes:
-        values = np.array([r["cpu_by_class"].get(name, 0.0) for r in ordered])
-        right.bar(range(len(ordered)), values, bottom=bottom, label=name)
-        bottom += values
-    right.axhline(data.get("cpus") or 0, color="red", linestyle="--", linewidth=1)
-    right.set_xticks(range(len(ordered)), [f"{r['name'][4:]}\n{r['offered_per_s']:,.0f}/s" for r in ordered],
-                     rotation=60, fontsize=6)
-    right.set(ylabel="cores (mean over the workload)", title="CPU by process class (red: the machine's cores)")
-    if classes:
-        right.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

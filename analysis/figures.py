@@ -7,7 +7,8 @@ the series' labels. Latencies are in seconds in the tables and drawn in millisec
 - fig7a: client downtime vs one-way WAN latency, enhanced (ePulsar) vs baseline (Pulsar): median over
   migrations with the interquartile range (rows of `jobs.migration_downtime`, any number of runs).
 - fig7b: median per-topic migration time vs topics migrated at once, one line per workflow and
-  executor count (same rows).
+  executor count (same rows; `time_column="completion_s"` for bench-migration's time from the
+  round's decision, which adds the wait for an executor).
 - fig8: E2E latency over time, one line per swarm's representative topic, the threshold, relinks
   marked (rows of `jobs.e2e_over_time` and `jobs.relinks`).
 - fig9: AoI latency over time for one client, one line per avatar, the threshold (rows of
@@ -32,6 +33,8 @@ import numpy as np  # noqa: E402
 STAT_NAMES = {"p50_s": "median", "p95_s": "p95", "max_s": "max"}
 PAPER_WAN_S = 0.040  # Fig. 7b's one-way WAN latency between the brokers and the Load Manager
 WORKFLOW_NAMES = {"enhanced": "ePulsar (enhanced)", "baseline": "Pulsar (baseline)"}
+MIGRATION_TIMES = {"migration_time_s": "median per-topic migration time (ms)",
+                   "completion_s": "median per-topic migration time (ms),\nfrom the decision, incl. waiting for an executor"}
 
 
 def columns(data) -> dict[str, np.ndarray]:
@@ -280,11 +283,13 @@ def fig7a(migrations, out, n_topics: int | None = None, executors: int | None = 
                    "client downtime, median and IQR (ms)", labels)
 
 
-def fig7b(migrations, out, wan_one_way_s: float | None = None, note: str = "") -> dict:
+def fig7b(migrations, out, wan_one_way_s: float | None = None, note: str = "",
+          time_column: str = "migration_time_s") -> dict:
     """Fig. 7b: median per-topic migration time vs topics migrated at once, per workflow and executors.
 
     Only migrations at one WAN latency: `wan_one_way_s`, default 40 ms (the paper's) if present, else the
-    most frequent.
+    most frequent. `time_column`: one of MIGRATION_TIMES (release sent -> release done, or from the
+    round's decision). Topic counts spanning 8x or more are drawn on a log2 axis.
     """
     table = columns(migrations)
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -294,7 +299,7 @@ def fig7b(migrations, out, wan_one_way_s: float | None = None, note: str = "") -
                               lambda v: PAPER_WAN_S if any(np.isclose(v, PAPER_WAN_S)) else max(set(v), key=v.count))
     groups: dict[tuple, dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for i in range(_rows(table)):
-        n, t, workflow = table["n_topics"][i], table["migration_time_s"][i], table["workflow"][i]
+        n, t, workflow = table["n_topics"][i], table[time_column][i], table["workflow"][i]
         if _missing(workflow) or _missing(n) or _missing(t):
             continue
         if wan_one_way_s is not None and not np.isclose(table["wan_one_way_s"][i], wan_one_way_s):
@@ -311,12 +316,16 @@ def fig7b(migrations, out, wan_one_way_s: float | None = None, note: str = "") -
         label = _executors_label(workflow, executors, counts[workflow])
         ax.plot(xs, [float(np.median(series[x])) for x in xs], marker="o", linewidth=1.5, label=label)
         labels.append(label)
+    counts = sorted({n for series in groups.values() for n in series})
+    if counts and counts[-1] >= 8 * counts[0]:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(counts, [str(n) for n in counts])
     ax.set_ylim(bottom=0)
     setup = [f"one-way WAN latency {wan_one_way_s * 1000:g} ms"] if wan_one_way_s is not None else []
     if note:
         setup.append(note)
     title = "Fig. 7b: Median per-topic migration time" + (f"\n({', '.join(setup)})" if setup else "")
-    return _finish(fig, ax, out, title, "topics migrated at once", "median per-topic migration time (ms)", labels)
+    return _finish(fig, ax, out, title, "topics migrated at once", MIGRATION_TIMES[time_column], labels)
 
 
 # ------------------------------------------------------------------------------------------ policies side by side

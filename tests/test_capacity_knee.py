@@ -105,7 +105,7 @@ def test_mmog_producers_are_placed_by_their_server_s_site(tmp_path):
 
 
 def test_analysis_and_figure_from_generated_rows(tmp_path):
-    from analysis.bench import capacity_figure
+    from analysis.bench_figures import draw
 
     data = {"rows": [row(1120), row(2240, p99=7.0), row(830, case="mmog")], "paper": {"uav-swarm": 22_400.0,
             "mmog": 87_300.0}, "references": {"nats": {"knee_msgs_per_s": 4e5}, "delayline": {"pkts_per_s": 6e4}},
@@ -113,5 +113,6 @@ def test_analysis_and_figure_from_generated_rows(tmp_path):
     data.update(capacity.analyse(data))
     assert data["knee"]["uav-swarm"]["deliveries_per_s"] == 1120 and data["knee"]["mmog"]["reached"] is False
     assert (data["nats_msgs_per_s"], data["delayline_pkts_per_s"]) == (4e5, 6e4)  # what testbed.load reads
-    capacity_figure(data, tmp_path / "capacity.png")
-    assert (tmp_path / "capacity.png").stat().st_size > 10_000
+    (drawn,) = draw("capacity", data, tmp_path)
+    assert drawn["path"] == str(tmp_path / "capacity.png") and (tmp_path / "capacity.png").stat().st_size > 10_000
+    assert "(ms)" in drawn["ylabel"] and drawn["series"]

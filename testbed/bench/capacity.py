@@ -20,7 +20,7 @@ ratio of the paper's load. Physical references in the same run: nats-server alon
 `direct` path, its knee) and one delay-line relay alone (bench_shaper's UDP rate at < 0.1 % loss).
 
 Writes results/bench/capacity.json (--quick: capacity-quick.json, never read by `testbed run`) and
-capacity.png (drawn by analysis.bench.capacity_figure), and prints the table and the knees.
+capacity.png (drawn by analysis.bench_figures.capacity), and prints the table and the knees.
 
     python -m testbed.bench.capacity [--quick] [--cases uav,mmog] [--no-references] [--reanalyse]
 """
@@ -380,18 +380,18 @@ def nats_alone(quick: bool, say) -> dict:
     in the broker's node), 1000 B messages, a short sweep."""
     from testbed.bench import overload
     from testbed.experiment import Session
-    from testbed.scenario.loader import parse_text
+    from testbed.scenario.loader import load
 
     rates = (20e3, 100e3, 400e3) if quick else (25e3, 50e3, 100e3, 200e3, 400e3, 800e3, 1.3e6)
     timing = overload.Timing(1.0, 3.0, 1.0) if quick else overload.Timing()
     log_dir = Path(tempfile.mkdtemp(prefix="testbed-bench-capacity-nats-"))
-    with Session(parse_text(overload.SCENARIO)) as session:
-        bench = overload.Bench(session, log_dir, 2, 2, timing)
+    with Session(load(overload.SCENARIO)) as session:
+        broker = overload.LoadedBroker(session, log_dir, 2, 2, timing)
         try:
-            rows = overload.sweep([overload.Point("direct", 1000, *overload.SHAPE, r) for r in rates], bench, say,
+            rows = overload.sweep([overload.Point("direct", 1000, *overload.SHAPE, r) for r in rates], broker, say,
                                   attempts=1)
         finally:
-            bench.stop()
+            broker.stop()
     knee = overload.find_knee(rows)
     return {"knee_msgs_per_s": knee["knee"], "reached": knee["reached"], "reason": knee["reason"],
             "sustained_max": knee["sustained_max"], "log_dir": str(log_dir),
@@ -452,11 +452,11 @@ def report(data: dict, console) -> None:
 
 
 def write(data: dict, name: str) -> None:
-    from analysis.bench import capacity_figure
+    from analysis.bench_figures import draw
 
     data.update(analyse(data))
     (OUT / f"{name}.json").write_text(json.dumps(data, indent=2))
-    capacity_figure(data, OUT / f"{name}.png")
+    draw(name, data, OUT)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,8 +21,13 @@ to tell the broker's limit from the shaper's):
   by other work on the shared machine is measured again), nats-server's own out_msgs rate and
   slow-consumer count (/varz, what the broker agent reports).
 
+The network is scenarios/bench/overload.yaml. Only the one nats-server runs (started by
+`start_nats`, as the pub/sub system starts each broker's): ZooKeeper, the broker agents and the topic
+manager would add their own CPU to the machine the knee is measured on.
+
 `find_knee` and `recommend` (pure) turn each size's sweep into a knee and a recommended Rth_out.
-Writes results/bench/overload.json and overload.png (--quick: overload-quick.*) and prints the table.
+Writes results/bench/overload.json (--quick: overload-quick.json) and prints the table;
+`analysis.bench_figures.overload` draws overload.png (overload-quick.png) from it.
 
     python -m testbed.bench.overload [--quick] [--repeat 2] [--paths emulated,direct] [--reanalyse]
 """
@@ -44,24 +49,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 OUT = Path("results/bench")
+SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "bench" / "overload.yaml"
 SOURCE = Path(__file__).with_name("natsload.c")
 BUILD_DIR = Path(__file__).resolve().parents[1] / "emulation" / "_build"  # gitignored, next to the delay line
 BINARY = BUILD_DIR / "natsload"
-BROKER, PUB, SUB = "bzone1", "pub1", "sub1"
-SCENARIO = """
-name: bench-overload
-duration: 1h
-infrastructure:
-  mec_zones: {zones: 1, inter_site_rtt: 2ms}
-  cloud: {one_way: 1ms}
-  links: {access: {delay: 1ms}, local: {delay: 0.5ms}}
-nodes:
-  nc_proxies_per_site: 0
-  clients:
-    - {name: pub, role: static, count: 1, site: zone1}
-    - {name: sub, role: static, count: 1, site: zone1}
-emulation: {backend: mininet}
-"""
+BROKER, PUB, SUB = "bzone1", "pub1", "sub1"  # the nodes of SCENARIO
 PAPER_RTH_OUT = 1.5e6  # msg/s, paper 5.4
 LINKS_ONE_WAY_MS = 3.0  # pub1 -1 ms- zone1 -0.5 ms- bzone1 -0.5 ms- zone1 -1 ms- sub1
 SIZES = (1000, 100)
@@ -286,8 +278,9 @@ class Timing:
     grace: float = 2.0
 
 
-class Bench:
-    """The emulated network, its nats-server and the relays' pids, for a whole sweep."""
+class LoadedBroker:
+    """One nats-server in the emulated network and the load generators' plumbing, for a whole sweep:
+    `measure(point)` offers a point's load and measures what the broker delivered."""
 
     def __init__(self, session, log_dir: Path, pubs: int, subs: int, timing: Timing):
         from testbed.systems.pubsub.broker import nats_url, start_nats
@@ -424,8 +417,8 @@ def _plan(paths: tuple[str, ...], sizes: tuple[int, ...], quick: bool, rates: li
             for r in (rates or table[path, size])]
 
 
-def sweep(points: list[Point], bench: Bench, say, max_foreign: float = MAX_FOREIGN, attempts: int = ATTEMPTS
-          ) -> list[dict]:
+def sweep(points: list[Point], broker: LoadedBroker, say, max_foreign: float = MAX_FOREIGN,
+          attempts: int = ATTEMPTS) -> list[dict]:
     """Measures `points` in order. A point during which other processes used more than `max_foreign`
     cores is measured again (up to `attempts` times, the least disturbed attempt is kept): on a shared
     2-core machine their bursts otherwise show up as broker latency. A series stops after two points
@@ -435,11 +428,11 @@ def sweep(points: list[Point], bench: Bench, say, max_foreign: float = MAX_FOREI
         key = (point.path, point.size, point.topics, point.consumers)
         if short.get(key, 0) >= 2:
             continue
-        tries = [bench.measure(point)]
+        tries = [broker.measure(point)]
         while tries[-1]["foreign_cpu"] > max_foreign and len(tries) < attempts:
             say(f"  (other processes used {tries[-1]['foreign_cpu']:.2f} cores: measuring again)")
             time.sleep(2.0)
-            tries.append(bench.measure(point))
+            tries.append(broker.measure(point))
         row = min(tries, key=lambda r: r["foreign_cpu"])
         row["attempts_foreign_cpu"] = [r["foreign_cpu"] for r in tries]
         rows.append(row)
@@ -459,8 +452,9 @@ def _series_keys(rows: list[dict]) -> list[tuple[str, int, int]]:
 
 
 def analyse(rows: list[dict], cores: int) -> dict:
-    """Knees per path, message size and repeat (main shape only); a recommendation per path; what
-    limited each series (the first deteriorated point, else the heaviest)."""
+    """Knees per path, message size and repeat (main shape only; each knee names its series, which
+    the figure draws); a recommendation per path; what limited each series (the first deteriorated
+    point, else the heaviest)."""
     knees = {}
     for path, size, rep in _series_keys(rows):
         series = [r for r in rows if (r["path"], r["size"], r.get("repeat", 1)) == (path, size, rep)
@@ -475,7 +469,7 @@ def analyse(rows: list[dict], cores: int) -> dict:
         knee["excluded"] = [r["offered"] for r in series if r not in clean]
         bad = knee["first_bad"] or max(clean or series, key=lambda r: r["offered"])
         knee["limited_by"] = limited_by(bad, cores)
-        knees[f"{path} {size}B run {rep}"] = knee
+        knees[f"{path} {size}B run {rep}"] = {"path": path, "size": size, "repeat": rep, **knee}
     by_path = {path: recommend({k: v for k, v in knees.items() if k.startswith(path + " ")})
                for path in sorted({k.split()[0] for k in knees})}
     return {"knees": knees, "recommendation": by_path}
@@ -493,7 +487,7 @@ def _machine_facts() -> dict:
             "load_average_at_start": os.getloadavg(), "nats_server": nats, "python": platform.python_version()}
 
 
-# -- figure and table ------------------------------------------------------------------------------------
+# -- table, report, figure ------------------------------------------------------------------------------------
 def _ms(value) -> str:
     return f"{value:.2f}" if value is not None else "-"
 
@@ -502,52 +496,17 @@ PATH_TITLES = {"emulated": f"through the emulated network ({LINKS_ONE_WAY_MS:g} 
                "direct": "direct: clients in the broker's node (no links, no relays)"}
 
 
-def figure(rows: list[dict], analysis: dict, name: str = "overload") -> None:
-    import matplotlib
+def figure_facts() -> dict:
+    """What analysis.bench_figures.overload reads besides the rows: the main shape, the paths' titles
+    stay in `how`; these are the disturbance limit and the paper's threshold (current values: a
+    --reanalyse rewrites them with the rule)."""
+    return {"max_foreign_cores": MAX_FOREIGN, "paper_rth_out": PAPER_RTH_OUT}
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    paths = [p for p in ("emulated", "direct") if any(r["path"] == p for r in rows)]
-    fig, axes = plt.subplots(1, len(paths), figsize=(6.2 * len(paths), 4.6), squeeze=False)
-    for ax, path in zip(axes[0], paths):
-        disturbed = []
-        for (p, size, rep), marker in zip([k for k in _series_keys(rows) if k[0] == path], "os^vDx"):
-            series = sorted((r for r in rows if (r["path"], r["size"], r.get("repeat", 1)) == (p, size, rep)
-                             and (r["topics"], r["consumers"]) == SHAPE and r["p95_ms"]), key=lambda r: r["offered"])
-            disturbed += [r for r in series if r.get("foreign_cpu", 0.0) > MAX_FOREIGN]
-            series = [r for r in series if r.get("foreign_cpu", 0.0) <= MAX_FOREIGN]
-            line = ax.plot([r["achieved"] for r in series], [r["p95_ms"] for r in series], marker=marker,
-                           label=f"{size} B, {SHAPE[0]} topics x {SHAPE[1]} consumers, run {rep}")[0]
-            knee = analysis["knees"].get(f"{p} {size}B run {rep}", {})
-            if knee.get("knee"):
-                ax.axvline(knee["knee"], color=line.get_color(), linestyle=":", linewidth=1)
-        others = [r for r in rows if r["path"] == path and (r["topics"], r["consumers"]) != SHAPE and r["p95_ms"]]
-        for (topics, consumers), marker in zip(sorted({(r["topics"], r["consumers"]) for r in others}), "PX*"):
-            pts = [r for r in others if (r["topics"], r["consumers"]) == (topics, consumers)]
-            ax.scatter([r["achieved"] for r in pts], [r["p95_ms"] for r in pts], marker=marker, color="k", zorder=3,
-                       label=f"{pts[0]['size']} B, {topics} topics x {consumers} consumers")
-        if disturbed:
-            ax.scatter([r["achieved"] for r in disturbed], [r["p95_ms"] for r in disturbed], marker="o",
-                       facecolors="none", edgecolors="grey",
-                       label=f"other processes > {MAX_FOREIGN:g} cores (left out)")
-        if path == "direct":
-            ax.axvline(PAPER_RTH_OUT, color="grey", linestyle="-.", linewidth=1,
-                       label="paper's Rth_out for Pulsar (8-CPU VMs): 1.5M msg/s")
-        rec = analysis["recommendation"].get(path, {})
-        if rec.get("rth_out"):
-            ax.axvline(rec["rth_out"], color="red", linestyle="--",
-                       label=f"Rth_out = {rec['rth_out']:,.0f} msg/s (dotted: knees)")
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("aggregate output rate delivered to consumers (msg/s)")
-        ax.set_ylabel("p95 end-to-end latency (ms)")
-        ax.set_title(f"nats-server, {PATH_TITLES[path]}", fontsize=8)
-        ax.grid(alpha=0.3, which="both")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(OUT / f"{name}.png", dpi=120)
-    plt.close(fig)
+def draw(data: dict, name: str) -> None:
+    from analysis.bench_figures import draw as draw_bench
+
+    draw_bench(name, data, OUT)
 
 
 def table(rows: list[dict], title: str):
@@ -601,15 +560,16 @@ def main(argv: list[str] | None = None) -> int:
         data = json.loads((OUT / "overload.json").read_text())
         data["analysis"] = {**data["analysis"], **analyse(data["rows"], data["machine"]["cpus"]),
                             "reanalysed": time.time()}
+        data["how"].update(figure_facts())
         (OUT / "overload.json").write_text(json.dumps(data, indent=2))
-        figure(data["rows"], data["analysis"])
+        draw(data, "overload")
         report(data, console)
         return 0
     if os.geteuid() != 0:
         console.print("bench-overload needs root (network namespaces)")
         return 1
     from testbed.experiment import Session
-    from testbed.scenario.loader import parse_text
+    from testbed.scenario.loader import load
 
     paths = tuple(args.paths.split(","))
     sizes = tuple(int(v) for v in args.sizes.split(",")) if args.sizes else SIZES
@@ -620,14 +580,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     log_dir = Path(tempfile.mkdtemp(prefix="testbed-bench-overload-"))
     rows = []
-    with Session(parse_text(SCENARIO)) as session:
-        bench = Bench(session, log_dir, args.pubs, args.subs, timing)
+    with Session(load(SCENARIO)) as session:
+        broker = LoadedBroker(session, log_dir, args.pubs, args.subs, timing)
         try:
             for rep in range(1, args.repeat + 1):
                 console.print(f"sweep {rep}/{args.repeat}: {SHAPE[0]} topics x {SHAPE[1]} consumers, paths {paths}, "
                               f"sizes {sizes}, window {timing.window:g} s after {timing.warmup:g} s warm-up")
                 attempts = 1 if args.quick else ATTEMPTS  # --quick: no re-measuring, to stay under 2 minutes
-                for row in sweep(_plan(paths, sizes, args.quick, rates), bench, console.print, attempts=attempts):
+                for row in sweep(_plan(paths, sizes, args.quick, rates), broker, console.print, attempts=attempts):
                     rows.append({**row, "repeat": rep})
             knees = analyse(rows, cores)["knees"]
             if not args.quick and not args.no_shapes:
@@ -638,9 +598,9 @@ def main(argv: list[str] | None = None) -> int:
                     console.print(f"{path}: other shapes around the {sizes[0]} B knee ({knee:,.0f} msg/s)")
                     extra = [Point(path, sizes[0], t, c, round_down(f * knee))
                              for t, c in OTHER_SHAPES for f in (0.5, 1.0, 1.5)]
-                    rows += [{**row, "repeat": 0} for row in sweep(extra, bench, console.print)]
+                    rows += [{**row, "repeat": 0} for row in sweep(extra, broker, console.print)]
         finally:
-            bench.stop()
+            broker.stop()
         shaper = session.shaper
     analysis = analyse(rows, cores)
     for path in paths:
@@ -648,7 +608,8 @@ def main(argv: list[str] | None = None) -> int:
         analysis.setdefault("spearman_output_rate_p95", {})[path] = _spearman([r["achieved"] for r in main_rows],
                                                                              [r["p95_ms"] for r in main_rows])
     data = {"time": time.time(), "took_s": time.monotonic() - started, "quick": args.quick, "machine": facts,
-            "how": {"scenario": SCENARIO.strip(), "links_one_way_ms": LINKS_ONE_WAY_MS, "shaper": shaper,
+            "how": {"scenario": str(SCENARIO.relative_to(SCENARIO.parents[2])),
+                    "scenario_yaml": SCENARIO.read_text(), "links_one_way_ms": LINKS_ONE_WAY_MS, "shaper": shaper,
                     "paths": {p: PATH_TITLES[p] for p in paths},
                     "broker": f"one nats-server ({facts['nats_server']}) in {BROKER}, started by "
                               "testbed.systems.pubsub.broker.start_nats, default settings",
@@ -663,11 +624,11 @@ def main(argv: list[str] | None = None) -> int:
                                   "min_delivered": MIN_DELIVERED, "base_points": BASE_POINTS},
                     "command": " ".join(["python -m testbed.bench.overload",
                                          *(sys.argv[1:] if argv is None else argv)]),
-                    "log_dir": str(log_dir)},
+                    "log_dir": str(log_dir), **figure_facts()},
             "rows": rows, "analysis": analysis}
     name = "overload-quick" if args.quick else "overload"  # a smoke run never replaces the full sweep
     (OUT / f"{name}.json").write_text(json.dumps(data, indent=2))
-    figure(rows, analysis, name)
+    draw(data, name)
     report(data, console)
     console.print(f"written {OUT / name}.json, {OUT / name}.png in {time.monotonic() - started:.0f}s")
     return 0
