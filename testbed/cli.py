@@ -14,6 +14,7 @@ from rich.table import Table
 from testbed import load as load_mod
 from testbed import topology as topo_mod
 from testbed.load import CAPACITY_FILE
+from testbed.policies import POLICIES
 from testbed.scenario.loader import ScenarioError, load
 from testbed.scenario.model import Scenario
 from testbed.units import format_bandwidth, format_duration
@@ -27,6 +28,7 @@ app = typer.Typer(
 )
 console = Console()
 errors = Console(stderr=True)
+POLICY_CHOICES = tuple(POLICIES)  # the registry's names (testbed.policies.registry)
 
 SCENARIO_DIR = Path("scenarios")
 EXIT_FAILURE, EXIT_BAD_INPUT = 1, 2
@@ -198,8 +200,7 @@ def with_policy(scenario: Scenario, policy: str) -> Scenario:
     try:
         control = Control.model_validate({**data, "policy": policy})
     except ValidationError:
-        allowed = ", ".join(Control.model_fields["policy"].annotation.__args__)
-        raise ValueError(f"--policy: {policy!r} is not a policy; allowed: {allowed}") from None
+        raise ValueError(f"--policy: {policy!r} is not a policy; allowed: {', '.join(POLICY_CHOICES)}") from None
     return scenario.model_copy(update={"control": control})
 
 
@@ -210,7 +211,7 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         scale: Optional[float] = typer.Option(None, help="Multiply counts and rates."),
         interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
         duration: Optional[str] = typer.Option(None, help="Override the scenario's duration, e.g. 20s."),
-        policy: Optional[str] = typer.Option(None, help="Override control.policy: epulsar | allpairs | pulsar-hash."),
+        policy: Optional[str] = typer.Option(None, help=f"Override control.policy: {' | '.join(POLICIES)}."),
         results: Path = typer.Option(Path("results"), help="Directory for run results."),
         strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a load beyond the measured capacity."),
         capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity).")
@@ -354,9 +355,6 @@ def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run director
 
     argv = ["figures", *map(str, runs), "--out", str(out), *(["--master", master] if master else [])]
     raise typer.Exit(analysis_main(argv))
-
-
-POLICY_CHOICES = ("epulsar", "allpairs", "pulsar-hash")
 
 
 @app.command("paper")

@@ -28,9 +28,11 @@ from typing import Callable
 
 import yaml
 
+from testbed.policies import POLICIES as REGISTRY
+
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / "results" / "bench"
-POLICIES = ("epulsar", "allpairs", "pulsar-hash")
+POLICIES = tuple(REGISTRY)  # every registered policy (testbed.policies.registry), in its order
 SCALES = {"smoke": {"uav-swarm": "scenarios/uav-smoke.yaml", "mmog": "scenarios/mmog-smoke.yaml"},
           "full": {"uav-swarm": "scenarios/uav.yaml", "mmog": "scenarios/mmog.yaml"}}
 PAPER_SCALE = {"uav-swarm": "paper: 4 zones, 8 swarms of 8 UAVs, 200 msg/s of 1 KB each, 50 m/s, 10 min",

@@ -23,7 +23,7 @@ from testbed.nc.coordinate import Coordinate
 from testbed.bench import assessment
 from testbed.bench.assessment import (Infrastructure, TopicSpec, assess, evaluate, infrastructure, load_inputs,
                                        mmog_topics, per_placement, percentile, summarize, uav_topics)
-from testbed.policies import hash_broker
+from testbed.policies import POLICIES, hash_broker
 from testbed.topology import Link, Node, Shaping, Site, Topology
 
 MS = 1e-3
@@ -153,7 +153,7 @@ def test_mmog_assessment_known_answers(seed):
     infra = infrastructure("mmog", topo, coords, threshold=0.045)
     rows = assess(infra, seed)
     specs = {t.topic: t for t in assessment.workload(infra, seed) if t.consumers}
-    assert len(rows) == len(specs) * 3 * 2
+    assert len(rows) == len(specs) * len(POLICIES) * 2
     for r in rows:
         spec = specs[r["topic"]]
         producer = spec.producers[0]
@@ -212,6 +212,14 @@ def test_uav_assessment_known_answers():
             assert r["violations"] == (0 if where == "own" else 7)
 
 
+def test_every_registered_policy_is_assessed_baselines_first():
+    topo, coords = uav_topology()
+    rows = assess(infrastructure("uav", topo, coords), 0)
+    order = list(dict.fromkeys(r["policy"] for r in rows))
+    assert order == list(assessment.POLICY_NAMES) and sorted(order) == sorted(POLICIES)
+    assert order[-1] == "epulsar"  # drawn last, on top of the baselines
+
+
 def test_percentile_and_summary():
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.95) == pytest.approx(4.8)  # 4 + 0.8 x (5 - 4)
     assert percentile([3.0], 0.95) == 3.0
@@ -228,7 +236,7 @@ def test_figures_are_drawn(tmp_path):
     rows = []
     for kind in ("mmog", "uav"):
         for size in (2, 4):
-            for policy in ("pulsar-hash", "allpairs", "epulsar"):
+            for policy in assessment.POLICY_NAMES:
                 rows.append({"kind": kind, "topology": f"{kind}{size}", "size": size, "policy": policy,
                              "evaluated_on": "estimate", "placements": 3, "worst_max_s": 0.05 * size,
                              "worst_p95_s": 0.04 * size, "violation_ratio_mean": 0.1})

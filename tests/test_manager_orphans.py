@@ -127,3 +127,18 @@ def test_a_lookup_for_an_orphan_places_it_at_once_and_ignores_a_plan_for_the_dea
     assert answers == [{"topic": "alpha", "broker": "bzone2", "address": "nats://bzone2:4222"}] * 3
     assert emitted == [("orphan_replaced", {"topic": "alpha", "dead": "bzone1", "broker": "bzone2", "error": None,
                                             "via": "lookup", "carried": True})]
+
+
+def test_a_topic_nobody_reported_goes_to_the_default_broker_unless_the_policy_needs_no_report():
+    """Latency-aware policies wait for the topic's coordinates (AllPairs also for its clients' list),
+    the cloud broker serving it meanwhile; a latency-agnostic one (pulsar-hash) places it at once."""
+    from testbed.policies import hash_broker
+
+    chosen = {}
+    for policy in ("epulsar", "allpairs", "pulsar-hash"):
+        manager, _ = make_manager(policy)
+        snapshot, clients = manager.state()
+        chosen[policy] = (manager.choose("alpha", snapshot, clients), manager.choose("beta", snapshot, clients))
+    brokers = ["bzone1", "bzone2", "cloud"]
+    assert chosen == {"epulsar": ("bzone1", "cloud"), "allpairs": ("cloud", "cloud"),
+                      "pulsar-hash": (hash_broker("alpha", brokers), hash_broker("beta", brokers))}

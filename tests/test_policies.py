@@ -165,9 +165,11 @@ def test_json_round_trips():
 
 
 def test_registry():
-    assert set(POLICIES) == {"epulsar", "allpairs", "pulsar-hash"}
+    assert list(POLICIES) == ["epulsar", "allpairs", "pulsar-hash"]  # the paper's order: ours, then the baselines
     assert all(isinstance(p, Policy) for p in POLICIES.values())
     assert get_policy("epulsar").latency_aware and not get_policy("pulsar-hash").latency_aware
+    # only AllPairs ranks on every client's coordinate, so only it makes brokers report them
+    assert [name for name, p in POLICIES.items() if p.needs_clients] == ["allpairs"]
     with pytest.raises(ValueError, match="unknown policy"):
         get_policy("random")
 

@@ -46,7 +46,7 @@ from testbed.policies.snapshot import BrokerReport, ClientNC, Snapshot, TopicCli
 from testbed.policies import POLICIES, choose_brokers, hash_broker
 
 THRESHOLDS = {"mmog": 0.100, "uav": 0.040}
-POLICY_NAMES = ("pulsar-hash", "allpairs", "epulsar")
+POLICY_NAMES = tuple(reversed(POLICIES))  # the registry's, baselines first and ePulsar last, as Fig. 4 and 5 draw them
 EVALUATED_ON = ("estimate", "configured")
 MMOG_CLIENTS, MMOG_GROUPS = 1024, 128
 UAV_SWARMS, UAV_PER_SWARM = 16, 8
@@ -350,8 +350,7 @@ def load_inputs(path: str | Path) -> list[Infrastructure]:
 
 # --- figures --------------------------------------------------------------------------------------
 
-POLICY_STYLE = {"pulsar-hash": ("Pulsar (hash)", "tab:red", "s"), "allpairs": ("AllPairs", "tab:blue", "o"),
-                "epulsar": ("ePulsar", "tab:green", "^")}
+POLICY_STYLE = {"pulsar-hash": ("tab:red", "s"), "allpairs": ("tab:blue", "o"), "epulsar": ("tab:green", "^")}
 
 
 def plot_assessment(summary: Iterable[dict], kind: str, path: str | Path, evaluated_on: str = "estimate") -> Path:
@@ -369,8 +368,9 @@ def plot_assessment(summary: Iterable[dict], kind: str, path: str | Path, evalua
     threshold_ms = THRESHOLDS[kind] * 1e3
     xlabel = "number of cities" if kind == "mmog" else "number of MEC zones"
     fig, (ax_lat, ax_vio) = plt.subplots(1, 2, figsize=(10, 4))
-    for policy in [p for p in POLICY_STYLE if any(r["policy"] == p for r in rows)]:
-        label, color, marker = POLICY_STYLE[policy]
+    for policy in [p for p in POLICY_NAMES if any(r["policy"] == p for r in rows)]:
+        label = POLICIES[policy].label
+        color, marker = POLICY_STYLE.get(policy, (None, "x"))  # a new family: matplotlib's next colour
         mine = sorted((r for r in rows if r["policy"] == policy), key=lambda r: int(r["size"]))
         sizes = [int(r["size"]) for r in mine]
         ax_lat.plot(sizes, [float(r["worst_p95_s"]) * 1e3 for r in mine], color=color, marker=marker,

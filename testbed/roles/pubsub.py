@@ -9,27 +9,27 @@ from __future__ import annotations
 
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
 from testbed.emulation.shaping import _read_line
 from testbed.systems.pubsub.broker import nats_url, start_agent, start_nats
 from testbed.systems.pubsub.metadata import start_zookeeper
-from testbed.scenario.model import NATS_OUTPUT_RATE_THRESHOLD
+from testbed.policies import DEFAULT_POLICY, Overload, get_policy
 
 BROKER_ROLES = ("cloud", "broker")
 
 
 @dataclass
 class ManagerOptions:
-    policy: str = "epulsar"
+    policy: str = DEFAULT_POLICY
     workflow: str = "enhanced"
     executors: int = 16
     period: float = 5.0
     mode: str = "control"
     default: str | None = None
     threshold: float = 0.1
-    overload: tuple[float, float, float, float] = (0.85, 0.85, 0.85, NATS_OUTPUT_RATE_THRESHOLD)
+    overload: tuple[float, float, float, float] = astuple(Overload())  # cpu, memory, network, output_rate
 
 
 @dataclass
@@ -77,7 +77,7 @@ class PubSubSystem:
         self.agents[name] = start_agent(self.network, name, self.zk.hosts, self.log_dir, site=node.site,
                                         cloud=node.role == "cloud", period=self.monitoring_period,
                                         nc_period=self.nc_period, bandwidth=node.access.bandwidth or 1e9,
-                                        report_clients=self.manager.policy == "allpairs")
+                                        report_clients=get_policy(self.manager.policy).needs_clients)
 
     def _start_manager(self, timeout: float = 30.0) -> None:
         m = self.manager

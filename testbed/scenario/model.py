@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
 from testbed import units
+from testbed.policies.overload import Overload as OverloadThresholds
+from testbed.policies.registry import DEFAULT_POLICY, POLICIES
 from testbed.scenario.cities import CITY_CODES
 
 NAME_MAX = 8
@@ -45,6 +47,14 @@ def _check_scenario_name(value: str) -> str:
 def _check_city(value: str) -> str:
     if value not in CITY_CODES:
         raise ValueError(f"{value!r} is not a known city; known: {', '.join(CITY_CODES)}")
+    return value
+
+
+def _check_policy(value: str) -> str:
+    """A name from the policy registry (testbed.policies.registry), the only list of names."""
+    if value not in POLICIES:
+        names = [repr(name) for name in POLICIES]
+        raise ValueError(f"{value!r}: input should be {', '.join(names[:-1])} or {names[-1]}")
     return value
 
 
@@ -81,6 +91,7 @@ def _unit(suffix: str, factor: float = 1.0):
 Name = Annotated[str, AfterValidator(check_name)]
 TopicName = Annotated[str, AfterValidator(_check_topic)]
 CityCode = Annotated[str, AfterValidator(_check_city)]
+PolicyName = Annotated[str, AfterValidator(_check_policy)]
 Duration = Annotated[
     float, BeforeValidator(_signed(units.parse_duration)), AfterValidator(_non_negative("duration")), _unit("s")
 ]
@@ -286,21 +297,21 @@ class Migration(Strict):
     executors: Annotated[int, Field(ge=1, le=256)] = 16
 
 
-# Rth_out for one nats-server broker behind the emulated network on a 2-core VM: the knee of
-# `make bench-overload` (p95 latency against output rate, README "Benchmarks"). The paper's 1.5M msg/s
-# was Pulsar's on 8-CPU VMs (5.4); recalibrate on other machines and set control.overload.output_rate.
-NATS_OUTPUT_RATE_THRESHOLD = 20_000.0
+_OVERLOAD = OverloadThresholds()
 
 
 class Overload(Strict):
-    cpu: Fraction = 0.85
-    memory: Fraction = 0.85
-    network: Fraction = 0.85
-    output_rate: Rate = NATS_OUTPUT_RATE_THRESHOLD
+    """Broker overload thresholds (paper 3.4.2) with units; the defaults are the policies' own
+    (testbed.policies.overload, where Rth_out for nats-server is explained)."""
+
+    cpu: Fraction = _OVERLOAD.cpu
+    memory: Fraction = _OVERLOAD.memory
+    network: Fraction = _OVERLOAD.network
+    output_rate: Rate = _OVERLOAD.output_rate
 
 
 class Control(Strict):
-    policy: Literal["epulsar", "allpairs", "pulsar-hash"] = "epulsar"
+    policy: PolicyName = DEFAULT_POLICY
     monitoring_period: PositiveDuration = 5.0
     nc_report_period: PositiveDuration = 5.0
     settle: Duration = 60.0

@@ -24,8 +24,7 @@ import time
 
 from testbed.systems.pubsub.lookup import LookupService
 from testbed.policies.snapshot import BrokerReport, Migration, Snapshot, TopicClients, TopicReport
-from testbed.scenario.model import NATS_OUTPUT_RATE_THRESHOLD
-from testbed.policies import Overload, get_policy, hash_broker, perform_repartitioning
+from testbed.policies import DEFAULT_POLICY, POLICIES, Overload, get_policy, hash_broker, perform_repartitioning
 
 
 def emit(kind: str, **data) -> None:
@@ -60,7 +59,7 @@ class TopicManager(LookupService):
         self.executors = args.executors if args.workflow == "enhanced" else 1
         self.period = args.period
         self.mode = args.mode
-        self.overload = Overload(args.cpu, args.memory, args.network, args.output_rate)
+        self.overload = Overload.from_config(args)
         self.default_threshold = args.threshold
         self.known: dict[str, str] = {}  # last placement seen: finds topics orphaned by a dead broker
         self.last_reports: dict[str, TopicReport] = {}  # each topic's latest report from a live owner
@@ -125,12 +124,12 @@ class TopicManager(LookupService):
         return answer
 
     def choose(self, topic: str, snapshot: Snapshot, clients: dict[str, TopicClients] | None = None) -> str:
-        known = snapshot.report(topic) is not None and (self.policy.name != "allpairs" or topic in (clients or {}))
-        if known or self.policy.name == "pulsar-hash":
+        known = snapshot.report(topic) is not None and (not self.policy.needs_clients or topic in (clients or {}))
+        if known or not self.policy.latency_aware:
             return self.policy.feasible_brokers(topic, snapshot, clients)[0]
         # A topic nobody reported yet (its first lookup; for AllPairs, also one whose clients are not
         # listed yet): the cloud broker serves it until the first reports say where its clients are;
-        # pulsar-hash places it by name.
+        # a latency-agnostic policy (pulsar-hash) needs no report to place it.
         return self.default if self.default in snapshot.brokers else hash_broker(topic, snapshot.brokers)
 
     # -- the periodic round --------------------------------------------------------------------
@@ -254,16 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nats", required=True)
     parser.add_argument("--zk", required=True)
     parser.add_argument("--default", default=None, help="broker for topics nobody reported yet")
-    parser.add_argument("--policy", default="epulsar", choices=["epulsar", "allpairs", "pulsar-hash"])
+    parser.add_argument("--policy", default=DEFAULT_POLICY, choices=list(POLICIES))
     parser.add_argument("--workflow", default="enhanced", choices=["enhanced", "baseline"])
     parser.add_argument("--executors", type=int, default=16)
     parser.add_argument("--period", type=float, default=5.0)
     parser.add_argument("--mode", default="control", choices=["control", "pingpong"])
     parser.add_argument("--threshold", type=float, default=0.1, help="Lth (s) of topics without their own")
-    parser.add_argument("--cpu", type=float, default=0.85)
-    parser.add_argument("--memory", type=float, default=0.85)
-    parser.add_argument("--network", type=float, default=0.85)
-    parser.add_argument("--output-rate", type=float, default=NATS_OUTPUT_RATE_THRESHOLD, help="Rth_out, msg/s")
+    Overload.add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     asyncio.run(TopicManager(args).run())
