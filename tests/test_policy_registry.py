@@ -14,10 +14,11 @@ from testbed import cli, paper
 from testbed.bench import assessment
 from testbed.policies import (DEFAULT_POLICY, FAMILIES, POLICIES, Overload, Policy, get_policy, perform_repartitioning,
                               topic_class, topic_name)
+from testbed.policies.topics import CLASS_RE, TOPIC_RE
 from testbed.policies.snapshot import BrokerReport, Snapshot
 from testbed.nc.coordinate import Coordinate
 from testbed.scenario.loader import ScenarioError, load, parse_text
-from testbed.scenario.model import TOPIC_RE
+from testbed.scenario.model import TOPIC_RE as SCENARIO_CLASS_RE
 from testbed.systems.pubsub import manager
 
 MINIMAL = """\
@@ -121,8 +122,12 @@ def test_topic_class_rule():
     assert topic_class("follow_leader-swarm3") == "follow_leader"
     assert topic_class(topic_name("avatar", 17)) == "avatar" and topic_name("avatar", 17) == "avatar-17"
     assert topic_class("sensor_data") == "sensor_data"
-    assert topic_class("a-b-c") == "a"  # an instance may contain the separator, a class may not
-    assert TOPIC_RE.fullmatch("follow_leader") and not TOPIC_RE.fullmatch("follow-leader")
+    assert topic_class("a-b-c") == "a"  # whatever follows the first separator is the instance
+    assert CLASS_RE.fullmatch("follow_leader") and not CLASS_RE.fullmatch("follow-leader")
+    assert TOPIC_RE.fullmatch(topic_name("follow_leader", "swarm3")) and TOPIC_RE.fullmatch("avatar")
+    for bad in ("follow_leader-swarm.3", "a-b-c", "Avatar-1", "avatar-1\n", "x/y"):
+        assert not TOPIC_RE.fullmatch(bad), bad
+    assert SCENARIO_CLASS_RE.pattern == CLASS_RE.pattern  # until the scenario imports it (see topics.py)
 
 
 # --- layering -----------------------------------------------------------------------------------
