@@ -1,7 +1,8 @@
 """`testbed doctor` and the preflight before `run`: what this machine supports, and what is wrong.
 
 Checks are plain functions returning (ok, detail); `required` ones make `run` refuse to start
-with the detail as the reason, the others say which features are unavailable.
+with the detail as the reason, the others say which features are unavailable. Each backend in the
+registry brings its own checks (Backend.checks) and its own preflight for a topology.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from testbed.emulation import choose
+from testbed.emulation import backends, choose
 
 
 def _read(path: str) -> str | None:
@@ -73,29 +74,6 @@ def check_open_files(nodes: int = 0) -> tuple[bool, str]:
     return soft >= need, f"open files soft={soft} hard={hard}" + ("" if soft >= need else f" (need about {need}: ulimit -n)")
 
 
-START_ENGINE = ".venv/bin/python -c 'from testbed.emulation.docker_engine import start_engine; start_engine()'"
-
-
-def containernet_checks() -> list[tuple[str, tuple[bool, str]]]:
-    """What the containernet backend needs besides Containernet itself, each with its fix."""
-    from testbed.emulation import docker_engine
-
-    engine = choose.docker_engine_running()
-    checks = [
-        ("Docker engine", (engine, "docker info answers" if engine else
-                           f"no Docker engine answers (apt-get install docker.io; start it: {START_ENGINE})")),
-        ("brctl (bridge-utils)", (bool(shutil.which("brctl")), "brctl found" if shutil.which("brctl") else
-                                  "brctl not found: Containernet's LinuxBridge needs it (apt-get install bridge-utils)")),
-        ("Docker bridged frames", docker_engine.bridged_traffic_state()),
-    ]
-    if engine:
-        from testbed.emulation.containernet_backend import ROLE_IMAGES, image_problems
-
-        problems = image_problems({*ROLE_IMAGES, "client"})
-        checks.append(("Docker images", (not problems, "; ".join(problems) or "role images built from this checkout")))
-    return checks
-
-
 def collect(nodes: int = 0) -> dict:
     checks = []
 
@@ -110,10 +88,9 @@ def collect(nodes: int = 0) -> dict:
     add("bridge netfilter / FORWARD", check_bridge_nf())
     add("neighbour table", check_neigh_limits(nodes))
     add("open files", check_open_files(nodes))
-    add("Mininet", choose.mininet_importable())
-    add("Containernet", choose.containernet_importable())
-    for name, result in containernet_checks():
-        add(name, result)
+    for backend in backends.BACKENDS.values():
+        for name, result in backend.checks():
+            add(name, result)
     ovs = _version(["ovs-vsctl", "--version"])
     add("Open vSwitch", ovs)
     add("serf", _version(["serf", "version"]))

@@ -78,18 +78,18 @@ class Session:
             self.console.print(f"[{self.run_id}] {message}", highlight=False, markup=False)
 
     def __enter__(self) -> Session:
-        problems = doctor.preflight(len(self.topology.nodes) + len(self.topology.sites))
-        if self.backend == "containernet":
-            from testbed.emulation.containernet_backend import image_problems
+        from testbed.emulation import backends
 
-            problems += image_problems({n.role for n in self.topology.nodes.values()})
+        backend = backends.get(self.backend)(self.run_id, log_dir=self.log_dir)  # self.backend: its name
+        problems = doctor.preflight(len(self.topology.nodes) + len(self.topology.sites))
+        problems += backend.preflight(self.topology)
         if problems:
             raise BadRunInput("cannot run here: " + "; ".join(problems))
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._old_handlers[sig] = signal.signal(sig, _raise_interrupted)
         runstate.register(self.run_id, scenario=self.scenario.name, backend=self.backend, shaper=self.shaper)
         self.say(f"backend {self.backend} ({self.reasons[0]}), shaper {self.shaper} ({self.reasons[1]})")
-        self.network = Network(self.topology, self.run_id, self.backend, self.shaper, seed=self.scenario.seed,
+        self.network = Network(self.topology, self.run_id, backend, self.shaper, seed=self.scenario.seed,
                                progress=self.say, log_dir=self.log_dir)
         started = time.monotonic()
         try:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.emulation import choose, cleanup
-from testbed.emulation.containernet_backend import image_problems
+from testbed.emulation import cleanup, installed
+from testbed.emulation.backends.containernet import image_problems
 from tests.test_containernet_backend_env import cn_python  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -35,7 +35,7 @@ def harness(cn_python):  # noqa: F811
     problems = image_problems({"cloud", "broker", "nc-proxy", "client"})
     if problems:
         pytest.skip("; ".join(problems))
-    install = choose.find_containernet()
+    install = installed.find_containernet()
     if not install.usable:
         pytest.skip(install.describe())
     return cn_python

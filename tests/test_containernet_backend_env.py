@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.emulation import choose
+from testbed.emulation import installed
 from testbed.emulation.docker_engine import (
     BASE_IMAGE,
     allow_bridged_traffic,
@@ -54,10 +54,10 @@ finally:
 
 def containernet_python() -> str:
     """Interpreter that has Containernet installed: the one `testbed` itself finds."""
-    env = os.environ.get(choose.CONTAINERNET_PYTHON_ENV)
+    env = os.environ.get(installed.CONTAINERNET_PYTHON_ENV)
     if env:
         return env
-    default = Path(choose.DEFAULT_CONTAINERNET_PYTHON)
+    default = Path(installed.DEFAULT_CONTAINERNET_PYTHON)
     return str(default) if default.exists() else sys.executable
 
 
@@ -68,7 +68,7 @@ def cn_python() -> str:
                          check=False)
     if res.returncode != 0:
         pytest.skip(f"Containernet not importable with {python} "
-                    f"(set {choose.CONTAINERNET_PYTHON_ENV}; see docs/containernet.md)")
+                    f"(set {installed.CONTAINERNET_PYTHON_ENV}; see docs/containernet.md)")
     if os.geteuid() != 0:
         pytest.skip("Containernet needs root")
     if not engine_running():

@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from testbed import cli
-from testbed.emulation import choose
-from testbed.emulation.containernet_backend import SOURCE_MOUNT, exec_argv, relative_paths
+from testbed.emulation import choose, installed
+from testbed.emulation.backends.containernet import SOURCE_MOUNT, exec_argv, relative_paths
 
 ROOT = Path(__file__).resolve().parent.parent
 HOST = SimpleNamespace(dnameprefix="tbab12cd", name="bzone1")
@@ -62,35 +62,35 @@ def test_run_hands_the_experiment_an_absolute_results_directory(monkeypatch, tmp
 
 
 def test_the_constraints_pin_what_the_docker_sdk_needs():
-    pins = choose.pins(choose.CONSTRAINTS)
+    pins = installed.pins(installed.CONSTRAINTS)
     assert pins["requests"].startswith("2.31.") and pins["urllib3"].startswith("1.26.")
     assert pins["docker"] == "6.0.1"
-    assert "pydantic" in choose.pins(choose.REQUIREMENTS)
+    assert "pydantic" in installed.pins(installed.REQUIREMENTS)
 
 
 def test_a_python_without_containernet_is_reported_with_the_reason(monkeypatch):
-    choose.find_containernet.cache_clear()
-    monkeypatch.setenv(choose.CONTAINERNET_PYTHON_ENV, sys.executable)
+    installed.find_containernet.cache_clear()
+    monkeypatch.setenv(installed.CONTAINERNET_PYTHON_ENV, sys.executable)
     try:
-        install = choose.find_containernet()
+        install = installed.find_containernet()
     finally:
-        choose.find_containernet.cache_clear()
-    assert not install.usable and install.source == f"${choose.CONTAINERNET_PYTHON_ENV}"
+        installed.find_containernet.cache_clear()
+    assert not install.usable and install.source == f"${installed.CONTAINERNET_PYTHON_ENV}"
     assert "Containernet does not import" in install.error and "docs/containernet.md" in install.describe()
 
 
 def test_a_missing_interpreter_is_named(monkeypatch, tmp_path):
-    choose.find_containernet.cache_clear()
-    monkeypatch.setenv(choose.CONTAINERNET_PYTHON_ENV, str(tmp_path / "nope" / "python"))
+    installed.find_containernet.cache_clear()
+    monkeypatch.setenv(installed.CONTAINERNET_PYTHON_ENV, str(tmp_path / "nope" / "python"))
     try:
-        install = choose.find_containernet()
+        install = installed.find_containernet()
     finally:
-        choose.find_containernet.cache_clear()
+        installed.find_containernet.cache_clear()
     assert not install.usable and "not an executable file" in install.describe()
 
 
 def test_missing_requirements_name_the_fix():
-    install = choose.Install("/opt/cn-venv/bin/python", "the documented location", missing=("typer", "nats-py"))
+    install = installed.Install("/opt/cn-venv/bin/python", "the documented location", missing=("typer", "nats-py"))
     assert not install.usable
     text = install.describe()
     assert "typer, nats-py" in text and "/opt/cn-venv/bin/pip install -r" in text and "containernet-constraints" in text
@@ -99,11 +99,11 @@ def test_missing_requirements_name_the_fix():
 @pytest.fixture
 def usable(monkeypatch):
     """A Containernet venv found and able to run the project; this interpreter cannot import it."""
-    install = choose.Install("/opt/cn-venv/bin/python", "the documented location")
-    monkeypatch.setattr(choose, "find_containernet", lambda: install)
-    monkeypatch.setattr(choose, "containernet_importable_here", lambda: (False, "no"))
-    monkeypatch.setattr(choose, "docker_engine_running", lambda: True)
-    monkeypatch.delenv(choose.REEXECUTED_ENV, raising=False)
+    install = installed.Install("/opt/cn-venv/bin/python", "the documented location")
+    monkeypatch.setattr(installed, "find_containernet", lambda: install)
+    monkeypatch.setattr(installed, "containernet_importable_here", lambda: (False, "no"))
+    monkeypatch.setattr(installed, "docker_engine_running", lambda: True)
+    monkeypatch.delenv(installed.REEXECUTED_ENV, raising=False)
     return install
 
 
@@ -112,7 +112,7 @@ def test_testbed_re_runs_itself_under_the_containernet_venv(usable, monkeypatch)
     argv, env = choose.reexec_argv(["run", "scenarios/uav-smoke.yaml"])
     assert argv[0] == usable.python and argv[-2:] == ["run", "scenarios/uav-smoke.yaml"]
     assert env["PYTHONPATH"].split(os.pathsep) == [str(ROOT), "/elsewhere"]
-    assert env[choose.REEXECUTED_ENV] == sys.executable
+    assert env[installed.REEXECUTED_ENV] == sys.executable
 
 
 @pytest.mark.parametrize("args", [["validate", "x.yaml"], ["run", "x.yaml", "--backend", "mininet"],
@@ -122,12 +122,12 @@ def test_no_re_run_where_containernet_is_not_wanted(usable, args):
 
 
 def test_no_second_re_run(usable, monkeypatch):
-    monkeypatch.setenv(choose.REEXECUTED_ENV, "/work/main/.venv/bin/python")
+    monkeypatch.setenv(installed.REEXECUTED_ENV, "/work/main/.venv/bin/python")
     assert choose.reexec_argv(["doctor"]) is None
 
 
 def test_without_a_docker_engine_only_doctor_re_runs(usable, monkeypatch):
-    monkeypatch.setattr(choose, "docker_engine_running", lambda: False)
+    monkeypatch.setattr(installed, "docker_engine_running", lambda: False)
     assert choose.reexec_argv(["run", "x.yaml"]) is None
     assert choose.reexec_argv(["doctor"]) is not None
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from testbed import probe, topology
-from testbed.emulation import choose, runstate
+from testbed.emulation import installed, runstate
 from testbed.experiment import Session
 from testbed.scenario.loader import ScenarioError, parse_text
 
@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
-    pytest.mark.skipif(not choose.mininet_importable()[0], reason="Mininet is not installed (apt-get install mininet)"),
+    pytest.mark.skipif(not installed.mininet_importable()[0], reason="Mininet is not installed (apt-get install mininet)"),
 ]
 
 STAR = """\

@@ -66,7 +66,7 @@ def engine_running(timeout_s: float = 5.0) -> bool:
     try:
         return _docker(["info", "--format", "{{.ServerVersion}}"],
                        timeout=timeout_s).returncode == 0
-    except subprocess.TimeoutExpired:
+    except (OSError, subprocess.TimeoutExpired):
         return False
 
 

@@ -1,18 +1,17 @@
 """A running emulated network for one topology: build, run processes in nodes, relink, stop.
 
-Both backends use the Mininet API (Containernet is a Mininet fork): nodes are Mininet hosts
-(processes in network namespaces) or Containernet Docker hosts. Every site is a router node
-holding a Linux bridge (the site's switch) with the same anycast gateway address and MAC at
-every site, so a node keeps its address, gateway and ARP entry when it moves between sites;
-routers carry a /32 route per node, updated on relink. Links are shaped in the run's shaper
-namespace (see shaping.py).
+The backend (backends/: nodes as network namespaces or as Docker containers, both behind the
+Mininet API) makes the net and the nodes and runs processes in them; all the rest is built here
+the same way on every backend. Every site is a router node holding a Linux bridge (the site's
+switch) with the same anycast gateway address and MAC at every site, so a node keeps its address,
+gateway and ARP entry when it moves between sites; routers carry a /32 route per node, updated on
+relink. Links are shaped in the run's shaper namespace (see shaping.py).
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from testbed.emulation import runstate
+from testbed.emulation.backends import Backend
 from testbed.emulation.shaping import SHAPERS, ShapedLink, ShaperError
 from testbed.topology import GATEWAY_IP, GATEWAY_MAC, Topology
 
@@ -61,18 +61,16 @@ def _mac(kind: int, index: int) -> str:
 
 
 class Network:
-    """An emulated network on the mininet or containernet backend."""
+    """An emulated network whose nodes a backend makes (backends.get(name)(run_id, log_dir))."""
 
-    def __init__(self, topology: Topology, run_id: str, backend: str, shaper: str, seed: int = 1,
-                 progress: Progress = lambda _m: None, images: dict[str, str] | None = None,
-                 log_dir=None):
+    def __init__(self, topology: Topology, run_id: str, backend: Backend, shaper: str, seed: int = 1,
+                 progress: Progress = lambda _m: None, log_dir=None):
         self.topology = topology
         self.run_id = run_id
         self.backend = backend
         self.shaper_kind = shaper
         self.seed = seed
         self.progress = progress
-        self.images = images or {}
         self.log_dir = log_dir
         self.env = {**os.environ, runstate.ENV_TAG: run_id}
         self.net = None
@@ -92,7 +90,7 @@ class Network:
 
         # Everything Mininet spawns (node shells, relays) inherits the run tag: `testbed clean` finds it.
         os.environ[runstate.ENV_TAG] = self.run_id
-        self.net = self._make_net()
+        self.net = self.backend.make_net()
         topo = self.topology
         clash = RESERVED_NAMES & (set(topo.nodes) | set(topo.sites))
         if clash:
@@ -110,7 +108,7 @@ class Network:
             self._add_site_link(index, link)
         total = len(topo.nodes)
         for count, node in enumerate(topo.nodes.values(), start=1):
-            host = self._add_host(node.name, node.role)
+            host = self.backend.add_host(self.net, node.name, node.role)
             self.nodes[node.name] = host
             self._configure_host(host, node.ip, count)
             shaped = self._new_link(host, HOST_INTF, self.sites[node.site], f"a-{node.name}", node.access)
@@ -125,25 +123,6 @@ class Network:
         runstate.update(self.run_id, nodes={name: node.pid for name, node in self.nodes.items()},
                         ips={name: self.ip_of(name) for name in self.nodes},
                         roles={name: node.role for name, node in self.topology.nodes.items()})
-
-    def _make_net(self):
-        if self.backend == "containernet":
-            from mininet.net import Containernet
-
-            return Containernet(build=False, controller=None, autoSetMacs=False, autoStaticArp=False)
-        from mininet.net import Mininet
-
-        return Mininet(build=False, controller=None, autoSetMacs=False, autoStaticArp=False)
-
-    def _add_host(self, name: str, role: str):
-        if self.backend == "containernet":
-            from testbed.emulation import containernet_backend
-
-            run_dir = Path(self.log_dir).parent if self.log_dir else None
-            return containernet_backend.add_docker_host(self.net, name, role, self.run_id, self.images, run_dir)
-        from mininet.node import Host
-
-        return self.net.addHost(name, cls=Host, inNamespace=True, ip=None)
 
     def _new_link(self, near_node, near_intf, far_node, far_intf, shaping) -> ShapedLink:
         self._link_counter += 1
@@ -240,34 +219,13 @@ class Network:
     @property
     def python(self) -> str:
         """The Python that runs the project inside nodes: the harness's own, or the image's venv."""
-        if self.backend == "containernet":
-            from testbed.emulation.containernet_backend import IMAGE_PYTHON
-
-            return IMAGE_PYTHON
-        return sys.executable
+        return self.backend.python
 
     def popen(self, node: str, argv: list[str], **kwargs) -> subprocess.Popen:
-        """Start a process inside a node (tagged with the run id for cleanup). On Containernet the
-        returned Popen's terminate/kill reach the process inside the container."""
+        """Start a process inside a node (tagged with the run id for cleanup); the returned Popen's
+        terminate/kill reach the process in the node on every backend."""
         kwargs.setdefault("env", self.env)
-        if self.backend != "containernet":
-            return self.nodes[node].popen(argv, **kwargs)
-        from testbed.emulation.containernet_backend import exec_argv, signal_inside
-
-        # Not Containernet's Docker.popen: its `docker exec -t` merges stderr into stdout through a
-        # TTY, and callers read their process's first stdout line. Same defaults as Mininet's popen.
-        kwargs.setdefault("stdout", subprocess.PIPE)
-        kwargs.setdefault("stderr", subprocess.PIPE)
-        process = subprocess.Popen(exec_argv(self.nodes[node], argv), **kwargs)
-        plain = process.send_signal
-        node_pid, args = self.nodes[node].pid, [str(a) for a in argv]
-
-        def send_signal(sig: int) -> None:
-            if process.poll() is None and not signal_inside(node_pid, args, sig):
-                plain(sig)
-
-        process.send_signal = send_signal
-        return process
+        return self.backend.popen(self.nodes[node], argv, **kwargs)
 
     def crash(self, node: str) -> list[str]:
         """The node fails for good: SIGKILL every process in it (whichever backend started them, also

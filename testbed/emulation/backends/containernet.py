@@ -1,33 +1,106 @@
-"""Containernet specifics: nodes as Docker containers built from images/<role>/Dockerfile.
+"""Containernet: every node is a Docker container built from images/<role>/Dockerfile.
 
 Containernet names containers `mn.<node>`, which would collide between two runs at once, and its
-labels are fixed; the subclass below names them `tb<run-id>.<node>` and puts the run tag in the
+labels are fixed; the host class below names them `tb<run-id>.<node>` and puts the run tag in the
 container's environment, so `testbed clean` finds them by name and every process inside carries
-the tag like a Mininet node's.
+the tag like a Mininet node's. Processes start through `docker exec` in the project's source,
+mounted read-only, with the image's venv (IMAGE_PYTHON).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from functools import cache
 from pathlib import Path
 
-from testbed.emulation import runstate
+from testbed.emulation import installed, runstate
+from testbed.emulation.backends.base import Backend, Check
+from testbed.emulation.images import ROLES, image_name
 
-# The same settings as NODE_SYSCTLS for namespace hosts; Docker applies them at creation.
+# The same settings as network.NODE_SYSCTLS for namespace hosts; Docker applies them at creation.
 DOCKER_SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1",
                   "net.ipv4.tcp_rmem": "4096 131072 33554432", "net.ipv4.tcp_wmem": "4096 65536 33554432"}
 ROLE_IMAGES = {"cloud": "cloud", "broker": "broker", "nc-proxy": "nc-proxy"}
-IMAGE_PYTHON = "/opt/venv/bin/python"  # the project's venv in images/project
-PROJECT_SOURCE = Path(__file__).resolve().parents[2]  # the repository root (holds testbed/)
-SOURCE_MOUNT = "/opt/testbed-live"
 DEFAULT_IMAGE_ROLE = "client"
+IMAGE_PYTHON = "/opt/venv/bin/python"  # the project's venv in images/project
+PROJECT_SOURCE = installed.PROJECT_ROOT  # the repository root (holds testbed/)
+SOURCE_MOUNT = "/opt/testbed-live"
+START_ENGINE = ".venv/bin/python -c 'from testbed.emulation.docker_engine import start_engine; start_engine()'"
+
+
+class ContainernetBackend(Backend):
+    name = "containernet"
+    node_kind = "Docker containers"
+    needs_containernet_venv = True  # it ships its own fork of the `mininet` package
+
+    @classmethod
+    def available(cls) -> tuple[bool, str]:
+        ok, why = installed.containernet_importable()
+        if not ok:
+            return False, why
+        if not installed.docker_engine_running():
+            return False, "no Docker engine answers (start dockerd)"
+        return True, "Containernet imports and a Docker engine answers"
+
+    @classmethod
+    def checks(cls) -> list[Check]:
+        """Containernet itself, then what it needs besides, each with its fix."""
+        from testbed.emulation import docker_engine
+
+        engine = installed.docker_engine_running()
+        brctl = bool(shutil.which("brctl"))
+        checks = [
+            ("Containernet", installed.containernet_importable()),
+            ("Docker engine", (engine, "docker info answers" if engine else
+                               f"no Docker engine answers (apt-get install docker.io; start it: {START_ENGINE})")),
+            ("brctl (bridge-utils)", (brctl, "brctl found" if brctl else
+                                      "brctl not found: Containernet's LinuxBridge needs it (apt-get install bridge-utils)")),
+            ("Docker bridged frames", docker_engine.bridged_traffic_state()),
+        ]
+        if engine:
+            problems = image_problems(set(ROLES))
+            checks.append(("Docker images", (not problems, "; ".join(problems) or "role images built from this checkout")))
+        return checks
+
+    def preflight(self, topology) -> list[str]:
+        return image_problems({node.role for node in topology.nodes.values()}, self.images)
+
+    def net_class(self) -> type:
+        from mininet.net import Containernet
+
+        return Containernet
+
+    def add_host(self, net, name: str, role: str):
+        run_dir = Path(self.log_dir).parent if self.log_dir else None
+        return add_docker_host(net, name, role, self.run_id, self.images, run_dir)
+
+    @property
+    def python(self) -> str:
+        return IMAGE_PYTHON
+
+    def popen(self, host, argv: list, **kwargs) -> subprocess.Popen:
+        # Not Containernet's Docker.popen: its `docker exec -t` merges stderr into stdout through a
+        # TTY, and callers read their process's first stdout line. Same defaults as Mininet's popen.
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        process = subprocess.Popen(exec_argv(host, argv), **kwargs)
+        plain = process.send_signal
+        node_pid, args = host.pid, [str(a) for a in argv]
+
+        def send_signal(sig: int) -> None:
+            if process.poll() is None and not signal_inside(node_pid, args, sig):
+                plain(sig)
+
+        process.send_signal = send_signal
+        return process
 
 
 def image_for(role: str, images: dict[str, str] | None = None) -> str:
     images = images or {}
     image_role = ROLE_IMAGES.get(role, DEFAULT_IMAGE_ROLE)
-    return images.get(image_role, f"testbed/{image_role}:latest")
+    return images.get(image_role, image_name(image_role))
 
 
 def _docker_class():
@@ -111,8 +184,6 @@ def signal_inside(node_pid: int, argv: list[str], sig: int) -> bool:
     """Send `sig` to the process running `argv` inside a container. `docker exec` does not forward
     signals, so terminating the exec client would leave the process running (and a workload would
     never print its summary). False when no such process runs."""
-    import os
-
     from testbed.emulation.netns import pids_in
 
     wanted = "\0".join(argv)
@@ -130,8 +201,6 @@ def signal_inside(node_pid: int, argv: list[str], sig: int) -> bool:
 def image_problems(roles: set[str], images: dict[str, str] | None = None) -> list[str]:
     """What is wrong with the images the topology needs: missing, or built from other requirements
     than this checkout's (`make images` fixes both)."""
-    import subprocess
-
     from testbed.emulation.images import REQUIREMENTS_LABEL, requirements_digest
 
     want = requirements_digest()

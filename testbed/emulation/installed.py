@@ -1,0 +1,158 @@
+"""What this machine has for the backends: Mininet, Containernet (here or in a venv of its own), a
+Docker engine. Plain probes, each saying what it found and why; the backends' `available()` and
+`checks()` (backends/) and the re-run under the Containernet venv (choose.py) are built on them.
+
+Containernet ships its own fork of the `mininet` package, so it lives in a venv of its own
+(docs/containernet.md) and the project's `.venv` cannot import it. `find_containernet()` finds that
+venv's interpreter and checks it can run the project; choose.reexec_argv() re-runs `testbed` there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+CONTAINERNET_PYTHON_ENV = "TESTBED_CONTAINERNET_PYTHON"
+DEFAULT_CONTAINERNET_PYTHON = "/opt/cn-venv/bin/python"  # where docs/containernet.md installs it
+REEXECUTED_ENV = "TESTBED_REEXECUTED"  # set in the re-run process, so it never re-runs itself again
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+REQUIREMENTS = PROJECT_ROOT / "requirements.txt"
+CONSTRAINTS = PROJECT_ROOT / "images" / "containernet-constraints.txt"
+
+
+def pins(path: Path) -> dict[str, str]:
+    """`name==version` lines of a requirements or constraints file (comments and blanks skipped)."""
+    found = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if "==" in line:
+            name, version = line.split("==", 1)
+            found[name.strip().lower()] = version.strip()
+    return found
+
+
+# Run with the candidate interpreter: does Containernet import, and which pinned distributions are
+# absent or at another version. Prints one JSON object.
+_INSPECT = r"""
+import json, sys
+from importlib.metadata import PackageNotFoundError, version
+out = {"error": "", "missing": [], "other": []}
+try:
+    from mininet.net import Containernet
+    from mininet.node import Docker
+except Exception as error:
+    out["error"] = f"{type(error).__name__}: {error}"
+for name, pin in json.loads(sys.argv[1]).items():
+    try:
+        have = version(name)
+    except PackageNotFoundError:
+        out["missing"].append(name)
+        continue
+    if have != pin:
+        out["other"].append(f"{name} {have} (pinned {pin})")
+print(json.dumps(out))
+"""
+
+
+@dataclass(frozen=True)
+class Install:
+    """A Containernet installation outside this venv, as found and checked."""
+
+    python: str  # "" when none was found
+    source: str  # where the path came from
+    error: str = ""  # why it cannot run the project ("" when it can)
+    missing: tuple[str, ...] = ()  # the project's pinned distributions absent there
+    other_versions: tuple[str, ...] = ()  # present at another version than pinned (a warning)
+
+    @property
+    def usable(self) -> bool:
+        return bool(self.python) and not self.error and not self.missing
+
+    @property
+    def fix(self) -> str:
+        pip = str(Path(self.python).parent / "pip") if self.python else "/opt/cn-venv/bin/pip"
+        return f"{pip} install -r {REQUIREMENTS} -c {CONSTRAINTS}"
+
+    def describe(self) -> str:
+        if not self.python:
+            return self.source
+        where = f"{self.python} ({self.source})"
+        if self.error:
+            return f"{where}: {self.error}"
+        if self.missing:
+            return f"{where} has Containernet but not the project's requirements {', '.join(self.missing)}; fix: {self.fix}"
+        text = f"{where} has Containernet and the project's requirements"
+        if self.other_versions:
+            text += f" (other versions: {', '.join(self.other_versions)}; to match: {self.fix})"
+        return text
+
+
+@cache
+def find_containernet() -> Install:
+    """The interpreter of a Containernet venv: $TESTBED_CONTAINERNET_PYTHON, else the documented
+    /opt/cn-venv/bin/python if it exists; checked by running it (imports and pinned versions)."""
+    python = os.environ.get(CONTAINERNET_PYTHON_ENV, "")
+    source = f"${CONTAINERNET_PYTHON_ENV}"
+    if not python:
+        if not Path(DEFAULT_CONTAINERNET_PYTHON).exists():
+            return Install("", f"no Containernet venv: {CONTAINERNET_PYTHON_ENV} is unset and "
+                               f"{DEFAULT_CONTAINERNET_PYTHON} does not exist (install: docs/containernet.md)")
+        python, source = DEFAULT_CONTAINERNET_PYTHON, "the documented location"
+    if not (Path(python).is_file() and os.access(python, os.X_OK)):
+        return Install(python, source, error="not an executable file (install: docs/containernet.md)")
+    wanted = {**pins(REQUIREMENTS), **pins(CONSTRAINTS)}
+    try:
+        out = subprocess.run([python, "-c", _INSPECT, json.dumps(wanted)], capture_output=True, text=True,
+                             timeout=60, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+        found = json.loads(out.stdout)
+    except (OSError, subprocess.TimeoutExpired, ValueError) as error:
+        return Install(python, source, error=f"cannot run it: {error}")
+    if found["error"]:
+        return Install(python, source, error=f"Containernet does not import ({found['error']}; "
+                                             "install: docs/containernet.md)")
+    return Install(python, source, missing=tuple(found["missing"]), other_versions=tuple(found["other"]))
+
+
+def containernet_importable_here() -> tuple[bool, str]:
+    try:
+        from mininet.net import Containernet  # noqa: F401
+        from mininet.node import Docker  # noqa: F401
+    except ImportError as error:
+        return False, f"Containernet is not importable ({error})"
+    return True, f"Containernet imports in {sys.executable}"
+
+
+def containernet_importable() -> tuple[bool, str]:
+    """Containernet in this interpreter; when not, what the Containernet venv check found."""
+    ok, why = containernet_importable_here()
+    if ok:
+        rerun = os.environ.get(REEXECUTED_ENV)
+        return True, why + (f" (testbed re-ran itself here from {rerun})" if rerun else "")
+    install = find_containernet()
+    if install.usable:
+        return False, (f"Containernet is not importable in {sys.executable}; {install.describe()}: "
+                       "the `testbed` command re-runs itself there (run, probe, doctor)")
+    return False, f"Containernet is not importable in {sys.executable}; {install.describe()}"
+
+
+def mininet_importable() -> tuple[bool, str]:
+    try:
+        import mininet.net  # noqa: F401
+    except ImportError as error:
+        return False, f"Mininet is not importable ({error}); apt-get install mininet"
+    if not shutil.which("mnexec"):
+        return False, "mnexec is missing; apt-get install mininet"
+    return True, "Mininet imports and mnexec is installed"
+
+
+def docker_engine_running() -> bool:
+    """`docker info` answers (a loaded engine can take seconds: 10 s allowed)."""
+    from testbed.emulation.docker_engine import engine_running
+
+    return engine_running(timeout_s=10.0)
