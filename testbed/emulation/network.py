@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from testbed.emulation import runstate
-from testbed.emulation.backends import Backend
+from testbed.emulation.backends.base import Backend
 from testbed.emulation.shaping import SHAPERS, ShapedLink, ShaperError
 from testbed.topology import GATEWAY_IP, GATEWAY_MAC, Topology
 
