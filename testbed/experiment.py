@@ -23,7 +23,6 @@ from testbed.emulation.network import EmulationError, Network
 from testbed.monitor import HealthMonitor
 from testbed.scenario.model import Scenario
 
-MISSING_WORKLOADS: dict[str, str] = {}
 SNAPSHOT_PERIOD_S = 30.0
 
 
@@ -150,28 +149,7 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
                     session.say("interactive: the Mininet CLI on the running network (mobility paused); exit to tear down")
                     CLI(session.network.net)
                 else:
-                    from testbed.roles.workload import PubSubWorkload
-                    from testbed.roles.coordinates import Roles
-
-                    roles = Roles(session.network, session.topology, scenario, out / "logs", say=session.say)
-                    workload = None
-                    monitor = HealthMonitor(session.run_id, session.network.shaper, out / "logs", out / "health.jsonl")
-                    try:
-                        roles.start()
-                        if PubSubWorkload.supported(scenario):
-                            workload = PubSubWorkload(session.network, session.topology, scenario, out,
-                                                      session.run_id, say=session.say)
-                            workload.start_system()
-                        code = _drive(session, roles, events, workload, monitor)
-                    finally:
-                        monitor.stop()
-                        if workload is not None:
-                            workload.stop()
-                        meta["harness"] = monitor.finish()
-                        if workload is not None:
-                            _finish_workload(session, workload, events, out, meta)
-                        session.say(health.describe(meta["harness"]))
-                        roles.stop()
+                    code = _run_roles(session, scenario, out, events, meta)
         except Interrupted as why:
             session.say(f"interrupted by {why}: network torn down, results so far kept in {out}")
             meta["interrupted"] = str(why)
@@ -182,49 +160,56 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
     meta.update(finished=time.time(), complete=code == 0, handovers_planned=len(session.handovers))
     (out / "run.json").write_text(json.dumps(meta, indent=2))
     session.say(f"results in {out}")
-    missing = MISSING_WORKLOADS.get(scenario.workload.kind)
-    if code == 0 and missing:
-        session.say(f"not built yet: {missing}. This run emulated the network, its coordinates (Serf, NC proxies), "
-                    "and the mobility only.")
-        return 1
     return code
 
 
-def _finish_workload(session: Session, workload, events, out: Path, meta: dict) -> None:
-    """Merge the system's events into the run's, write the summary and print the end screen."""
-    from testbed.roles.workload import summarize
+def _run_roles(session: Session, scenario: Scenario, out: Path, events, meta: dict) -> int:
+    """Start the run's roles, drive the timeline, stop them in reverse, then merge their events
+    and summaries (even after an error: what was recorded is kept)."""
+    from testbed import roles as roles_mod
 
-    merged = workload.events()
+    run = roles_mod.RunContext(session.network, session.topology, scenario, out, session.run_id, say=session.say)
+    roles: list = []
+    monitor = HealthMonitor(session.run_id, session.network.shaper, out / "logs", out / "health.jsonl")
+    try:
+        for role in roles_mod.for_run(run):
+            roles.append(role)
+            role.start()
+        return _drive(session, roles, events, monitor)
+    finally:
+        monitor.stop()
+        _stop(session, roles)
+        meta["harness"] = monitor.finish()
+        _finish(session, roles, events, out, meta)
+        session.say(health.describe(meta["harness"]))
+
+
+def _stop(session: Session, roles: list) -> None:
+    """Stop every role, the last started first; one that fails to stop does not keep the others up."""
+    for role in reversed(roles):
+        try:
+            role.stop()
+        except Exception as error:  # noqa: BLE001 - reported, and the network teardown follows anyway
+            session.say(f"stopping {role.name} failed: {error!r}")
+
+
+def _finish(session: Session, roles: list, events, out: Path, meta: dict) -> None:
+    """Merge the roles' events into the run's, write the summary and print the end screen."""
+    merged = sorted((event for role in roles for event in role.events()), key=lambda e: e.get("time", 0))
     for event in merged:
         _write_event(events, **event)
-    thresholds = {t.name: t.threshold for t in session.scenario.workload.topics}
-    summary = summarize(out / "traces", thresholds, merged, getattr(workload, "summaries", []))
-    expected = sum(s.get("expected", 0) for s in getattr(workload, "summaries", []))
-    summary["expected_deliveries"] = expected
+    summary = {}
+    for role in roles:
+        summary.update(role.summary(merged))
+    if not summary:
+        return
     summary["harness"] = meta.get("harness")
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     meta["summary"] = summary
-    if session.console is None:
-        return
-    from rich.table import Table
-
-    table = Table("topic class", "messages", "p50 ms", "p95 ms", "max ms", "threshold ms", "violation ratio",
-                  title=f"{session.scenario.name} ({session.run_id}): end-to-end latency")
-    for name, c in summary["classes"].items():
-        table.add_row(name, str(c["messages"]), f"{c['p50_ms']:.1f}", f"{c['p95_ms']:.1f}", f"{c['max_ms']:.1f}",
-                      f"{c['threshold_ms']:.0f}" if c["threshold_ms"] else "-",
-                      f"{100 * c['violation_ratio']:.2f} %" if c["violation_ratio"] is not None else "-")
-    session.console.print(table)
-    lost = max(0, expected - summary["delivered"])
-    if "failover" in summary:
-        f = summary["failover"]
-        session.console.print(
-            f"failover: killed {', '.join(f['brokers_killed'])}; {f['topics_replaced']} topics re-placed; "
-            f"{f['clients_recovered']} of {f['clients_lost_broker']} clients back on a broker, downtime "
-            + (f"p50 {f['downtime_p50_s']:.2f} s, max {f['downtime_max_s']:.2f} s" if f["downtime_max_s"] else "-"))
-    session.console.print(f"migrations {summary['migrations']} (failed {summary['migrations_failed']}), violations "
-                          f"detected {summary['violations_detected']}, deliveries {summary['delivered']} of "
-                          f"{expected} expected ({lost} not delivered, including those in flight at the stop)")
+    if session.console is not None:
+        for role in roles:
+            for line in role.end_screen(summary):
+                session.console.print(line)
 
 
 def _health_note(monitor: HealthMonitor | None) -> str:
@@ -237,19 +222,26 @@ def _health_note(monitor: HealthMonitor | None) -> str:
     return f", harness SATURATED ({', '.join(row['causes'])})"
 
 
-def _settle(session: Session, roles, events) -> None:
+def _coordinates(roles: list):
+    from testbed.roles.coordinates import Coordinates
+
+    return next((role for role in roles if isinstance(role, Coordinates) and role.agents), None)
+
+
+def _settle(session: Session, roles: list, events) -> None:
     """Let the coordinates converge for `control.settle`, recording snapshots (marked unconverged)."""
     settle = session.scenario.control.settle
-    if not roles.agents or settle <= 0:
+    coordinates = _coordinates(roles)
+    if coordinates is None or settle <= 0:
         return
     started = time.monotonic()
     session.say(f"settle: {settle:g}s for the network coordinates to converge")
     while True:
         elapsed = time.monotonic() - started
-        snap = roles.snapshot()
+        snap = coordinates.snapshot()
         snap["phase"] = "settle"
         _write_event(events, **snap)
-        for event in roles.supervise():
+        for event in coordinates.supervise():
             _write_event(events, **event)
         error = snap["median_error_ms"]
         session.say(f"settle: {elapsed:4.0f}s of {settle:g}s, {snap['agents']}/{snap['expected']} agents, "
@@ -259,12 +251,13 @@ def _settle(session: Session, roles, events) -> None:
         time.sleep(min(5.0, max(0.5, settle - elapsed)))
 
 
-def _drive(session: Session, roles, events, workload=None, monitor: HealthMonitor | None = None) -> int:
+def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None = None) -> int:
     """Follow the mobility timeline for the scenario's duration; check every handover happened."""
     network, duration = session.network, session.scenario.duration
     _settle(session, roles, events)
-    if workload is not None:
-        workload.start_clients()
+    for role in roles:
+        role.begin()
+    coordinates = _coordinates(roles)
     start, t0 = time.monotonic(), time.time()
     if monitor is not None:
         monitor.start(t0)
@@ -274,7 +267,6 @@ def _drive(session: Session, roles, events, workload=None, monitor: HealthMonito
     faults = sorted(session.scenario.faults, key=lambda f: f.at)
     done = 0
     next_report = 0.0
-    progress = workload.progress if workload is not None else None
     while True:
         elapsed = time.monotonic() - start
         if elapsed >= duration:
@@ -288,25 +280,23 @@ def _drive(session: Session, roles, events, workload=None, monitor: HealthMonito
                          call_s=round(event.duration_s, 4))
         while faults and faults[0].at <= elapsed:
             fault = faults.pop(0)
-            workload.kill_broker(fault.kill, planned_at_s=fault.at)
-            roles.kill(fault.kill)
+            for role in roles:
+                for event in role.kill(fault.kill):
+                    event["planned_at_s"] = fault.at
             session.say(f"fault: broker {fault.kill} killed for good at {elapsed:.1f}s")
         for problem in network.check():
             _write_event(events, type="data_path_problem", time=time.time(), detail=problem)
             session.say(f"problem: {problem}")
-        for event in roles.supervise() + (workload.supervise() if workload is not None else []):
+        for event in [event for role in roles for event in role.supervise()]:
             _write_event(events, **event)
             session.say(f"restarted: {event}")
-        if elapsed >= next_snapshot and roles.agents:
-            snap = roles.snapshot()
+        if elapsed >= next_snapshot and coordinates is not None:
+            snap = coordinates.snapshot()
             snap["phase"] = "run"
             _write_event(events, **snap)
             next_snapshot += SNAPSHOT_PERIOD_S
         if elapsed >= next_report:
-            traffic = ""
-            if progress is not None:
-                rate, migrations = progress()
-                traffic = f", {rate:,.0f} deliveries/s, migrations {migrations}"
+            traffic = "".join(f", {words}" for words in reversed([role.progress() for role in roles]) if words)
             session.say(f"running: {elapsed:5.0f}s of {duration:g}s, {duration - elapsed:4.0f}s left, "
                         f"handovers {done}/{len(session.handovers)}{traffic}{_health_note(monitor)}")
             next_report += 10
@@ -315,8 +305,6 @@ def _drive(session: Session, roles, events, workload=None, monitor: HealthMonito
     if monitor is not None:
         monitor.stop()
     _write_event(events, type="run_end", time=time.time(), handovers_done=done, handovers_planned=len(session.handovers))
-    for answer in roles.nc_answers():
-        _write_event(events, **answer)
     if done != len(session.handovers):
         session.say(f"only {done} of {len(session.handovers)} planned handovers happened")
         return 1

@@ -18,7 +18,8 @@ from testbed.emulation import choose
 from testbed.experiment import Session
 from testbed.nc import proxy as nc_proxy
 from testbed.nc.agents import SerfAgents
-from testbed.roles.coordinates import Roles
+from testbed.roles import RunContext
+from testbed.roles.coordinates import Coordinates
 from testbed.scenario.loader import parse_text
 
 pytestmark = [
@@ -118,7 +119,8 @@ def test_dead_agent_is_restarted_and_reported(tmp_path):
 def test_proxy_answer_follows_the_zone_and_adds_access_latency(tmp_path):
     scenario = parse_text(ZONES)
     with Session(scenario) as session:
-        roles = Roles(session.network, session.topology, scenario, tmp_path)
+        (tmp_path / "logs").mkdir()
+        roles = Coordinates(RunContext(session.network, session.topology, scenario, tmp_path, session.run_id))
         roles.start()
         try:
             def ask() -> dict:

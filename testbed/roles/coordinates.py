@@ -1,8 +1,7 @@
-"""What runs in each node, started and supervised for a run.
-
-Built so far: Serf agents in every broker, cloud node, static client and NC proxy; the NC proxy
-service in one proxy per site (the one on the site's anycast NC address); in every mobile client
-the coordinate loop that asks its zone's proxy every `nc_report_period`.
+"""The network-coordinate role (paper section 4): Serf agents in every broker, cloud node, static
+client and NC proxy; the NC proxy service in one proxy per site (the one on the site's anycast NC
+address); in every mobile client the coordinate loop that asks its zone's proxy every
+`nc_report_period`.
 """
 
 from __future__ import annotations
@@ -10,25 +9,25 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from pathlib import Path
 
 from testbed.nc import snapshots
 from testbed.nc.agents import SerfAgents, agent_nodes
 from testbed.nc.proxy import NC_ANYCAST_IP
 from testbed.emulation.shaping import _read_line
+from testbed.roles.base import Role, RunContext
 
 
 class RoleError(RuntimeError):
     """A role process could not start."""
 
 
-class Roles:
-    def __init__(self, network, topology, scenario, log_dir: Path, say=lambda _m: None):
-        self.network = network
-        self.topology = topology
-        self.scenario = scenario
-        self.log_dir = Path(log_dir)
-        self.say = say
+class Coordinates(Role):
+    name = "coordinates"
+
+    def __init__(self, run: RunContext, others: list[Role] = ()):
+        super().__init__(run, list(others))
+        self.network, self.topology, self.scenario = run.network, run.topology, run.scenario
+        self.log_dir, self.say = run.logs, run.say
         self.agents: SerfAgents | None = None
         self.proxies: dict[str, subprocess.Popen] = {}
         self.reporters: dict[str, subprocess.Popen] = {}
@@ -90,9 +89,14 @@ class Roles:
                                    "exit_code": process.returncode})
         return events
 
-    def kill(self, node: str) -> bool:
+    def kill(self, node: str) -> list[dict]:
         """The node crashed for good (a scenario fault): its Serf agent goes with it."""
-        return bool(self.agents and self.agents.kill(node))
+        if self.agents:
+            self.agents.kill(node)
+        return []
+
+    def events(self) -> list[dict]:
+        return self.nc_answers()
 
     def nc_answers(self) -> list[dict]:
         """Every mobile client's proxy answers so far."""
@@ -108,6 +112,9 @@ class Roles:
         return answers
 
     def stop(self) -> None:
+        if getattr(self, "_stopped", False):
+            return
+        self._stopped = True
         for process in list(self.reporters.values()) + list(self.proxies.values()):
             if process.poll() is None:
                 process.terminate()

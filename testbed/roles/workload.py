@@ -1,5 +1,6 @@
-"""The pub/sub part of a run: the system under test plus the scenario's workload processes, and the
-end-of-run summary (p50/p95/max latency per topic class, violation ratio, migrations, losses).
+"""The pub/sub roles of a run: the system under test (ZooKeeper, brokers with their agents, the
+topic manager) and the scenario's workload processes, plus the end-of-run summary (p50/p95/max
+latency per topic class, violation ratio, migrations, losses).
 """
 
 from __future__ import annotations
@@ -10,44 +11,95 @@ import subprocess
 import time
 from pathlib import Path
 
+from testbed.roles.base import Role, RunContext
 from testbed.roles.pubsub import ManagerOptions, PubSubSystem, wait_ready
 
 SUPPORTED = {"uav-swarm", "mmog"}
 
 
-class PubSubWorkload:
-    def __init__(self, network, topology, scenario, out: Path, run_id: str, say=lambda _m: None):
-        self.network, self.topology, self.scenario = network, topology, scenario
-        self.out, self.run_id, self.say = Path(out), run_id, say
-        control = scenario.control
-        thresholds = {t.threshold for t in scenario.workload.topics}
+class PubSubRole(Role):
+    """ePulsar on NATS (paper sections 3-4): ZooKeeper, a broker and its agent per broker node, the
+    topic manager; a scenario fault kills a broker node for good."""
+
+    name = "pubsub"
+
+    @classmethod
+    def wanted(cls, scenario) -> bool:
+        return scenario.workload.kind in SUPPORTED
+
+    def __init__(self, run: RunContext, others: list[Role] = ()):
+        super().__init__(run, list(others))
+        control = run.scenario.control
+        thresholds = {t.threshold for t in run.scenario.workload.topics}
         self.system = PubSubSystem(
-            network, topology, self.out / "logs",
+            run.network, run.topology, run.logs,
             ManagerOptions(policy=control.policy, workflow=control.migration.workflow,
                            executors=control.migration.executors, period=control.monitoring_period,
                            threshold=min(thresholds),
                            overload=(control.overload.cpu, control.overload.memory, control.overload.network,
                                      control.overload.output_rate)),
             monitoring_period=control.monitoring_period, nc_period=control.nc_report_period)
-        self.processes: dict[str, subprocess.Popen] = {}
         self.faults: list[dict] = []
+        self._migrations = LineCounter(run.logs, "manager.jsonl", b'"migration_end"')
+
+    def start(self) -> None:
+        self.system.start(say=self.run.say)
+
+    def kill(self, node: str) -> list[dict]:
+        if node not in self.system.brokers:
+            return []
+        self.faults.append(self.system.kill(node))
+        return [self.faults[-1]]
+
+    def supervise(self) -> list[dict]:
+        return self.system.supervise()
+
+    def progress(self) -> str:
+        return f"migrations {self._migrations.count()}"
+
+    def stop(self) -> None:
+        self.system.stop()
+
+    def events(self) -> list[dict]:
+        """Manager decisions and migrations, broker events, and the faults."""
+        found = list(self.system.manager_events()) + self.faults
+        for path in sorted(self.run.logs.glob("broker-*.events.jsonl")):
+            found.extend(json_lines(path))
+        return found
+
+
+class PubSubWorkload(Role):
+    """The scenario's clients: one process per swarm (uav-swarm) or game server (mmog), publishing
+    and subscribing through the pub/sub role's lookup service."""
+
+    name = "workload"
+
+    @classmethod
+    def wanted(cls, scenario) -> bool:
+        return scenario.workload.kind in SUPPORTED
+
+    def __init__(self, run: RunContext, others: list[Role] = ()):
+        super().__init__(run, list(others))
+        self.network, self.topology, self.scenario = run.network, run.topology, run.scenario
+        self.out, self.run_id, self.say = Path(run.out), run.run_id, run.say
+        self.processes: dict[str, subprocess.Popen] = {}
+        self.summaries: list[dict] = []
         self._deliveries = LineCounter(self.out / "traces", "*.jsonl")
-        self._manager_lines = LineCounter(self.out / "logs", "manager.jsonl", b'"migration_end"')
         self._last_progress = (time.monotonic(), 0)
 
-    def progress(self) -> tuple[float, int]:
-        """Deliveries per second since the last call (trace rows written) and migrations so far."""
+    @property
+    def system(self) -> PubSubSystem:
+        return self.find(PubSubRole).system
+
+    def begin(self) -> None:
+        self.start_clients()
+
+    def progress(self) -> str:
+        """Deliveries per second since the last call (trace rows written)."""
         now, delivered = time.monotonic(), self._deliveries.count()
         then, before = self._last_progress
         self._last_progress = (now, delivered)
-        return (delivered - before) / max(1e-3, now - then), self._manager_lines.count()
-
-    @staticmethod
-    def supported(scenario) -> bool:
-        return scenario.workload.kind in SUPPORTED
-
-    def start_system(self) -> None:
-        self.system.start(say=self.say)
+        return f"{(delivered - before) / max(1e-3, now - then):,.0f} deliveries/s"
 
     def start_clients(self) -> None:
         """One workload process per swarm (uav-swarm) or game-server (mmog) node; returns when every
@@ -116,12 +168,8 @@ class PubSubWorkload:
             if wait_ready(process, 120) is None:
                 raise RuntimeError(f"workload in {name} did not attach (see logs/workload-{name}.log)")
 
-    def kill_broker(self, node: str, planned_at_s: float) -> None:
-        """A scenario fault; its event joins the run's with the system's own (see events())."""
-        self.faults.append({**self.system.kill(node), "planned_at_s": planned_at_s})
-
     def supervise(self) -> list[dict]:
-        events = self.system.supervise()
+        events = []
         for name, process in self.processes.items():
             if process.poll() is not None and process.returncode not in (0, None):
                 events.append({"type": "workload_died", "time": time.time(), "node": name,
@@ -129,31 +177,65 @@ class PubSubWorkload:
         return events
 
     def stop(self) -> None:
+        """Stop the clients; each prints its summary line (sent, received, expected) on the way out."""
         for process in self.processes.values():
             if process.poll() is None:
                 process.terminate()
-        self.summaries = []
         for process in self.processes.values():
             try:
                 out, _ = process.communicate(timeout=15)
-                for line in out.splitlines():
+                for line in (out or "").splitlines():
                     if line.startswith("{") and '"sent"' in line:
                         self.summaries.append(json.loads(line))
             except subprocess.TimeoutExpired:
                 process.kill()
-        self.system.stop()
+        self.processes = {}
 
     def events(self) -> list[dict]:
-        """Manager decisions and migrations, broker and client events, in time order."""
-        found = list(self.system.manager_events()) + self.faults
-        for path in sorted((self.out / "logs").glob("broker-*.events.jsonl")) + sorted(
-                (self.out / "logs").glob("clients-*.jsonl")):
-            for line in path.read_text().splitlines():
-                try:
-                    found.append(json.loads(line))
-                except ValueError:
-                    pass
-        return sorted(found, key=lambda e: e.get("time", 0))
+        """Client events (lookups, redirects, downtimes)."""
+        found = []
+        for path in sorted((self.out / "logs").glob("clients-*.jsonl")):
+            found.extend(json_lines(path))
+        return found
+
+    def summary(self, events: list[dict]) -> dict:
+        thresholds = {t.name: t.threshold for t in self.scenario.workload.topics}
+        summary = summarize(self.out / "traces", thresholds, events, self.summaries)
+        summary["expected_deliveries"] = sum(s.get("expected", 0) for s in self.summaries)
+        return summary
+
+    def end_screen(self, summary: dict) -> list:
+        from rich.table import Table
+
+        table = Table("topic class", "messages", "p50 ms", "p95 ms", "max ms", "threshold ms", "violation ratio",
+                      title=f"{self.scenario.name} ({self.run_id}): end-to-end latency")
+        for name, c in summary["classes"].items():
+            table.add_row(name, str(c["messages"]), f"{c['p50_ms']:.1f}", f"{c['p95_ms']:.1f}", f"{c['max_ms']:.1f}",
+                          f"{c['threshold_ms']:.0f}" if c["threshold_ms"] else "-",
+                          f"{100 * c['violation_ratio']:.2f} %" if c["violation_ratio"] is not None else "-")
+        lines = [table]
+        expected = summary["expected_deliveries"]
+        lost = max(0, expected - summary["delivered"])
+        if "failover" in summary:
+            f = summary["failover"]
+            lines.append(
+                f"failover: killed {', '.join(f['brokers_killed'])}; {f['topics_replaced']} topics re-placed; "
+                f"{f['clients_recovered']} of {f['clients_lost_broker']} clients back on a broker, downtime "
+                + (f"p50 {f['downtime_p50_s']:.2f} s, max {f['downtime_max_s']:.2f} s" if f["downtime_max_s"] else "-"))
+        lines.append(f"migrations {summary['migrations']} (failed {summary['migrations_failed']}), violations "
+                     f"detected {summary['violations_detected']}, deliveries {summary['delivered']} of "
+                     f"{expected} expected ({lost} not delivered, including those in flight at the stop)")
+        return lines
+
+
+def json_lines(path: Path) -> list[dict]:
+    found = []
+    for line in path.read_text().splitlines():
+        try:
+            found.append(json.loads(line))
+        except ValueError:
+            pass  # a line cut by an interrupted run
+    return found
 
 
 class LineCounter:
