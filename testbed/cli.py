@@ -39,16 +39,14 @@ def _fail_input(error: Exception) -> typer.Exit:
     return typer.Exit(EXIT_BAD_INPUT)
 
 
-def _load(path: Path, scale: Optional[float] = None) -> Scenario:
-    """Load and validate, including the checks that need the data (zones vs towers, site names)."""
-    from testbed.scenario.semantics import check
-
+def _load(path: Path, scale: Optional[float] = None) -> tuple[Scenario, topo_mod.Topology]:
+    """Load and validate, including the checks that need the data (zones vs towers, site names);
+    the topology those checks built comes along, so a run builds it (and its k-means) once."""
     try:
         scenario = load(path)
         if scale is not None:
             scenario = scenario.with_scale(scale)
-        check(scenario, str(path))
-        return scenario
+        return scenario, topo_mod.checked(scenario, str(path))
     except ScenarioError as error:
         raise _fail_input(error) from None
 
@@ -77,14 +75,12 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
     Example: testbed validate scenarios/*.yaml
     """
     failed = False
-    from testbed.scenario.semantics import check
-
     for path in paths:
         try:
             scenario = load(path)
             if scale is not None:
                 scenario = scenario.with_scale(scale)
-            check(scenario, str(path))
+            topo_mod.checked(scenario, str(path))
             console.print(f"{path}: ok ({scenario.name})", highlight=False)
         except ScenarioError as error:
             failed = True
@@ -127,8 +123,7 @@ def show(path: Path = typer.Argument(..., help="Scenario file."),
     """
     from testbed import mobility
 
-    scenario = _load(path, scale)
-    topology = topo_mod.build(scenario)
+    scenario, topology = _load(path, scale)
     est, verdict = _offered_load(scenario, topology, capacity)
     handovers = mobility.plan(scenario, topology)
     if as_json:
@@ -226,7 +221,7 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     """
     from testbed import experiment
 
-    scenario = _load(path, scale)
+    scenario, topology = _load(path, scale)
     if policy is not None:
         try:
             scenario = with_policy(scenario, policy)
@@ -239,7 +234,7 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
             scenario = scenario.model_copy(update={"duration": parse_duration(duration)})
         except ValueError as error:
             raise _fail_input(ValueError(f"--duration: {error}")) from None
-    est, verdict = _offered_load(scenario, topo_mod.build(scenario), capacity)
+    est, verdict = _offered_load(scenario, topology, capacity)
     for line in load_mod.lines(est, verdict):
         console.print(line, highlight=False, markup=False, soft_wrap=True, style="yellow" if verdict.beyond else None)
     if strict and verdict.beyond:
@@ -248,7 +243,7 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     try:
         # Absolute: processes in Docker hosts start in the read-only source mount, not in our cwd.
         code = experiment.run(scenario, path, backend=backend, shaper=shaper, interactive=interactive,
-                              results_root=results.resolve(), console=console)
+                              results_root=results.resolve(), console=console, topology=topology)
     except experiment.BadRunInput as error:
         raise _fail_input(error) from None
     raise typer.Exit(code)
@@ -268,9 +263,10 @@ def probe(path: Path = typer.Argument(..., help="Scenario file."),
     """
     from testbed import probe as probe_mod
 
-    scenario = _load(path)
+    scenario, topology = _load(path)
     try:
-        code = probe_mod.main(scenario, backend=backend, shaper=shaper, count=count, as_json=as_json, console=console)
+        code = probe_mod.main(scenario, backend=backend, shaper=shaper, count=count, as_json=as_json, console=console,
+                              topology=topology)
     except probe_mod.BadRunInput as error:
         raise _fail_input(error) from None
     raise typer.Exit(code)

@@ -124,12 +124,12 @@ def _write_event(handle, **event) -> None:
 
 
 def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: bool, results_root: Path,
-        console) -> int:
+        console, topology: topo_mod.Topology | None = None) -> int:
     """Run a scenario as far as the built parts go; returns the exit code."""
     import logging
 
     logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnect chatter belongs in logs, not the console
-    session = Session(scenario, backend=backend, shaper=shaper, console=console)
+    session = Session(scenario, backend=backend, shaper=shaper, console=console, topology=topology)
     out = results_root / f"{scenario.name}-{session.run_id}"
     session.log_dir = out / "logs"
     out.mkdir(parents=True, exist_ok=True)

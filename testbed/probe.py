@@ -13,6 +13,7 @@ import statistics
 from dataclasses import asdict, dataclass
 from itertools import combinations
 
+from testbed import procs
 from testbed.experiment import BadRunInput, Session
 from testbed.topology import Topology
 
@@ -33,9 +34,9 @@ class PairResult:
 
 
 def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
-    return ordered[index]
+    """Transitional (q in percent): testbed/bench/emulation.py calls it until it calls
+    `testbed.procs.percentile(values, q / 100, "nearest")`, the same rule."""
+    return procs.percentile(values, q / 100, "nearest")
 
 
 def pairs_of_interest(topology: Topology) -> list[tuple[str, str]]:
@@ -66,7 +67,7 @@ def evaluate(topology: Topology, a: str, b: str, rtts_ms: list[float], sent: int
     tolerance = max(0.5, 0.02 * configured)
     if not rtts_ms:
         return PairResult(a, b, configured, None, None, sent, 0, False, tolerance)
-    median, p99 = statistics.median(rtts_ms), percentile(rtts_ms, 99)
+    median, p99 = statistics.median(rtts_ms), procs.percentile(rtts_ms, 0.99, "nearest")
     ok = abs(median - configured) <= tolerance and p99 <= configured + 3.0 + 3 * jitter_ms
     return PairResult(a, b, configured, median, p99, sent, len(rtts_ms), ok, tolerance)
 
@@ -84,8 +85,9 @@ def measure(session: Session, pairs: list[tuple[str, str]], count: int, interval
     return results
 
 
-def main(scenario, backend: str, shaper: str, count: int, as_json: bool, console) -> int:
-    with Session(scenario, backend=backend, shaper=shaper, console=None if as_json else console) as session:
+def main(scenario, backend: str, shaper: str, count: int, as_json: bool, console, topology=None) -> int:
+    with Session(scenario, backend=backend, shaper=shaper, console=None if as_json else console,
+                 topology=topology) as session:
         topology = session.topology
         pairs = pairs_of_interest(topology)
         if not as_json:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from testbed.scenario import cities, zones
+from testbed.scenario.loader import Problem, ScenarioError, line_of
 from testbed.scenario.model import LinkParams, Scenario, scaled_count
 
 # Addresses live only inside the run's own namespaces, so every run can use the same plan.
@@ -207,3 +208,57 @@ def sites_of(scenario: Scenario) -> list[str]:
     topo = Topology(scenario.name)
     _sites(scenario.model_copy(update={"infrastructure": scenario.infrastructure.model_copy(update={"overrides": []})}), topo)
     return list(topo.sites)
+
+
+def checked(scenario: Scenario, path: str) -> Topology:
+    """Build the topology of a schema-valid scenario, checking what needs the data or the whole
+    graph (zones vs towers, site names, name clashes, faults on brokers); every problem names the
+    line of the field at fault, like schema errors. The topology is returned, so it is built once."""
+    problems: list[Problem] = []
+
+    def report(loc: tuple, message: str) -> None:
+        field = ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in loc).replace(".[", "[")
+        problems.append(Problem(path, line_of(path, loc), field, message))
+
+    infra = scenario.infrastructure
+    if infra.mec_zones:
+        available = len(zones.towers(infra.mec_zones.towers))
+        if infra.mec_zones.zones > available:
+            report(("infrastructure", "mec_zones", "zones"),
+                   f"{infra.mec_zones.zones} zones but the {infra.mec_zones.towers} data has only {available} towers")
+    if problems:
+        raise ScenarioError(problems)
+
+    sites = sites_of(scenario)
+    for i, override in enumerate(infra.overrides):
+        for name in override.between:
+            if name not in sites:
+                report(("infrastructure", "overrides", i, "between"),
+                       f"{name!r} is not a site; sites: {', '.join(sites)}")
+        if override.between[0] == override.between[1]:
+            report(("infrastructure", "overrides", i, "between"), "a link joins two different sites")
+    for i, group in enumerate(scenario.nodes.clients):
+        if group.site not in ("random", "each") and group.site not in sites:
+            report(("nodes", "clients", i, "site"), f"{group.site!r} is not a site; sites: {', '.join(sites)}")
+    if problems:
+        raise ScenarioError(problems)
+    try:
+        built = build(scenario)
+    except ValueError as error:
+        report(("nodes",), str(error))
+        raise ScenarioError(problems) from None
+    brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
+    for i, fault in enumerate(scenario.faults):
+        if fault.kill not in brokers:
+            why = ("the cloud node holds ZooKeeper and the topic manager; only edge brokers can be killed"
+                   if fault.kill in built.nodes and built.nodes[fault.kill].role == "cloud" else "not a broker node")
+            report(("faults", i, "kill"), f"{fault.kill!r}: {why}; brokers: {', '.join(brokers) or 'none'}")
+        if fault.at >= scenario.duration:
+            report(("faults", i, "at"), f"{fault.at:g}s is not within the run's duration ({scenario.duration:g}s)")
+    if scenario.faults and scenario.workload.kind == "none":
+        report(("faults",), "faults kill brokers of the pub/sub system: the scenario needs a workload")
+    if len({f.kill for f in scenario.faults}) != len(scenario.faults):
+        report(("faults",), "each broker can be killed once")
+    if problems:
+        raise ScenarioError(problems)
+    return built

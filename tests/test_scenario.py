@@ -14,7 +14,7 @@ from testbed import topology, units
 from testbed.scenario import cities, zones
 from testbed.scenario.loader import ScenarioError, load, parse_text
 from testbed.scenario.model import Scenario
-from testbed.scenario.semantics import check
+from testbed.topology import checked as check
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted(glob.glob(str(ROOT / "scenarios" / "*.yaml")))

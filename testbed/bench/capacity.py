@@ -84,11 +84,9 @@ def loaded(path: Path):
     """(scenario, topology with mobile nodes at their initial sites), validated like `testbed run`."""
     from testbed import mobility, topology
     from testbed.scenario.loader import load
-    from testbed.scenario.semantics import check
 
     scenario = load(path)
-    check(scenario, str(path))
-    topo = topology.build(scenario)
+    topo = topology.checked(scenario, str(path))
     mobility.plan(scenario, topo)
     return scenario, topo
 
