@@ -4,7 +4,8 @@ Prints a table and writes results/bench/emulation.json. Targets (issue 4): media
 max(0.5 ms, 2 %) and p99 within +3 ms for 10-200 ms over 1-3 hops; >= 40,000 pkt/s of 200-byte
 UDP with < 0.1 % loss and TCP >= 500 Mbit/s through the user-space shaper; 50 hosts on 10
 switches up and pingable in <= 30 s, down in <= 10 s, no leftovers; a moved host reaches its
-peers over the new path within 200 ms of the relink call.
+peers over the new path within 200 ms of the relink call. The networks are
+scenarios/bench/emulation-{accuracy,bringup,relink}.yaml.
 """
 
 from __future__ import annotations
@@ -23,33 +24,25 @@ from rich.table import Table
 from testbed import probe
 from testbed.emulation import runstate
 from testbed.experiment import Session
-from testbed.scenario.loader import parse_text
+from testbed.scenario.loader import load
 
 OUT = Path("results/bench/emulation.json")
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios" / "bench"
+ACCURACY, BRINGUP, MOBILE = (SCENARIOS / f"emulation-{name}.yaml" for name in ("accuracy", "bringup", "relink"))
+ACCURACY_RTT_MS = 40.0  # the configured RTT of every path in ACCURACY as written
 console = Console()
 
 
-def _accuracy_scenario(rtt_ms: float, shaper: str) -> str:
-    """One network holding the three path lengths for one configured RTT:
-    1 hop: node -> its site gateway; 2 hops: node -> node on one switch; 3 hops: across two sites."""
-    r = rtt_ms
-    return f"""
-name: bench-acc
-duration: 1m
-infrastructure:
-  mec_zones: {{zones: 2, inter_site_rtt: {r / 2}ms}}
-  cloud: {{one_way: 1ms}}
-nodes:
-  cloud_brokers: 0
-  brokers_per_site: 0
-  nc_proxies_per_site: 0
-  clients:
-    - {{name: one, role: static, count: 1, site: zone1, access: {{delay: {r / 2}ms}}}}
-    - {{name: two, role: static, count: 2, site: zone1, access: {{delay: {r / 4}ms}}}}
-    - {{name: thra, role: static, count: 1, site: zone1, access: {{delay: {r / 8}ms}}}}
-    - {{name: thrb, role: static, count: 1, site: zone2, access: {{delay: {r / 8}ms}}}}
-emulation: {{backend: mininet, shaper: {shaper}}}
-"""
+def accuracy_scenario(rtt_ms: float):
+    """ACCURACY with every path's RTT `rtt_ms`: the client access delays and the inter-site RTT scaled
+    (1 hop: node -> its site gateway; 2 hops: node -> node on one switch; 3 hops: across two sites)."""
+    base, factor = load(ACCURACY), rtt_ms / ACCURACY_RTT_MS
+    infra, nodes = base.infrastructure, base.nodes
+    zones = infra.mec_zones.model_copy(update={"inter_site_rtt": infra.mec_zones.inter_site_rtt * factor})
+    clients = [group.model_copy(update={"access": group.access.model_copy(update={"delay": group.access.delay * factor})})
+               for group in nodes.clients]
+    return base.model_copy(update={"infrastructure": infra.model_copy(update={"mec_zones": zones}),
+                                   "nodes": nodes.model_copy(update={"clients": clients})})
 
 
 def _ping(session: Session, node: str, target_ip: str, count: int) -> list[float]:
@@ -63,8 +56,7 @@ def accuracy(shaper: str, count: int = 100) -> list[dict]:
 
     rows = []
     for rtt_ms in (10, 40, 100, 200):
-        scenario = parse_text(_accuracy_scenario(rtt_ms, shaper))
-        with Session(scenario) as session:
+        with Session(accuracy_scenario(rtt_ms), shaper=shaper) as session:
             ip = session.network.ip_of
             cases = {1: ("one1", GATEWAY_IP), 2: ("two1", ip("two2")), 3: ("thra1", ip("thrb1"))}
             for node, target in cases.values():
@@ -81,25 +73,9 @@ def accuracy(shaper: str, count: int = 100) -> list[dict]:
     return rows
 
 
-BRINGUP = """
-name: bench-bringup
-duration: 1m
-infrastructure:
-  mec_zones: {zones: 10, inter_site_rtt: 10ms}
-  cloud: {one_way: 5ms}
-nodes:
-  cloud_brokers: 0
-  brokers_per_site: 1
-  nc_proxies_per_site: 1
-  clients:
-    - {name: c, role: static, count: 30, site: random}
-emulation: {backend: mininet}
-"""
-
-
 def bringup() -> dict:
     """50 hosts on 10 switches: time to up-and-pingable end to end, teardown time, leftovers."""
-    scenario = parse_text(BRINGUP)
+    scenario = load(BRINGUP)
     started = time.monotonic()
     session = Session(scenario)
     session.__enter__()
@@ -126,27 +102,12 @@ def bringup() -> dict:
             "ok": not pending and pingable <= 30 and teardown <= 10 and not leftovers}
 
 
-MOBILE = """
-name: bench-relink
-duration: 1m
-infrastructure:
-  mec_zones: {zones: 3, inter_site_rtt: 30ms}
-  cloud: {one_way: 40ms}
-  links: {access: {delay: 5ms}, local: {delay: 1ms}}
-nodes:
-  cloud_brokers: 0
-  nc_proxies_per_site: 0
-  clients:
-    - {name: uav, role: uav-swarm, count: 1, mobile: true, site: zone1}
-emulation: {backend: mininet}
-"""
-
 _REPLY = re.compile(r"^\[(\d+\.\d+)\].*icmp_seq=(\d+) .*time=([0-9.]+) ms")
 
 
 def relink(trials: int = 6) -> dict:
     """Continuous 2 ms pings from the moving host to the zone-2 broker while it moves zone1 <-> zone2."""
-    scenario = parse_text(MOBILE)
+    scenario = load(MOBILE)
     reach_ms, call_ms, settled_ok = [], [], []
     with Session(scenario) as session:
         net = session.network

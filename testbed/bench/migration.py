@@ -7,7 +7,14 @@ own events: per-topic migration time (release sent -> release complete, and from
 decision, which adds the wait for an executor) and each client's downtime (redirect or disconnect
 -> first message through the new broker).
 
-Writes results/bench/migration.json, fig7a.png, fig7b.png and prints the tables.
+The network is scenarios/bench/migration.yaml with the swept WAN latency as its cloud's one-way
+delay; the system is assembled by `PubSubSystem`, as in a run.
+
+Writes results/bench/migration.json (per configuration its medians, and every per-topic migration
+and per-client downtime) and prints the table; `analysis.bench_figures` draws fig7a.png and
+fig7b.png from it (`--figures-only` redraws them).
+
+    python -m testbed.bench.migration [--quick] [--figures-only]
 """
 
 from __future__ import annotations
@@ -27,26 +34,18 @@ from rich.table import Table
 
 from testbed.experiment import Session
 from testbed.roles.pubsub import ManagerOptions, PubSubSystem, wait_ready
-from testbed.scenario.loader import parse_text
+from testbed.scenario.loader import load
 
 OUT = Path("results/bench")
+SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "bench" / "migration.yaml"
 console = Console()
 
 
-def _scenario(wan_ms: float):
-    return parse_text(f"""
-name: bench-migration
-duration: 10m
-infrastructure:
-  mec_zones: {{zones: 2, inter_site_rtt: 2ms}}
-  cloud: {{one_way: {wan_ms}ms}}
-  links: {{access: {{delay: 1ms}}, local: {{delay: 0.5ms}}}}
-nodes:
-  nc_proxies_per_site: 0
-  clients:
-    - {{name: cl, role: static, count: 1, site: zone1}}
-emulation: {{backend: mininet}}
-""")
+def scenario_at(wan_ms: float):
+    """SCENARIO with the edge <-> topic manager one-way WAN latency set to `wan_ms`."""
+    base = load(SCENARIO)
+    cloud = base.infrastructure.cloud.model_copy(update={"one_way": wan_ms / 1e3})
+    return base.model_copy(update={"infrastructure": base.infrastructure.model_copy(update={"cloud": cloud})})
 
 
 def _events(path: Path) -> list[dict]:
@@ -61,10 +60,13 @@ def _events(path: Path) -> list[dict]:
     return out
 
 
-def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int = 2, period: float = 6.0) -> dict:
-    """One configuration: `rounds` migrations of every topic; returns the measured times."""
+def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int = 2,
+        period: float = 6.0) -> tuple[dict, list[dict], list[dict]]:
+    """One configuration: `rounds` migrations of every topic. Returns its row of medians, every
+    per-topic migration (release sent -> done, and from the round's decision) and every client's
+    downtime, each tagged with the configuration (the columns analysis.figures.fig7a/7b read)."""
     log_dir = Path(tempfile.mkdtemp(prefix="testbed-bench-mig-"))
-    with Session(_scenario(wan_ms)) as session:
+    with Session(scenario_at(wan_ms)) as session:
         system = PubSubSystem(session.network, session.topology, log_dir,
                               ManagerOptions(workflow=workflow, executors=executors, period=period, mode="pingpong",
                                              default="bzone1"),
@@ -74,8 +76,8 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
         ready = float("inf")
         try:
             rate = 20.0 if topics <= 32 else 10.0
-            argv = [sys.executable, "-m", "testbed.systems.pubsub.multiclient", "--topics", str(topics), "--lookup",
-                    system.lookup_url, "--rate", f"{rate:g}", "--events", str(log_dir / "clients.jsonl")]
+            argv = [session.network.python, "-m", "testbed.systems.pubsub.multiclient", "--topics", str(topics),
+                    "--lookup", system.lookup_url, "--rate", f"{rate:g}", "--events", str(log_dir / "clients.jsonl")]
             client = session.network.popen("cl1", argv, stdout=subprocess.PIPE, stderr=(log_dir / "mc.log").open("ab"),
                                            text=True)
             if wait_ready(client, 120) is None:
@@ -99,75 +101,41 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
     manager = system.manager_events()
     rounds_at = [e for e in manager if e["type"] == "round" and e.get("migrations") and e["time"] >= ready]
     ends = [e for e in manager if e["type"] == "migration_end" and e["time"] >= ready]
-    migration_s, completion_s = [], []
+    config = {"n_topics": topics, "wan_one_way_s": wan_ms / 1e3, "workflow": workflow, "executors": executors}
+    migrations = []
     for end in ends:
         decided = max((r["time"] for r in rounds_at if r["time"] <= end["time"]), default=None)
-        migration_s.append(end["migration_s"])
-        if decided is not None:
-            completion_s.append(end["time"] - decided)
-    downtime = [e["downtime_s"] for e in _events(log_dir / "clients.jsonl")
-                if e["type"] == "downtime" and e["start"] >= ready]
+        migrations.append({**config, "topic": end["topic"], "ok": bool(end.get("ok")),
+                           "migration_time_s": end["migration_s"],
+                           "completion_s": end["time"] - decided if decided is not None else None})
+    downtimes = [{**config, "topic": e.get("topic"), "client": e.get("client"), "reason": e.get("reason"),
+                  "downtime_s": e["downtime_s"]}
+                 for e in _events(log_dir / "clients.jsonl") if e["type"] == "downtime" and e["start"] >= ready]
+    migration_s = [m["migration_time_s"] for m in migrations]
+    completion_s = [m["completion_s"] for m in migrations if m["completion_s"] is not None]
+    downtime = [d["downtime_s"] for d in downtimes]
     failed = [e for e in ends if not e.get("ok")]
-    return {"topics": topics, "wan_ms": wan_ms, "workflow": workflow, "executors": executors,
-            "migrations": len(ends), "failed": len(failed),
-            "migration_median_s": statistics.median(migration_s) if migration_s else None,
-            "completion_median_s": statistics.median(completion_s) if completion_s else None,
-            "downtime_median_s": statistics.median(downtime) if downtime else None,
-            "downtime_p95_s": sorted(downtime)[int(0.95 * (len(downtime) - 1))] if downtime else None,
-            "downtimes": len(downtime), "log_dir": str(log_dir)}
-
-
-def figures(rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for workflow, label in (("enhanced", "ePulsar (enhanced)"), ("baseline", "Pulsar (baseline)")):
-        series = sorted((r for r in rows if r["figure"] == "7a" and r["workflow"] == workflow and r["downtime_median_s"]),
-                        key=lambda r: r["wan_ms"])
-        ax.errorbar([r["wan_ms"] for r in series], [1e3 * r["downtime_median_s"] for r in series],
-                    yerr=[[0] * len(series), [1e3 * (r["downtime_p95_s"] - r["downtime_median_s"]) for r in series]],
-                    marker="o", capsize=3, label=label)
-    first = next((r for r in rows if r["figure"] == "7a"), None)
-    ax.set_xlabel("one-way WAN latency, edge broker <-> topic manager (ms)")
-    ax.set_ylabel("client downtime (ms), median, bar to p95")
-    if first:
-        ax.set_title(f"Fig. 7a: client downtime, {first['topics']} topics migrated at once, "
-                     f"{first['executors']} executors", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(OUT / "fig7a.png", dpi=120)
-    plt.close(fig)
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    keys = sorted({(r["workflow"], r["executors"]) for r in rows if r["figure"] == "7b"})
-    for workflow, executors in keys:
-        series = sorted((r for r in rows if r["figure"] == "7b" and r["workflow"] == workflow
-                         and r["executors"] == executors and r["completion_median_s"]), key=lambda r: r["topics"])
-        label = f"ePulsar, {executors} executors" if workflow == "enhanced" else "Pulsar (sequential)"
-        ax.plot([r["topics"] for r in series], [1e3 * r["completion_median_s"] for r in series], marker="o", label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("topics migrated at once")
-    ax.set_ylabel("median per-topic migration time (ms)\nfrom the decision, incl. waiting for an executor")
-    ax.set_title("Fig. 7b: per-topic migration time (one-way WAN latency 40 ms)", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(OUT / "fig7b.png", dpi=120)
-    plt.close(fig)
+    row = {"topics": topics, "wan_ms": wan_ms, "workflow": workflow, "executors": executors,
+           "migrations": len(ends), "failed": len(failed),
+           "migration_median_s": statistics.median(migration_s) if migration_s else None,
+           "completion_median_s": statistics.median(completion_s) if completion_s else None,
+           "downtime_median_s": statistics.median(downtime) if downtime else None,
+           "downtime_p95_s": sorted(downtime)[int(0.95 * (len(downtime) - 1))] if downtime else None,
+           "downtimes": len(downtime), "log_dir": str(log_dir)}
+    return row, migrations, downtimes
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small sweep")
-    parser.add_argument("--figure-only", action="store_true", help="redraw from results/bench/migration.json")
+    parser.add_argument("--figures-only", action="store_true",
+                        help="redraw fig7a.png and fig7b.png from results/bench/migration.json")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
-    if args.figure_only:
-        figures(json.loads((OUT / "migration.json").read_text())["rows"])
+    from analysis.bench_figures import draw
+
+    if args.figures_only:
+        draw("migration", directory=OUT)
         return 0
     if os.geteuid() != 0:
         console.print("bench-migration needs root (network namespaces)")
@@ -178,17 +146,20 @@ def main(argv: list[str] | None = None) -> int:
     plan = [("7a", fig7a_topics, wan, wf, 16) for wan in wans for wf in ("enhanced", "baseline")]
     plan += [("7b", n, 40, "enhanced", e) for n in topic_counts for e in (1, 4, 16)]
     plan += [("7b", n, 40, "baseline", 1) for n in topic_counts]
-    rows = []
+    rows, migrations, downtimes = [], [], []
     for figure, topics, wan, workflow, executors in plan:
         console.print(f"Fig. {figure}: {topics} topics, WAN {wan} ms, {workflow}, {executors} executors ...")
-        row = one(topics, wan, workflow, executors)
-        row["figure"] = figure
-        rows.append(row)
+        row, moved, down = one(topics, wan, workflow, executors)
+        rows.append({**row, "figure": figure})
+        migrations += [{**m, "figure": figure} for m in moved]
+        downtimes += [{**d, "figure": figure} for d in down]
         console.print(f"  migrations {row['migrations']} (failed {row['failed']}), per-topic "
                       f"{row['migration_median_s']}, from decision {row['completion_median_s']}, "
                       f"downtime median {row['downtime_median_s']} over {row['downtimes']} clients")
-    (OUT / "migration.json").write_text(json.dumps({"time": time.time(), "rows": rows}, indent=2))
-    figures(rows)
+    data = {"time": time.time(), "scenario": str(SCENARIO.relative_to(SCENARIO.parents[2])), "rows": rows,
+            "migrations": migrations, "downtimes": downtimes}
+    (OUT / "migration.json").write_text(json.dumps(data, indent=2))
+    draw("migration", data, OUT)
     table = Table("fig", "topics", "WAN ms", "workflow", "executors", "per-topic ms", "from decision ms",
                   "downtime ms (median)", title="Topic migration overheads (paper 5.7)")
     ms = lambda v: f"{1e3 * v:.0f}" if v is not None else "-"  # noqa: E731

@@ -19,9 +19,11 @@ node's version changing, to just after the N-th next), after every client has re
 The broker has no Serf agent here, so its report carries `"coord": null` (a coordinate adds ~250 B
 per report, the same for both policies).
 
-Writes results/bench/monitoring.json and fig6.png and prints the table.
+The network is scenarios/bench/monitoring.yaml; the system is assembled by `PubSubSystem`, as in a run.
+Writes results/bench/monitoring.json and prints the table; `analysis.bench_figures.fig6` draws
+fig6.png from it (`--figures-only` redraws it).
 
-    python -m testbed.bench.monitoring [--quick] [--figure-only]
+    python -m testbed.bench.monitoring [--quick] [--figures-only]
     python -m testbed.bench.monitoring clients ...   (the client process, run inside the client node)
 """
 
@@ -41,21 +43,9 @@ import time
 from pathlib import Path
 
 OUT = Path("results/bench")
+SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "bench" / "monitoring.yaml"
 HEADER_BYTES = 66  # Ethernet 14 + IPv4 20 + TCP 20 + timestamps 12, per segment
-BROKER = "bzone1"
-SCENARIO = """
-name: bench-monitoring
-duration: 10m
-infrastructure:
-  mec_zones: {zones: 1, inter_site_rtt: 2ms}
-  cloud: {one_way: 20ms}
-  links: {access: {delay: 1ms}, local: {delay: 0.5ms}}
-nodes:
-  nc_proxies_per_site: 0
-  clients:
-    - {name: cl, role: static, count: 1, site: zone1}
-emulation: {backend: mininet}
-"""
+BROKER, CLIENTS = "bzone1", "cl1"  # nodes of SCENARIO
 
 
 # -- the client process (inside the client node) ------------------------------------------------------
@@ -178,11 +168,11 @@ def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, p
     from testbed.experiment import Session
     from testbed.systems.pubsub.metadata import Metadata
     from testbed.roles.pubsub import ManagerOptions, PubSubSystem, wait_ready
-    from testbed.scenario.loader import parse_text
+    from testbed.scenario.loader import load
 
     log_dir = Path(tempfile.mkdtemp(prefix=f"testbed-bench-mon-{policy}-"))
     rows = []
-    with Session(parse_text(SCENARIO)) as session:
+    with Session(load(SCENARIO)) as session:
         network = session.network
         system = PubSubSystem(network, session.topology, log_dir,
                               ManagerOptions(policy=policy, period=period, default=BROKER, threshold=10.0),
@@ -196,10 +186,10 @@ def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, p
             say(f"  {policy}: idle agent -> ZooKeeper {idle['zk_wire_Bps']:.0f} B/s on the wire "
                 f"(report {idle_report} B), interface tx {idle['iface_tx_Bps']:.0f} B/s")
             for index, (topics, per_topic) in enumerate(configs):
-                argv = [sys.executable, "-m", "testbed.bench.monitoring", "clients", "--topics", str(topics),
+                argv = [network.python, "-m", "testbed.bench.monitoring", "clients", "--topics", str(topics),
                         "--per-topic", str(per_topic), "--prefix", f"m{index}t", "--lookup", system.lookup_url,
                         "--nc-period", f"{period:g}", "--seed", str(index)]
-                client = network.popen("cl1", argv, stdout=subprocess.PIPE,
+                client = network.popen(CLIENTS, argv, stdout=subprocess.PIPE,
                                        stderr=(log_dir / f"clients-{index}.log").open("ab"), text=True)
                 try:
                     ready = wait_ready(client, 180)
@@ -243,40 +233,7 @@ def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, p
     return rows
 
 
-# -- figure and table ------------------------------------------------------------------------------------
-def figure(rows: list[dict]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    styles = {"epulsar": ("-", "o", "ePulsar (aggregates)"), "allpairs": ("--", "s", "AllPairs (every client)")}
-    for policy in ("epulsar", "allpairs"):
-        counts = sorted({r["clients_per_topic"] for r in rows if r["policy"] == policy})
-        for k, per_topic in enumerate(counts):
-            series = sorted((r for r in rows if r["policy"] == policy and r["clients_per_topic"] == per_topic),
-                            key=lambda r: r["topics"])
-            line, marker, label = styles[policy]
-            # hollow markers shrinking with the client count: lines that coincide (ePulsar's) stay visible
-            ax.plot([r["topics"] for r in series], [max(1.0, r["zk_wire_net_Bps"]) for r in series],
-                    linestyle=line, marker=marker, markersize=10 - 2.5 * k, markerfacecolor="none",
-                    label=f"{label}, {per_topic} clients/topic")
-    period = rows[0]["period_s"] if rows else 5
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ticks = sorted({r["topics"] for r in rows})
-    ax.set_xticks(ticks, [str(t) for t in ticks])
-    ax.set_xlabel("topics hosted by the broker")
-    ax.set_ylabel("monitoring traffic to ZooKeeper (bytes/s, wire,\nminus the idle agent's)")
-    ax.set_title(f"Fig. 6: monitoring traffic of one broker (report every {period:g} s)", fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(OUT / "fig6.png", dpi=120)
-    plt.close(fig)
-
-
+# -- table ---------------------------------------------------------------------------------------------
 def table(rows: list[dict]):
     from rich.table import Table
 
@@ -309,13 +266,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default=None, help="comma-separated clients per topic (default 1,4,16)")
     parser.add_argument("--period", type=float, default=5.0, help="monitoring and NC report period, seconds")
     parser.add_argument("--periods", type=int, default=3, help="measurement window, in periods")
-    parser.add_argument("--figure-only", action="store_true", help="redraw from results/bench/monitoring.json")
+    parser.add_argument("--figures-only", action="store_true",
+                        help="redraw fig6.png from results/bench/monitoring.json")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
-    if args.figure_only:
-        rows = json.loads((OUT / "monitoring.json").read_text())["rows"]
-        figure(rows)
-        console.print(table(rows))
+    from analysis.bench_figures import draw
+
+    if args.figures_only:
+        data = json.loads((OUT / "monitoring.json").read_text())
+        draw("monitoring", data, OUT)
+        console.print(table(data["rows"]))
         return 0
     if os.geteuid() != 0:
         console.print("bench-monitoring needs root (network namespaces)")
@@ -329,9 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"{policy}: {len(configs)} configurations, period {args.period:g} s, "
                       f"window {args.periods} periods ...")
         rows += measure_policy(policy, configs, args.period, args.periods, console.print)
-    (OUT / "monitoring.json").write_text(json.dumps({"time": time.time(), "took_s": time.monotonic() - started,
-                                                     "rows": rows}, indent=2))
-    figure(rows)
+    data = {"time": time.time(), "took_s": time.monotonic() - started,
+            "scenario": str(SCENARIO.relative_to(SCENARIO.parents[2])), "rows": rows}
+    (OUT / "monitoring.json").write_text(json.dumps(data, indent=2))
+    draw("monitoring", data, OUT)
     console.print(table(rows))
     console.print(f"written {OUT / 'monitoring.json'}, {OUT / 'fig6.png'} in {time.monotonic() - started:.0f}s")
     return 0

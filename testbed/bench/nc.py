@@ -4,9 +4,13 @@ Accuracy: a star of N real Serf agents, every node with the same one-way latency
 (actual RTT between any two nodes = 4 x link delay); after convergence, the per-pair error
 |estimated - actual| RTT: median, p95, relative to the RTT, and how long convergence took.
 Convergence = the first snapshot from which the median relative error stays under 6 % for
-`HOLD_S` seconds. Overhead: CPU % and RSS of the agents while each is queried every 1 s and every 5 s.
+`HOLD_S` seconds (testbed.roles.settle). Overhead: CPU % and RSS of the agents while each is queried
+every 1 s and every 5 s. The networks are scenarios/nc-accuracy-n<N>.yaml at the asked RTT.
 
-Writes results/bench/nc.json and results/bench/fig3b.png; prints the tables.
+Writes results/bench/nc.json and prints the tables; `analysis.bench_figures.fig3b` draws
+results/bench/fig3b.png from it (`--figures-only` redraws it).
+
+    python -m testbed.bench.nc [--quick] [--nodes 2,4,8] [--rtts 20,100] [--figures-only]
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from rich.table import Table
 from testbed.experiment import Session
 from testbed.nc import snapshots
 from testbed.nc.agents import SerfAgents
-from testbed.scenario.loader import parse_text
+from testbed.roles.settle import settle
+from testbed.scenario.loader import load
 
 OUT = Path("results/bench")
+SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 console = Console()
 POLL_S = 2.0
 HOLD_S = 10.0
@@ -38,13 +44,14 @@ PAPER = {"median_error_ms": 3.5, "median_relative": 0.06, "cpu_percent": 1.0, "r
 
 
 def _star(nodes: int, rtt_ms: float):
-    """The shipped scenarios/nc-accuracy-n<N>.yaml at the asked RTT (link delay = RTT / 4)."""
-    path = Path("scenarios") / f"nc-accuracy-n{nodes}.yaml"
-    text = path.read_text() if path.exists() else (
-        f"name: nc-accuracy-n{nodes}\nduration: 5m\ninfrastructure:\n  star: {{nodes: {nodes}, link_delay: 12.5ms}}\n")
-    scenario = parse_text(text, str(path))
-    star = scenario.infrastructure.star.model_copy(update={"link_delay": rtt_ms / 4 / 1e3})
-    return scenario.model_copy(update={"infrastructure": scenario.infrastructure.model_copy(update={"star": star})})
+    """The shipped scenarios/nc-accuracy-n<N>.yaml at the asked RTT (link delay = RTT / 4); a size
+    with no file of its own is the 8-node one with `nodes` nodes."""
+    path = SCENARIOS / f"nc-accuracy-n{nodes}.yaml"
+    scenario = load(path if path.exists() else SCENARIOS / "nc-accuracy-n8.yaml")
+    star = scenario.infrastructure.star.model_copy(update={"nodes": nodes, "link_delay": rtt_ms / 4 / 1e3})
+    return scenario.model_copy(update={
+        "name": f"nc-accuracy-n{nodes}", "description": f"NC accuracy microbenchmark, {nodes} nodes, actual RTT {rtt_ms:g}ms",
+        "infrastructure": scenario.infrastructure.model_copy(update={"star": star})})
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -65,21 +72,11 @@ def accuracy(nodes: int, rtt_ms: float, log_dir: Path) -> dict:
         agents.start()
         try:
             joined = agents.wait_joined(60)
-            started = time.monotonic()
-            converged_at, below_since = None, None
-            history = []
-            while time.monotonic() - started < MAX_WAIT_S:
-                time.sleep(POLL_S)
-                snap = snapshots.snapshot(agents.coordinates(), session.topology, nodes)
-                elapsed = time.monotonic() - started
-                history.append((round(elapsed, 1), snap["median_error_ms"], snap["median_relative"]))
-                if snap["converged"]:
-                    below_since = below_since if below_since is not None else elapsed
-                    if elapsed - below_since >= HOLD_S:
-                        converged_at = below_since
-                        break
-                else:
-                    below_since = None
+            settled = settle(lambda: snapshots.snapshot(agents.coordinates(), session.topology, nodes), MAX_WAIT_S,
+                             hold=HOLD_S, poll=POLL_S)
+            converged_at = settled.converged_at
+            history = [(round(elapsed, 1), snap["median_error_ms"], snap["median_relative"])
+                       for elapsed, snap in settled.snapshots]
             # After convergence: pool the per-pair errors of several snapshots.
             errors = []
             until = time.monotonic() + (AFTER_S if converged_at is not None else 0)
@@ -127,57 +124,18 @@ def overhead(nodes: int, period_s: float, log_dir: Path, window_s: float = 30.0)
             "ok": max(cpu) < PAPER["cpu_percent"]}
 
 
-def figure(rows: list[dict], path: Path) -> None:
-    """Left: error against cluster size at 50 ms; right: error relative to the RTT, 8 nodes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_n, ax_rtt) = plt.subplots(1, 2, figsize=(10, 4))
-    by_n = sorted((r for r in rows if r["rtt_ms"] == 50), key=lambda r: r["nodes"])
-    if by_n:
-        ax_n.errorbar([r["nodes"] for r in by_n], [r["median_error_ms"] for r in by_n],
-                      yerr=[[0] * len(by_n), [r["p95_error_ms"] - r["median_error_ms"] for r in by_n]],
-                      marker="o", capsize=3, label="median per-pair error (bar: p95)")
-    ax_n.axhline(PAPER["median_error_ms"], color="red", linestyle="--", label="paper's bound: 3.5 ms")
-    ax_n.set_xscale("log", base=2)
-    ax_n.set_xlabel("nodes in the NC cluster")
-    ax_n.set_ylabel("RTT estimation error (ms)")
-    ax_n.set_title("actual RTT 50 ms")
-    by_rtt = sorted((r for r in rows if r["nodes"] == 8), key=lambda r: r["rtt_ms"])
-    if by_rtt:
-        xs = [r["rtt_ms"] for r in by_rtt]
-        ax_rtt.plot(xs, [100 * r["median_relative"] for r in by_rtt], marker="o", label="median error / actual RTT")
-        for r in by_rtt:
-            ax_rtt.annotate(f"{r['median_error_ms']:.1f} ms", (r["rtt_ms"], 100 * r["median_relative"]),
-                            textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
-    ax_rtt.axhline(100 * PAPER["median_relative"], color="red", linestyle="--", label="paper's bound: 6 %")
-    ax_rtt.set_xlabel("actual RTT (ms)")
-    ax_rtt.set_ylabel("relative RTT estimation error (%)")
-    ax_rtt.set_title("8 nodes")
-    ax_rtt.set_ylim(bottom=0)
-    ax_n.set_ylim(bottom=0)
-    for ax in (ax_n, ax_rtt):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle("Fig. 3b: RTT estimation error of Serf's Vivaldi coordinates (star topology, after convergence)")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", default="2,4,8,16,32", help="cluster sizes for the 50 ms sweep")
     parser.add_argument("--rtts", default="20,50,100,200", help="actual RTTs (ms) for the 8-node sweep")
     parser.add_argument("--overhead-nodes", default="2,8,32")
     parser.add_argument("--quick", action="store_true", help="a small sweep (CI-sized)")
-    parser.add_argument("--figure-only", action="store_true", help="redraw fig3b.png from results/bench/nc.json")
+    parser.add_argument("--figures-only", action="store_true", help="redraw fig3b.png from results/bench/nc.json")
     args = parser.parse_args(argv)
-    if args.figure_only:
-        figure(json.loads((OUT / "nc.json").read_text())["accuracy"], OUT / "fig3b.png")
+    from analysis.bench_figures import draw
+
+    if args.figures_only:
+        draw("nc", directory=OUT)
         return 0
     if os.geteuid() != 0:
         console.print("bench-nc needs root (network namespaces)")
@@ -201,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"time": time.time(), "machine": os.uname().nodename, "paper": PAPER, "accuracy": rows, "overhead": costs,
               "max_nodes_note": "32 agents run on this 2-core VM; 128 as in the paper was not attempted"}
     (OUT / "nc.json").write_text(json.dumps(result, indent=2))
-    figure(rows, OUT / "fig3b.png")
+    draw("nc", result, OUT)
     table = Table("nodes", "actual RTT ms", "converged after s", "median err ms", "p95 err ms", "median rel %", "ok",
                   title="NC accuracy (paper: < 3.5 ms and < 6 %)")
     for r in rows:
