@@ -70,6 +70,7 @@ clean:  ## remove what crashed runs left behind, and build artefacts
 
 lint: venv
 	$(BIN)/ruff check testbed tests analysis
+	$(BIN)/lint-imports
 
 bench-nc: setup  ## Serf coordinate accuracy and overhead (paper 5.3) -> results/bench/nc.json, fig3b.png
 	$(BIN)/python -m testbed.bench.nc
