@@ -1,0 +1,107 @@
+"""analysis.bench_figures: every benchmark's figure from the JSON it writes (synthetic here), under the
+file name `make paper` copies, with its figure number, units and reference lines."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis import bench_figures
+from testbed.bench import overload
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def nc_json():
+    accuracy = [{"nodes": n, "rtt_ms": 50.0, "median_error_ms": 1.0 + n / 16, "p95_error_ms": 3.0 + n / 8,
+                 "median_relative": 0.02} for n in (2, 4, 8, 16, 32)]
+    accuracy += [{"nodes": 8, "rtt_ms": r, "median_error_ms": r * 0.03, "p95_error_ms": r * 0.05,
+                  "median_relative": 0.03} for r in (20.0, 100.0, 200.0)]
+    return {"paper": {"median_error_ms": 3.5, "median_relative": 0.06, "cpu_percent": 1.0, "rss_mb": 15.0},
+            "accuracy": accuracy, "overhead": []}
+
+
+def monitoring_json():
+    rows = [{"policy": p, "topics": t, "clients_per_topic": c, "period_s": 5.0,
+             "zk_wire_net_Bps": 40.0 * t * (c if p == "allpairs" else 1)}
+            for p in ("epulsar", "allpairs") for t in (1, 8, 32) for c in (1, 4, 16)]
+    return {"rows": rows}
+
+
+def migration_json():
+    config = lambda fig, n, wan, wf, ex: {"figure": fig, "n_topics": n, "wan_one_way_s": wan,  # noqa: E731
+                                          "workflow": wf, "executors": ex}
+    downtimes = [{**config("7a", 32, wan / 1e3, wf, 16), "downtime_s": (0.05 if wf == "enhanced" else 0.1) + i / 100}
+                 for wan in (10, 20, 40, 80) for wf in ("enhanced", "baseline") for i in range(5)]
+    migrations = [{**config("7b", n, 0.040, wf, ex), "migration_time_s": 0.05, "completion_s": 0.05 * n / ex + i / 100}
+                  for n in (1, 8, 32, 128) for wf, ex in (("enhanced", 1), ("enhanced", 16), ("baseline", 1))
+                  for i in range(3)]
+    migrations.append({**config("7b", 8, 0.040, "enhanced", 4), "migration_time_s": 0.05, "completion_s": None})
+    return {"rows": [], "downtimes": downtimes, "migrations": migrations}
+
+
+def overload_json():
+    rows = []
+    for path, scale in (("emulated", 1e3), ("direct", 1e4)):
+        for size in (1000, 100):
+            for i, offered in enumerate((5, 10, 20, 40, 80)):
+                rows.append({"path": path, "size": size, "topics": overload.SHAPE[0], "consumers": overload.SHAPE[1],
+                             "repeat": 1, "offered": offered * scale, "achieved": offered * scale,
+                             "p95_ms": 3.0 if i < 3 else 30.0, "foreign_cpu": 0.5 if i == 1 and size == 100 else 0.0,
+                             "broker_cpu": 0.5, "gen_cpu": 0.2, "gen_cpu_max": 0.1, "relay_cpu": 0.3,
+                             "relay_cpu_max": 0.2, "machine_busy": 1.0})
+    rows.append({**rows[0], "topics": 64, "consumers": 1, "repeat": 0})
+    return {"rows": rows, "analysis": overload.analyse(rows, 2),
+            "how": {"shape": {"topics": overload.SHAPE[0], "consumers_per_topic": overload.SHAPE[1]},
+                    "paths": overload.PATH_TITLES, **overload.figure_facts()}}
+
+
+def png(info):
+    path = Path(info["path"])
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
+    assert info["series"] and info["xlabel"] and "(" in info["ylabel"]
+    return path.name
+
+
+def test_fig3b_6_and_overload_keep_their_names_numbers_and_units(tmp_path):
+    (fig3b,) = bench_figures.draw("nc", nc_json(), tmp_path)
+    assert png(fig3b) == "fig3b.png" and fig3b["title"].startswith("Fig. 3b") and "(ms)" in fig3b["ylabel"]
+    (fig6,) = bench_figures.draw("monitoring", monitoring_json(), tmp_path)
+    assert png(fig6) == "fig6.png" and fig6["title"].startswith("Fig. 6") and "bytes/s" in fig6["ylabel"]
+    assert len(fig6["series"]) == 6
+    (drawn,) = bench_figures.draw("overload-quick", overload_json(), tmp_path)
+    assert png(drawn) == "overload-quick.png" and "(ms)" in drawn["ylabel"] and "msg/s" in drawn["xlabel"]
+    assert len(drawn["series"]) == 4  # two sizes on each path
+
+
+def test_fig7_goes_through_the_runs_renderers(tmp_path):
+    fig7a, fig7b = bench_figures.draw("migration", migration_json(), tmp_path)
+    assert png(fig7a) == "fig7a.png" and fig7a["title"].startswith("Fig. 7a")
+    assert "32 topics at once, 16 executors" in fig7a["title"]
+    assert fig7a["series"] == ["Pulsar (baseline)", "ePulsar (enhanced)"]
+    assert png(fig7b) == "fig7b.png" and "40 ms" in fig7b["title"]
+    assert "from the decision" in fig7b["ylabel"] and "(ms)" in fig7b["ylabel"]
+    # a migration whose round was not seen has no time from the decision: left out, not drawn as zero
+    assert fig7b["series"] == ["Pulsar (baseline)", "ePulsar (enhanced), 1 executor", "ePulsar (enhanced), 16 executors"]
+
+
+def test_old_json_without_what_the_figure_reads_says_what_to_do(tmp_path):
+    with pytest.raises(ValueError, match="bench-migration"):
+        bench_figures.draw("migration", {"rows": []}, tmp_path)
+    old = overload_json()
+    del old["how"]["max_foreign_cores"]
+    with pytest.raises(ValueError, match="--reanalyse"):
+        bench_figures.draw("overload", old, tmp_path)
+
+
+def test_the_command_redraws_every_json_present(tmp_path):
+    for name, data in (("nc", nc_json()), ("monitoring", monitoring_json()), ("migration", migration_json())):
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    res = subprocess.run([sys.executable, "-m", "analysis.bench_figures", "--dir", str(tmp_path)], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["fig3b.png", "fig6.png", "fig7a.png", "fig7b.png"]

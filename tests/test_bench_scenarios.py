@@ -1,0 +1,77 @@
+"""The benchmarks' networks are scenario files (scenarios/bench/*.yaml), validated like any other, and
+the values a benchmark sweeps are applied to them without breaking what the file promises."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from testbed import topology
+from testbed.scenario.loader import load
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = sorted((ROOT / "scenarios" / "bench").glob("*.yaml"))
+EVERY = sorted((ROOT / "scenarios").glob("*.yaml")) + BENCH
+
+
+@pytest.mark.parametrize("path", BENCH, ids=lambda p: p.name)
+def test_bench_scenarios_load_and_build(path):
+    scenario = load(path)
+    assert scenario.name.startswith("bench-")
+    assert topology.build(scenario).nodes
+
+
+def test_every_scenario_passes_testbed_validate():
+    """The command users run: schema and semantic checks, each error as file:line: field."""
+    res = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", *map(str, EVERY)], capture_output=True,
+                         text=True, cwd=ROOT)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.count(": ok (") == len(EVERY)
+
+
+def test_each_benchmark_names_an_existing_file():
+    from testbed.bench import emulation, migration, monitoring, overload
+
+    for path in (overload.SCENARIO, monitoring.SCENARIO, migration.SCENARIO, emulation.ACCURACY, emulation.BRINGUP,
+                 emulation.MOBILE):
+        assert path in BENCH
+
+
+def test_the_bench_nodes_exist_in_their_networks():
+    from testbed.bench import monitoring, overload
+
+    assert {overload.BROKER, overload.PUB, overload.SUB} <= set(topology.build(load(overload.SCENARIO)).nodes)
+    assert {monitoring.BROKER, monitoring.CLIENTS} <= set(topology.build(load(monitoring.SCENARIO)).nodes)
+
+
+@pytest.mark.parametrize("rtt_ms", [10, 40, 100, 200])
+def test_accuracy_network_has_three_paths_of_the_asked_rtt(rtt_ms):
+    from testbed.bench.emulation import accuracy_scenario
+
+    topo = topology.build(accuracy_scenario(rtt_ms))
+    assert topo.nodes["one1"].access.delay * 2 == pytest.approx(rtt_ms / 1e3)  # 1 hop: to its gateway and back
+    assert topo.node_rtt("two1", "two2") == pytest.approx(rtt_ms / 1e3)       # 2 hops: one switch
+    assert topo.node_rtt("thra1", "thrb1") == pytest.approx(rtt_ms / 1e3)     # 3 hops: two sites
+
+
+def test_migration_sweeps_the_wan_latency_only():
+    from testbed.bench.migration import SCENARIO, scenario_at
+
+    base, changed = load(SCENARIO), scenario_at(80)
+    assert changed.infrastructure.cloud.one_way == pytest.approx(0.080)
+    assert changed.model_copy(update={"infrastructure": base.infrastructure}) == base
+
+
+@pytest.mark.parametrize("nodes", [8, 64])
+def test_nc_star_at_an_rtt_shipped_or_not(nodes):
+    from testbed.bench.nc import _star
+
+    scenario = _star(nodes, 100)
+    assert scenario.infrastructure.star.nodes == nodes and scenario.name == f"nc-accuracy-n{nodes}"
+    topo = topology.build(scenario)
+    assert len(topo.nodes) == nodes
+    a, b = sorted(topo.nodes)[:2]
+    assert topo.node_rtt(a, b) == pytest.approx(0.100)
