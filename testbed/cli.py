@@ -13,6 +13,8 @@ from rich.table import Table
 
 from testbed import load as load_mod
 from testbed import topology as topo_mod
+from testbed.emulation import backends
+from testbed.emulation.shaping import SHAPERS
 from testbed.load import CAPACITY_FILE
 from testbed.policies import POLICIES
 from testbed.scenario.loader import ScenarioError, load
@@ -201,8 +203,8 @@ def with_policy(scenario: Scenario, policy: str) -> Scenario:
 
 @app.command()
 def run(path: Path = typer.Argument(..., help="Scenario file."),
-        backend: str = typer.Option("auto", help="auto | containernet | mininet"),
-        shaper: str = typer.Option("auto", help="auto | netem | delayline"),
+        backend: str = typer.Option("auto", help=" | ".join(("auto", *backends.names()))),
+        shaper: str = typer.Option("auto", help=" | ".join(("auto", *SHAPERS))),
         scale: Optional[float] = typer.Option(None, help="Multiply counts and rates."),
         interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
         duration: Optional[str] = typer.Option(None, help="Override the scenario's duration, e.g. 20s."),
@@ -251,8 +253,8 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
 
 @app.command()
 def probe(path: Path = typer.Argument(..., help="Scenario file."),
-          backend: str = typer.Option("auto", help="auto | containernet | mininet"),
-          shaper: str = typer.Option("auto", help="auto | netem | delayline"),
+          backend: str = typer.Option("auto", help=" | ".join(("auto", *backends.names()))),
+          shaper: str = typer.Option("auto", help=" | ".join(("auto", *SHAPERS))),
           count: int = typer.Option(100, min=5, max=10000, help="Pings per pair."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Build the network, measure RTT between every pair of sites and nodes of interest, compare.

@@ -8,12 +8,12 @@ import shutil
 
 import pytest
 
-from testbed.emulation import choose
+from testbed.emulation import installed
 
 FULL_SYSTEM = [
     pytest.mark.root, pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
-    pytest.mark.skipif(not choose.mininet_importable()[0], reason="Mininet is not installed"),
+    pytest.mark.skipif(not installed.mininet_importable()[0], reason="Mininet is not installed"),
     pytest.mark.skipif(not all(shutil.which(b) for b in ("serf", "nats-server", "java")),
                        reason="needs serf, nats-server and Java (ZooKeeper)"),
 ]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.emulation import choose
+from testbed.emulation import installed
 from testbed.experiment import Session
 from testbed.nc import proxy as nc_proxy
 from testbed.nc.agents import SerfAgents
@@ -25,7 +25,7 @@ from testbed.scenario.loader import parse_text
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
-    pytest.mark.skipif(not choose.mininet_importable()[0], reason="Mininet is not installed"),
+    pytest.mark.skipif(not installed.mininet_importable()[0], reason="Mininet is not installed"),
     pytest.mark.skipif(not shutil.which("serf"), reason="serf is not installed (apt-get install serf)"),
 ]
 

@@ -11,6 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from testbed.policies.topics import topic_class
 from testbed.roles.base import Role, RunContext
 from testbed.roles.pubsub import ManagerOptions, PubSubSystem, wait_ready
 
@@ -284,7 +285,7 @@ def summarize(trace_dir: Path, thresholds: dict[str, float], events: list[dict],
             latency = float(row["receive_time"]) - float(row["send_time"])
         except (KeyError, ValueError):
             continue
-        by_class.setdefault(row["topic"].split("-")[0], []).append(latency)
+        by_class.setdefault(topic_class(row["topic"]), []).append(latency)
     classes = {}
     for name, values in sorted(by_class.items()):
         values.sort()

@@ -15,11 +15,11 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from testbed import units
 from testbed.policies.overload import Overload as OverloadThresholds
 from testbed.policies.registry import DEFAULT_POLICY, POLICIES
+from testbed.policies.topics import CLASS_RE
 from testbed.scenario.cities import CITY_CODES
 
 NAME_MAX = 8
 NAME_RE = re.compile(r"[a-z][a-z0-9]*")
-TOPIC_RE = re.compile(r"[a-z][a-z0-9_]*")
 SCENARIO_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
@@ -33,7 +33,7 @@ def check_name(value: str) -> str:
 
 
 def _check_topic(value: str) -> str:
-    if not isinstance(value, str) or not TOPIC_RE.fullmatch(value) or len(value) > 32:
+    if not isinstance(value, str) or not CLASS_RE.fullmatch(value) or len(value) > 32:
         raise ValueError(f"{value!r} is not a valid topic name: use 1-32 characters a-z, 0-9 and _, starting with a letter")
     return value
 
