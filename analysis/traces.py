@@ -4,7 +4,7 @@
       run.json, scenario.yaml, events.jsonl        written by `testbed run`
       traces/<subscriber>.jsonl  (or traces*.jsonl) one row per delivered message, per subscriber
     ->
-      traces.parquet   TRACE_SCHEMA, one file, row groups of at most one read chunk
+      traces.parquet   TRACE_SCHEMA (the client's trace_schema), one file, row groups of at most one read chunk
       events.parquet   EVENT_SCHEMA: the common fields as columns, every event whole in `attrs` (JSON)
       run.parquet      one row, RUN_SCHEMA: run.json + scenario facts + what the conversion found
 
@@ -34,23 +34,15 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from testbed.systems.pubsub import trace_schema
+
 FORMAT_VERSION = "1"
 CHUNK_BYTES = 64 << 20
 
-TRACE_SCHEMA = pa.schema([
-    pa.field("run_id", pa.string()),
-    pa.field("topic", pa.string(), nullable=False),
-    pa.field("producer", pa.string(), nullable=False),
-    pa.field("consumer", pa.string(), nullable=False),
-    pa.field("msg_id", pa.string()),
-    pa.field("seq", pa.int64(), nullable=False),
-    pa.field("send_time", pa.float64(), nullable=False),     # epoch seconds, the scheduled send (open loop)
-    pa.field("receive_time", pa.float64(), nullable=False),  # epoch seconds, at the consumer
-    pa.field("broker", pa.string()),
-    pa.field("producer_site", pa.string()),
-    pa.field("consumer_site", pa.string()),
-])
-TRACE_REQUIRED = ("topic", "producer", "consumer", "seq", "send_time", "receive_time")
+# The writer's columns (testbed.systems.pubsub.trace_schema), required ones not null.
+TRACE_REQUIRED = trace_schema.REQUIRED
+TRACE_SCHEMA = pa.schema([pa.field(name, getattr(pa, kind)(), nullable=name not in TRACE_REQUIRED)
+                          for name, kind in trace_schema.COLUMNS])
 # pyarrow's JSON reader wants every field nullable; required ones are checked after reading.
 _TRACE_JSON_SCHEMA = pa.schema([f.with_nullable(True) for f in TRACE_SCHEMA])
 

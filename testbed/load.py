@@ -46,12 +46,13 @@ def mmog_subscriptions(scenario: Scenario, topology: Topology) -> int:
     """(game server, avatar topic) subscriptions at the start: every server's area of interest under
     the run's own plan (same seed, same servers). Group changes move avatars between groups of the
     same sizes on average, so the start is representative of the run."""
+    from testbed.mobility import group_changes
     from testbed.systems.pubsub.workloads import area_of_interest, mmog_plan
 
     servers = [n.name for n in topology.nodes.values() if n.role == "game-server"]
     if not servers:
         return 0
-    plan = mmog_plan(scenario, servers)
+    plan = mmog_plan(servers, *group_changes(scenario))
     return sum(len(area_of_interest(s, plan["serving"], plan["groups"])) for s in servers)
 
 

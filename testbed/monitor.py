@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from testbed import health
+from testbed import health, procs
 from testbed.emulation.runstate import ENV_TAG
 
 LAG_S = 3  # clients write a second's line when it ends; relays answer one poll later
@@ -27,7 +27,6 @@ CLASSES = (  # (class, substring of the command line); first match wins
     ("control-plane", "testbed.systems.pubsub.lookup"), ("zookeeper", "zookeeper"), ("serf", "serf"),
     ("nc-proxies", "testbed.nc."), ("docker", "containerd"), ("docker", "dockerd"),
     ("kernel-net", "[ksoftirqd"))  # softirq work the kernel could not do inline: mostly the emulated network
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def classify(cmdline: str, in_run: bool, harness: bool) -> str:
@@ -48,14 +47,8 @@ class CpuSampler:
         self.harness = os.getpid()
         self.known: dict[int, str] = {}
         self.times: dict[int, int] = {}
-        self.machine = self._machine()
+        self.machine = procs.machine_ticks()
         self.at = time.monotonic()
-
-    @staticmethod
-    def _machine() -> tuple[int, int]:
-        with open("/proc/stat") as handle:
-            fields = [int(v) for v in handle.readline().split()[1:]]
-        return sum(fields[:8]), fields[3] + fields[4]  # total, idle + iowait
 
     def _class(self, pid: int) -> str:
         try:
@@ -68,22 +61,13 @@ class CpuSampler:
         return classify(cmdline, self.tag in environ, pid == self.harness)
 
     def sample(self) -> tuple[float, dict[str, float]]:
-        now, machine = time.monotonic(), self._machine()
+        now, machine = time.monotonic(), procs.machine_ticks()
         total, idle = machine[0] - self.machine[0], machine[1] - self.machine[1]
         elapsed = max(1e-3, now - self.at)
         by_class: dict[str, float] = {}
-        seen = set()
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            pid = int(entry)
-            try:
-                with open(f"/proc/{pid}/stat", "rb") as handle:
-                    fields = handle.read().rsplit(b")", 1)[1].split()
-            except OSError:
-                continue
-            used = int(fields[11]) + int(fields[12])  # utime + stime, all threads
-            seen.add(pid)
+        running = procs.all_process_stats()
+        for pid, stat in running.items():
+            used = stat.ticks
             if pid not in self.known:
                 self.known[pid] = self._class(pid)
                 self.times[pid] = used  # its CPU before we saw it is not this interval's
@@ -92,8 +76,8 @@ class CpuSampler:
             self.times[pid] = used
             if delta > 0:
                 name = self.known[pid]
-                by_class[name] = by_class.get(name, 0.0) + delta / TICKS / elapsed
-        for pid in set(self.known) - seen:
+                by_class[name] = by_class.get(name, 0.0) + delta / procs.TICKS / elapsed
+        for pid in set(self.known) - set(running):
             self.known.pop(pid)
             self.times.pop(pid, None)
         self.machine, self.at = machine, now

@@ -97,6 +97,24 @@ def test_conversion_keeps_the_rows_of_a_truncated_file_and_marks_the_run_partial
     assert not traces.needs_conversion(run)
 
 
+def test_rows_the_client_writes_convert_with_every_column(tmp_path):
+    """The trace schema has one home (testbed.systems.pubsub.trace_schema): what the subscriber's fast
+    writer puts in a file is what the conversion reads, every column filled."""
+    from testbed.systems.pubsub.client import TraceWriter
+
+    run = write_run(tmp_path / "uav-test-r1", [], [event("run_start", T0)])
+    writer = TraceWriter(run / "traces" / "swarm1-u2.jsonl")
+    prefix, suffix = writer.row_affixes("r1", "follow_leader-swarm1", "swarm1-u2", "bzone1", "zone1", "zone2")
+    writer.write_delivery(prefix, "swarm1-u1", "swarm1-u1:4", 4, T0, T0 + 0.02, suffix)
+    writer.close()
+    table = pq.read_table(traces.convert_run(run).traces)
+    assert table.schema.equals(traces.TRACE_SCHEMA) and table.num_rows == 1
+    (got,) = table.to_pylist()
+    assert got == {"run_id": "r1", "topic": "follow_leader-swarm1", "producer": "swarm1-u1", "consumer": "swarm1-u2",
+                   "msg_id": "swarm1-u1:4", "seq": 4, "send_time": T0, "receive_time": pytest.approx(T0 + 0.02),
+                   "broker": "bzone1", "producer_site": "zone1", "consumer_site": "zone2"}
+
+
 def test_conversion_skips_bad_lines_fills_ids_and_reads_a_complete_run(tmp_path):
     rows = fixed_latency_rows()[:5]
     run = write_run(tmp_path / "uav-test-r1", rows, [event("run_start", T0), event("relink", T0 + 1, node="swarm1")])

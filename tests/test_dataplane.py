@@ -1,5 +1,5 @@
 """The data plane on a real emulated network (root only): ZooKeeper in the cloud node, three brokers
-(nats-server + broker agent), the lookup stand-in, and clients in their own nodes.
+(nats-server + broker agent), the lookup service alone (no policy), and clients in their own nodes.
 
 Two zones 30 ms apart, the cloud 20 ms one-way from each, access 4 ms, local 1 ms: cl1 (zone1)
 publishes, cl2 (zone2) subscribes. Through bzone1 (or bzone2) the configured one-way path is
@@ -21,13 +21,12 @@ import nats
 import pytest
 
 from testbed.emulation import choose
-from testbed.emulation.shaping import _read_line
 from testbed.experiment import Session
 from testbed.policies import latency
-from testbed.systems.pubsub.broker import nats_url, start_agent, start_nats
+from testbed.procs import read_line, stop_group
 from testbed.roles.inside import NodeLoop
-from testbed.systems.pubsub.lookup import start_lookup
-from testbed.systems.pubsub.metadata import Metadata, expire_session, start_zookeeper
+from testbed.roles.launch import expire_session, node_metadata, start_agent, start_lookup, start_nats, start_zookeeper
+from testbed.systems.pubsub.broker import nats_url
 from testbed.policies.snapshot import BrokerReport, coord_from_dict
 from testbed.scenario.loader import parse_text
 
@@ -77,14 +76,14 @@ class Plane:
         for broker in BROKERS:
             self.servers.append(start_nats(self.net, broker, self.log_dir))
         if shutil.which("serf"):
-            from testbed.nc.agents import SerfAgents
+            from testbed.roles.launch import SerfAgents
 
             self.serf = SerfAgents(self.net, self.session.topology, self.log_dir)
             self.serf.start(list(BROKERS))
         self.agents = {b: start_agent(self.net, b, self.zk.hosts, self.log_dir, site=site, cloud=b == "cloud",
                                       period=PERIOD, grace=5.0, nc_period=PERIOD) for b, site in BROKERS.items()}
         self.lookup = start_lookup(self.net, "cloud", self.zk.hosts, "bzone1", self.log_dir)
-        self.meta = Metadata(self.zk.hosts, netns_pid=self.pid("cloud")).start()
+        self.meta = node_metadata(self.zk.hosts, self.pid("cloud")).start()
 
     def pid(self, node: str) -> int:
         return self.net.nodes[node].pid
@@ -122,7 +121,7 @@ class Plane:
         log = (self.log_dir / f"client-{topic}-{node}.log").open("ab")
         process = self.net.popen(node, argv, stdout=subprocess.PIPE, stderr=log, text=True)
         self.processes.append(process)
-        line = _read_line(process, 20)
+        line = read_line(process, 20)
         assert line and json.loads(line)["ready"], f"{mode} client in {node} did not start: {line}"
         return process
 
@@ -143,15 +142,7 @@ class Plane:
         # clients, then the agents and the lookup, then the servers they talk to
         for group in (self.processes, [*getattr(self, "agents", {}).values(), getattr(self, "lookup", None)],
                       self.servers):
-            group = [p for p in group if p is not None]
-            for process in group:
-                if process.poll() is None:
-                    process.terminate()
-            for process in group:
-                try:
-                    process.wait(5)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            stop_group(group)
         if self.serf:
             self.serf.stop()
         if getattr(self, "zk", None):
@@ -355,7 +346,7 @@ def test_a_lost_zookeeper_session_gets_the_topic_reacquired(plane):
     before = plane.meta.zk.exists("/epulsar/topics/zkloss/owner").ephemeralOwner
     session = plane.command("bzone2", op="status")["zk_session"]
     started = time.monotonic()
-    expire_session(plane.zk.hosts, (session["id"], bytes.fromhex(session["password"])), netns_pid=plane.pid("cloud"))
+    expire_session(plane.zk.hosts, (session["id"], bytes.fromhex(session["password"])), plane.pid("cloud"))
     stat = wait_for(lambda: (s := plane.meta.zk.exists("/epulsar/topics/zkloss/owner")) and
                     s.ephemeralOwner != before and s, timeout=15)
     took = time.monotonic() - started
@@ -388,7 +379,7 @@ def test_zookeeper_restarted_without_its_data_gets_everything_back(plane):
     assert owned.get("zkloss") == "bzone2" and owned.get("mig_enh") == "bzone2"
     plane.meta.stop()
     took = plane.zk.restart(wipe=True)
-    plane.meta = Metadata(plane.zk.hosts, netns_pid=plane.pid("cloud")).start()
+    plane.meta = node_metadata(plane.zk.hosts, plane.pid("cloud")).start()
     started = time.monotonic()
     back = wait_for(lambda: plane.meta.placement() == owned and set(plane.meta.brokers()) == set(BROKERS) and True,
                     timeout=20, step=0.2)

@@ -13,7 +13,8 @@ import pytest
 
 from testbed.nc.coordinate import Coordinate
 from testbed.policies import latency
-from testbed.systems.pubsub.client import TRACE_FIELDS, Endpoint, Publisher, Subscriber
+from testbed.systems.pubsub.client import Endpoint, Publisher, Subscriber
+from testbed.systems.pubsub.trace_schema import FIELDS as TRACE_FIELDS
 from testbed.systems.pubsub.metadata import check_topic
 from testbed.systems.pubsub.reports import ClientEntry, Owned, parse_nc_report, topic_report
 
@@ -161,3 +162,15 @@ def test_clients_of_one_process_share_one_coordinate_query():
     first, again, later = asyncio.run(main())
     assert all(v == {"vec": [1]} for v in first) and again == {"vec": [1]}
     assert later == {"vec": [2]} and len(calls) == 2
+
+
+def test_resource_sampler_counts_its_own_process_from_proc():
+    from testbed.systems.pubsub.resources import ResourceSampler
+
+    sampler = ResourceSampler(capacity_bps=1e6, server_comm="no-such-server")
+    first = sampler.sample()
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        math.sqrt(2.0)
+    second = sampler.sample()
+    assert first["cpu"] == 0.0 and second["cpu"] > 0 and 0 < second["memory"] < 1

@@ -42,10 +42,11 @@ def test_scale_halves_swarms_and_rate():
 def test_mmog_uses_the_run_s_areas_of_interest():
     scenario = load_scenario(REPO / "scenarios" / "mmog.yaml")
     topo = topology.build(scenario)
+    from testbed.mobility import group_changes
     from testbed.systems.pubsub.workloads import area_of_interest, mmog_plan
 
     servers = [n.name for n in topo.nodes.values() if n.role == "game-server"]
-    plan = mmog_plan(scenario, servers)
+    plan = mmog_plan(servers, *group_changes(scenario))
     subscriptions = sum(len(area_of_interest(s, plan["serving"], plan["groups"])) for s in servers)
     est = load.estimate(scenario, topo)
     assert len(servers) == 10 and est.published_per_s == 64 * 300

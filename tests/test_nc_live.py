@@ -17,7 +17,7 @@ import pytest
 from testbed.emulation import installed
 from testbed.experiment import Session
 from testbed.nc import proxy as nc_proxy
-from testbed.nc.agents import SerfAgents
+from testbed.roles.launch import SerfAgents
 from testbed.roles import RunContext
 from testbed.roles.coordinates import Coordinates
 from testbed.scenario.loader import parse_text

@@ -100,11 +100,12 @@ def test_set_threshold_on_a_running_experiment(tmp_path):
                               "follow_leader-swarm1", "25ms"], capture_output=True, text=True, cwd=ROOT, timeout=60)
         assert out.returncode == 0, out.stderr
         assert "follow_leader-swarm1: threshold 25 ms" in out.stdout
-        from testbed.systems.pubsub.metadata import ZK_PORT, Metadata
+        from testbed.roles.launch import node_metadata
+        from testbed.systems.pubsub.metadata import ZK_PORT
 
         run = runstate.known_runs()[run_id]
         cloud = [n for n, r in run["roles"].items() if r == "cloud"][0]
-        meta = Metadata(f"{run['ips'][cloud]}:{ZK_PORT}", netns_pid=run["nodes"][cloud]).start()
+        meta = node_metadata(f"{run['ips'][cloud]}:{ZK_PORT}", run["nodes"][cloud]).start()
         try:
             assert meta.threshold("follow_leader-swarm1") == 0.025
         finally:

@@ -23,13 +23,10 @@ class SerfRPC:
     """One connection to an agent's RPC listener (127.0.0.1:7373 inside the agent's node)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = RPC_PORT, timeout: float = 5.0,
-                 netns_pid: int | None = None):
-        if netns_pid is None:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
-        else:
-            from testbed.emulation.netns import connect_in
-
-            self._sock = connect_in(netns_pid, (host, port), timeout)
+                 connect=socket.create_connection):
+        """`connect(address, timeout)` opens the TCP connection: the harness passes one that does so
+        inside the agent's node (`testbed.emulation.netns.connect_in`); inside a node, the default."""
+        self._sock = connect((host, port), timeout)
         self._unpacker = msgpack.Unpacker(raw=False)
         self._seq = 0
         self._call("handshake", {"Version": 1})

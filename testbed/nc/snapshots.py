@@ -10,6 +10,7 @@ import time
 from itertools import combinations
 
 from testbed.nc.coordinate import Coordinate
+from testbed.procs import percentile
 
 CONVERGED_RELATIVE_ERROR = 0.06  # the paper's bound: median per-pair error < 6 % of the RTT
 
@@ -28,11 +29,10 @@ def pair_errors(coordinates: dict[str, Coordinate], topology) -> list[dict]:
 def summary(errors: list[dict]) -> dict:
     if not errors:
         return {"pairs": 0, "median_error_ms": None, "p95_error_ms": None, "median_relative": None}
-    absolute = sorted(e["error_s"] * 1e3 for e in errors)
+    absolute = [e["error_s"] * 1e3 for e in errors]
     relative = [e["relative"] for e in errors]
     return {"pairs": len(errors), "median_error_ms": statistics.median(absolute),
-            "p95_error_ms": absolute[min(len(absolute) - 1, round(0.95 * (len(absolute) - 1)))],
-            "median_relative": statistics.median(relative)}
+            "p95_error_ms": percentile(absolute, 0.95, "nearest"), "median_relative": statistics.median(relative)}
 
 
 def snapshot(coordinates: dict[str, Coordinate], topology, expected: int) -> dict:

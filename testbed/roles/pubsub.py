@@ -12,9 +12,9 @@ import time
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
-from testbed.emulation.shaping import _read_line
-from testbed.systems.pubsub.broker import nats_url, start_agent, start_nats
-from testbed.systems.pubsub.metadata import start_zookeeper
+from testbed.procs import json_lines, read_line, stop_group, wait_or_kill
+from testbed.roles.launch import start_agent, start_nats, start_zookeeper
+from testbed.systems.pubsub.broker import nats_url
 from testbed.policies import DEFAULT_POLICY, Overload, get_policy
 
 BROKER_ROLES = ("cloud", "broker")
@@ -101,17 +101,8 @@ class PubSubSystem:
         raise RuntimeError(f"the topic manager did not start (see {log.name})")
 
     def manager_events(self) -> list[dict]:
-        import json
-
-        events = []
         path = getattr(self, "manager_out", None)
-        if path and path.exists():
-            for line in path.read_text().splitlines():
-                try:
-                    events.append(json.loads(line))
-                except ValueError:
-                    pass  # "ready" and partial lines
-        return events
+        return list(json_lines(path)) if path else []
 
     def kill(self, name: str) -> dict:
         """Crash broker node `name` for good (a scenario fault): every process in it is killed (its
@@ -120,12 +111,8 @@ class PubSubSystem:
         if name not in self.servers:
             raise ValueError(f"{name} is not a running broker")
         killed = self.network.crash(name)
-        for process in (self.servers.pop(name), self.agents.pop(name)):
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:  # not in the node's namespace after all: kill it directly
-                process.kill()
-                process.wait()
+        # One not in the node's namespace after all is killed directly.
+        wait_or_kill([self.servers.pop(name), self.agents.pop(name)], timeout=5)
         return {"type": "broker_killed", "time": time.time(), "node": name, "killed": killed}
 
     def supervise(self) -> list[dict]:
@@ -133,30 +120,20 @@ class PubSubSystem:
         for name in list(self.servers):
             if self.servers[name].poll() is not None or self.agents[name].poll() is not None:
                 codes = (self.servers[name].poll(), self.agents[name].poll())
-                for process in (self.agents[name], self.servers[name]):
-                    if process.poll() is None:
-                        process.terminate()
-                        process.wait()
+                for process in (self.agents[name], self.servers[name]):  # the agent first
+                    stop_group([process])
                 self._start_broker(name)
                 events.append({"type": "broker_restart", "time": time.time(), "node": name,
                                "nats_exit": codes[0], "agent_exit": codes[1]})
         return events
 
     def stop(self) -> None:
-        processes = ([self.manager_process] if self.manager_process else []) + list(self.agents.values())
-        for group in (processes, list(self.servers.values())):
-            for process in group:
-                if process.poll() is None:
-                    process.terminate()
-            for process in group:
-                try:
-                    process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
+        stop_group([self.manager_process, *self.agents.values()])
+        stop_group(self.servers.values())
         if self.zk is not None:
             self.zk.stop()
 
 
-def wait_ready(process: subprocess.Popen, timeout: float) -> str | None:
-    return _read_line(process, timeout)
+#: Transitional name of `testbed.procs.read_line`, until roles/workload.py, bench/monitoring.py and
+#: bench/migration.py import that.
+wait_ready = read_line

@@ -21,7 +21,6 @@ import functools
 import json
 import logging
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -43,58 +42,18 @@ MAX_BUFFER = 10_000  # strays held while a released topic has no new owner yet (
 REDIRECT_EVERY_S = 0.25  # re-sent redirects per topic, at most this often
 
 
-class BrokerError(RuntimeError):
-    """nats-server did not start."""
-
-
 def nats_url(ip: str) -> str:
     return f"nats://{ip}:{NATS_PORT}"
 
 
-def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0) -> subprocess.Popen:
-    """nats-server in `node` on its IP (clients 4222, monitoring 8222); waits until it says INFO."""
-    from testbed.emulation.netns import connect_in
+def __getattr__(name: str):
+    """Transitional: the launchers moved to testbed.roles.launch; this keeps `start_nats` importable
+    from here until testbed/bench/overload.py imports it from there (then delete this function)."""
+    if name in ("start_nats", "start_agent", "BrokerError"):
+        from testbed.roles import launch
 
-    ip = network.ip_of(node)
-    log_dir = Path(log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_dir / f"nats-{node}.log"
-    argv = ["nats-server", "-a", ip, "-p", str(NATS_PORT), "-m", str(MONITOR_PORT), "-n", node, "-l", str(log)]
-    process = network.popen(node, argv, stdout=subprocess.DEVNULL, stderr=log.open("ab"))
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise BrokerError(f"nats-server in {node} exited with {process.returncode} (see {log})")
-        try:
-            with connect_in(network.nodes[node].pid, (ip, NATS_PORT), timeout=1.0) as sock:
-                if sock.recv(4) == b"INFO":
-                    return process
-        except OSError:
-            pass
-        time.sleep(0.05)
-    process.kill()
-    raise BrokerError(f"nats-server in {node} did not accept connections within {timeout:g}s (see {log})")
-
-
-def start_agent(network, node: str, zk_hosts: str, log_dir: Path, site: str = "", cloud: bool = False,
-                period: float = 5.0, grace: float = 10.0, nc_period: float = 5.0, bandwidth: float = 100e6,
-                timeout: float = 20.0, report_clients: bool = False) -> subprocess.Popen:
-    """The broker agent in `node` (next to its nats-server); returns once it is registered.
-    `report_clients`: also report every client's coordinate (what the AllPairs policy needs)."""
-    from testbed.emulation.shaping import _read_line
-
-    log_dir = Path(log_dir)
-    argv = [network.python, "-m", "testbed.systems.pubsub.broker", "--node", node, "--nats", nats_url(network.ip_of(node)),
-            "--zk", zk_hosts, "--site", site, "--period", f"{period:g}", "--grace", f"{grace:g}",
-            "--nc-period", f"{nc_period:g}", "--bandwidth", f"{bandwidth:g}",
-            "--events", str(log_dir / f"broker-{node}.events.jsonl"), *(["--cloud"] if cloud else []),
-            *(["--report-clients"] if report_clients else [])]
-    log = (log_dir / f"broker-{node}.log").open("ab")
-    process = network.popen(node, argv, stdout=subprocess.PIPE, stderr=log, text=True)
-    if _read_line(process, timeout) != "ready":
-        process.kill()
-        raise BrokerError(f"broker agent in {node} did not start (see {log.name})")
-    return process
+        return getattr(launch, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass

@@ -33,12 +33,12 @@ from pathlib import Path
 
 import nats
 
+from testbed.procs import percentile
+from testbed.systems.pubsub import trace_schema
 from testbed.systems.pubsub.metadata import check_topic
 from testbed.policies.snapshot import coord_from_dict, coord_to_dict
 
 _json_str = json.encoder.encode_basestring_ascii  # a str as json.dumps writes it (the C encoder)
-TRACE_FIELDS = ("run_id", "topic", "producer", "consumer", "msg_id", "seq", "send_time", "receive_time", "broker",
-                "producer_site", "consumer_site")
 FLUSH_EVERY_S = 1.0
 RELOOKUP_CONNECT_S = 2.0  # a nats-server that is up accepts within an RTT; a dead one is given this long
 # Longest pause between lookups after losing a broker. The lookup names the dead broker until its
@@ -435,8 +435,9 @@ class ProducerStats:
 
 
 class TraceWriter:
-    """Trace rows as JSON lines (what analysis/traces.py turns into Parquet), buffered and flushed at
-    least every second, so an interrupted run keeps what it recorded."""
+    """Trace rows as JSON lines, columns as `trace_schema` lists them (what analysis/traces.py turns
+    into Parquet), buffered and flushed at least every second, so an interrupted run keeps what it
+    recorded."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -444,14 +445,14 @@ class TraceWriter:
         self.last_flush = time.monotonic()
 
     def write(self, row: tuple) -> None:
-        self.handle.write(json.dumps(dict(zip(TRACE_FIELDS, row)), separators=(",", ":")) + "\n")
+        self.handle.write(json.dumps(dict(zip(trace_schema.FIELDS, row)), separators=(",", ":")) + "\n")
         self._maybe_flush()
 
     def write_delivery(self, prefix: str, producer: str, msg_id: str, seq: int, sent: float, received: float,
                        suffix: str) -> None:
         """One delivered message's row, formatted directly (byte for byte what `write` makes of the
-        same row; tested): `prefix` and `suffix` are the subscriber's constant fields, from
-        `row_affixes`. This runs for every delivery of the run."""
+        same row, so the columns are still `trace_schema`'s; tested): `prefix` and `suffix` are the
+        subscriber's constant fields, from `row_affixes`. This runs for every delivery of the run."""
         self.handle.write(f'{prefix}{_json_str(producer)}{self._consumer},"msg_id":{_json_str(msg_id)},"seq":{seq},'
                           f'"send_time":"{sent:.6f}","receive_time":"{received:.6f}"{suffix}\n')
         self._maybe_flush()
@@ -545,14 +546,13 @@ class Subscriber(TopicClient):
     def summary(self) -> dict:
         per = {p: {"received": s.received, "first": s.first, "last": s.last, "lost": s.lost,
                    "duplicates": s.duplicates, "reordered": s.reordered} for p, s in self.stats.items()}
-        lat = sorted(self.latencies or [])
-        pick = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]) if lat else (lambda q: None)
+        lat = self.latencies or []
         return {"role": self.role, "client": self.name, "topic": self.topic, "received": self.received,
                 "lost": sum(s.lost for s in self.stats.values()),
                 "duplicates": sum(s.duplicates for s in self.stats.values()),
                 "reordered": sum(s.reordered for s in self.stats.values()), "malformed": self.malformed,
                 "producers": per, "brokers": self.brokers_seen, "broker": self.current and self.current.broker,
-                "latency_p50_s": pick(0.5), "latency_p99_s": pick(0.99),
+                "latency_p50_s": percentile(lat, 0.5, "higher"), "latency_p99_s": percentile(lat, 0.99, "higher"),
                 "downtimes": [e for e in self.events.items if e["type"] == "downtime"]}
 
 

@@ -1,7 +1,9 @@
-"""A stand-in for the topic manager's lookup, until the real one exists: answers `_ep.lookup` at the
-cloud broker with the topic's owner from ZooKeeper, and assigns an unowned topic lazily (as Pulsar
-does) by telling a broker to acquire it: the broker planned for it on `_ep.lookup.plan`
-({"topic": t, "broker": b}, used once), else the default broker.
+"""The lookup service: answers `_ep.lookup` at the cloud broker with the topic's owner from
+ZooKeeper, and assigns an unowned topic lazily (as Pulsar does) by telling a broker to acquire it.
+
+The topic manager (`manager.TopicManager`) is this service with a placement policy for unowned
+topics. Run alone (the data-plane tests), it places a topic on the broker planned for it on
+`_ep.lookup.plan` ({"topic": t, "broker": b}, used once), else on the default broker.
 
     python -m testbed.systems.pubsub.lookup --nats nats://10.1.0.1:4222 --zk 10.1.0.1:2181 --default cloud
 """
@@ -14,7 +16,6 @@ import json
 import logging
 import signal
 import sys
-from pathlib import Path
 
 from testbed.systems.pubsub.client import connect_nats
 from testbed.systems.pubsub.metadata import Metadata, check_topic
@@ -95,25 +96,8 @@ class LookupService:
         await asyncio.to_thread(self.meta.stop)
 
 
-def start_lookup(network, node: str, zk_hosts: str, default: str, log_dir: Path, timeout: float = 20.0):
-    """The lookup service in the cloud node; returns once it serves `_ep.lookup`."""
-    import subprocess
-
-    from testbed.emulation.shaping import _read_line
-    from testbed.systems.pubsub.broker import nats_url
-
-    argv = [network.python, "-m", "testbed.systems.pubsub.lookup", "--nats", nats_url(network.ip_of(node)), "--zk", zk_hosts,
-            "--default", default]
-    log = (Path(log_dir) / f"lookup-{node}.log").open("ab")
-    process = network.popen(node, argv, stdout=subprocess.PIPE, stderr=log, text=True)
-    if _read_line(process, timeout) != "ready":
-        process.kill()
-        raise RuntimeError(f"lookup service in {node} did not start (see {log.name})")
-    return process
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="lookup service (stand-in for the topic manager's lookup)")
+    parser = argparse.ArgumentParser(description="lookup service (the topic manager's, without its policy)")
     parser.add_argument("--nats", required=True, help="the cloud broker's nats://ip:4222")
     parser.add_argument("--zk", required=True, help="ZooKeeper ip:port")
     parser.add_argument("--default", required=True, help="broker that unowned topics are assigned to")

@@ -1,5 +1,5 @@
-"""ZooKeeper for the control plane: the server in the cloud node, and a thin kazoo wrapper over the
-/epulsar layout of docs/pubsub-protocol.md.
+"""ZooKeeper for the control plane: a thin kazoo wrapper over the /epulsar layout of
+docs/pubsub-protocol.md (the server is started by `testbed.roles.launch.ZooKeeperServer`).
 
 Ownership is an ephemeral node created by the owning broker, so ZooKeeper (not the brokers) settles
 races: a second acquire fails cleanly. A session loss deletes a broker's ephemeral nodes; the
@@ -12,24 +12,19 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shutil
 import socket
-import subprocess
 import threading
 import time
-from pathlib import Path
 
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.handlers.threading import SequentialThreadingHandler
 
-logging.getLogger("kazoo").addHandler(logging.NullHandler())  # agents configure logging; the harness stays quiet
+logging.getLogger("kazoo").addHandler(logging.NullHandler())  # agents configure logging; testbed.logs routes the harness's
 
 ZK_PORT = 2181
 ROOT = "/epulsar"
 TOPIC_RE = re.compile(r"^[a-z][a-z0-9_]*(-[a-z0-9]+)?$")
-ZK_JARS = ("/etc/zookeeper/conf", "/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
-ZK_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 
 
 class MetadataError(RuntimeError):
@@ -43,122 +38,23 @@ def check_topic(topic: str) -> str:
     return topic
 
 
-# -- the server ------------------------------------------------------------------------------------
-class ZooKeeperServer:
-    """A standalone ZooKeeper in one node, its data and log under the run's log directory."""
-
-    def __init__(self, network, node: str, log_dir: Path, heap: str = "256m", tick_ms: int = 500):
-        self.network, self.node = network, node
-        self.ip = network.ip_of(node)
-        self.dir = Path(log_dir) / f"zookeeper-{node}"
-        self.heap, self.tick_ms = heap, tick_ms
-        self.process: subprocess.Popen | None = None
-
-    @property
-    def hosts(self) -> str:
-        return f"{self.ip}:{ZK_PORT}"
-
-    def _config(self) -> Path:
-        (self.dir / "data").mkdir(parents=True, exist_ok=True)
-        cfg = self.dir / "zoo.cfg"
-        cfg.write_text("\n".join([
-            f"tickTime={self.tick_ms}", f"dataDir={self.dir / 'data'}", f"clientPort={ZK_PORT}",
-            f"clientPortAddress={self.ip}", "maxClientCnxns=0", "admin.enableServer=false",
-            "4lw.commands.whitelist=ruok,srvr,mntr,cons", "minSessionTimeout=1000", "maxSessionTimeout=30000",
-            "autopurge.purgeInterval=0", ""]))
-        return cfg
-
-    def start(self, timeout: float = 60.0) -> float:
-        """Start and wait until it answers ruok and a session opens; returns the seconds it took."""
-        java = shutil.which("java")
-        if not java or not Path(ZK_JARS[1]).exists():
-            raise MetadataError("ZooKeeper needs java and the zookeeper package (apt-get install zookeeper)")
-        cfg = self._config()
-        argv = [java, f"-Xmx{self.heap}", "-Xms32m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-                "-Djava.net.preferIPv4Stack=true", "-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
-                "-Dorg.slf4j.simpleLogger.showDateTime=true", "-cp", ":".join(ZK_JARS), ZK_MAIN, str(cfg)]
-        log = (self.dir.parent / f"zookeeper-{self.node}.log").open("ab")
-        started = time.monotonic()
-        self.process = self.network.popen(self.node, argv, stdout=log, stderr=subprocess.STDOUT)
-        while time.monotonic() - started < timeout:
-            if self.process.poll() is not None:
-                raise MetadataError(f"ZooKeeper in {self.node} exited with {self.process.returncode} (see {log.name})")
-            if self.four_letter("ruok") == "imok":
-                break
-            time.sleep(0.1)
-        else:
-            self.stop()
-            raise MetadataError(f"ZooKeeper in {self.node} did not answer ruok within {timeout:g}s")
-        probe = Metadata(self.hosts, netns_pid=self.network.nodes[self.node].pid)
-        probe.start(timeout=max(1.0, timeout - (time.monotonic() - started)))
-        probe.ensure_layout()
-        probe.stop()
-        return time.monotonic() - started
-
-    def four_letter(self, word: str) -> str | None:
-        from testbed.emulation.netns import connect_in
-
-        try:
-            with connect_in(self.network.nodes[self.node].pid, (self.ip, ZK_PORT), timeout=1.0) as sock:
-                sock.sendall(word.encode())
-                chunks = []
-                while chunk := sock.recv(4096):
-                    chunks.append(chunk)
-                return b"".join(chunks).decode(errors="replace")
-        except OSError:
-            return None
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def restart(self, wipe: bool = False, timeout: float = 60.0) -> float:
-        """Stop and start again; `wipe` drops every session and node (a ZooKeeper that lost its disk)."""
-        self.stop()
-        if wipe:
-            shutil.rmtree(self.dir / "data", ignore_errors=True)
-        return self.start(timeout)
-
-
-def start_zookeeper(network, node: str, log_dir: Path, heap: str = "256m") -> ZooKeeperServer:
-    server = ZooKeeperServer(network, node, log_dir, heap=heap)
-    server.start()
-    return server
-
-
-# -- the client ------------------------------------------------------------------------------------
-class _NetnsHandler(SequentialThreadingHandler):
-    """kazoo's handler, with its TCP connections opened inside a node's namespace (harness side)."""
-
-    def __init__(self, pid: int):
-        super().__init__()
-        self.pid = pid
-
-    def create_connection(self, *args, **kwargs):
-        from testbed.roles.inside import entered
-
-        with entered(self.pid):
-            return super().create_connection(*args, **kwargs)
-
-
 def _dumps(data) -> bytes:
     return (data if isinstance(data, str) else json.dumps(data, sort_keys=True)).encode()
 
 
 class Metadata:
     """The /epulsar layout on kazoo. `on_restored(reacquired, lost)` is called (in a kazoo thread)
-    after a session loss, once the registration and owned topics have been recreated."""
+    after a session loss, once the registration and owned topics have been recreated. `handler`: a
+    kazoo handler (the harness passes one that connects inside a node: `roles.launch.node_metadata`)."""
 
-    def __init__(self, hosts: str, netns_pid: int | None = None, session_timeout: float = 10.0,
-                 on_restored=None, client_id: tuple[int, bytes] | None = None):
-        handler = _NetnsHandler(netns_pid) if netns_pid else SequentialThreadingHandler()
-        self.zk = KazooClient(hosts=hosts, timeout=session_timeout, handler=handler, client_id=client_id,
-                              connection_retry={"max_tries": -1, "delay": 0.2, "max_delay": 1.0})
+    def __init__(self, hosts: str, handler=None, session_timeout: float = 10.0, on_restored=None,
+                 client_id: tuple[int, bytes] | None = None, netns_pid: int | None = None):
+        if netns_pid:  # transitional, until testbed/cli.py and testbed/bench/monitoring.py call
+            from testbed.roles.launch import NetnsHandler  # testbed.roles.launch.node_metadata
+
+            handler = NetnsHandler(netns_pid)
+        self.zk = KazooClient(hosts=hosts, timeout=session_timeout, handler=handler or SequentialThreadingHandler(),
+                              client_id=client_id, connection_retry={"max_tries": -1, "delay": 0.2, "max_delay": 1.0})
         self.on_restored = on_restored
         self.registration: tuple[str, dict] | None = None
         self.owned: dict[str, dict] = {}
@@ -361,14 +257,6 @@ class Metadata:
     def reports(self) -> dict[str, dict]:
         names = self.zk.get_children(f"{ROOT}/reports") if self.zk.exists(f"{ROOT}/reports") else []
         return {name: r for name in names if (r := self.report(name)) is not None}
-
-
-def expire_session(hosts: str, session: tuple[int, bytes], netns_pid: int | None = None) -> None:
-    """End someone's ZooKeeper session from outside (as a network partition longer than the
-    session timeout would): a second client joins the session with its id and password and closes it."""
-    thief = Metadata(hosts, netns_pid=netns_pid, client_id=session)
-    thief.start()
-    thief.stop()
 
 
 def ruok(ip: str, port: int = ZK_PORT, timeout: float = 1.0) -> bool:

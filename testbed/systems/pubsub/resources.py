@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import time
 
-_TICK = os.sysconf("SC_CLK_TCK")
+from testbed import procs
+
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -37,13 +38,6 @@ def find_process(comm: str) -> int | None:
         if _netns_inode(entry) == here:
             return int(entry)
     return None
-
-
-def _cpu_and_rss(pid: int) -> tuple[float, int]:
-    """CPU seconds used so far and resident bytes of one process."""
-    with open(f"/proc/{pid}/stat") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICK, int(fields[21]) * _PAGE
 
 
 def _net_bytes() -> int:
@@ -84,11 +78,9 @@ class ResourceSampler:
     def sample(self) -> dict:
         cpu_s, rss = 0.0, 0
         for pid in self._pids():
-            try:
-                c, r = _cpu_and_rss(pid)
-            except OSError:
-                continue
-            cpu_s, rss = cpu_s + c, rss + r
+            stat = procs.process_stat(pid)
+            if stat is not None:
+                cpu_s, rss = cpu_s + stat.ticks / procs.TICKS, rss + stat.rss_pages * _PAGE
         now, net = time.monotonic(), _net_bytes()
         out = {"cpu": 0.0, "memory": rss / self.mem_total, "network": 0.0, "network_bps": 0.0}
         if self._last is not None:

@@ -1,0 +1,172 @@
+"""Process helpers, each written once (issue 12, "one home per fact").
+
+The harness, the in-node programs and the benchmarks all start children and wait for their first
+line, stop groups of them, read the JSON lines they leave behind, reduce latencies to percentiles,
+build small C helpers and sample CPU time from /proc. Each of those had grown several copies that
+differed in small ways (one waited forever, one never reaped a killed child); they live here now.
+Nothing here imports the rest of the testbed, so every layer may use it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import shutil
+import subprocess
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import NamedTuple
+
+TICKS = os.sysconf("SC_CLK_TCK")  # /proc reports CPU time in clock ticks
+
+
+# -- children ---------------------------------------------------------------------------------------
+def read_line(process: subprocess.Popen, timeout: float) -> str | None:
+    """The child's next stdout line, stripped, or None if it closes its stdout (exits) or says
+    nothing for `timeout` seconds: a child that hangs before its "ready" line must not hang the
+    harness too. The child's stdout must be a text pipe (`stdout=PIPE, text=True`)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([process.stdout], [], [], 0.05)
+        if ready:
+            line = process.stdout.readline()
+            return line.strip() if line else None  # "" is the end of the file, "\n" an empty line
+        if process.poll() is not None:
+            return None
+    return None
+
+
+def wait_or_kill(processes: Iterable[subprocess.Popen | None], timeout: float = 5.0) -> None:
+    """Wait until every process has exited, SIGKILL those still running after `timeout` seconds (for
+    the whole group, not each), and reap them all so none is left a zombie. None entries are skipped."""
+    deadline = time.monotonic() + timeout
+    for process in [p for p in processes if p is not None]:
+        try:
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def stop_group(processes: Iterable[subprocess.Popen | None], timeout: float = 5.0) -> None:
+    """SIGTERM every process still running, at once (they shut down in parallel), then
+    `wait_or_kill`: a process that ignores SIGTERM costs `timeout`, never a hung teardown."""
+    group = [p for p in processes if p is not None]
+    for process in group:
+        if process.poll() is None:
+            process.terminate()
+    wait_or_kill(group, timeout)
+
+
+# -- what children leave behind ---------------------------------------------------------------------
+def json_lines(path: str | os.PathLike) -> Iterator[dict]:
+    """The JSON objects of a JSON-lines file, one per line, in order. A line that is not a whole
+    object (the last line of a writer killed mid-write, a "ready" line, a blank) is skipped; a missing
+    file has none. Read lazily, as bytes: trace files can be large and a cut line may end mid-character."""
+    path = Path(path)
+    if not path.exists():
+        return
+    with path.open("rb") as handle:
+        for line in handle:
+            try:
+                row = json.loads(line)
+            except ValueError:  # JSONDecodeError and UnicodeDecodeError
+                continue
+            if isinstance(row, dict):
+                yield row
+
+
+def percentile(values: Sequence[float], q: float, method: str = "linear") -> float | None:
+    """The q-quantile (q in [0, 1]) of `values`, None if there are none. `method` names numpy's:
+    "linear" interpolates between the closest ranks (numpy's and Spark SQL's default); "lower",
+    "higher" and "nearest" (ties to even) return a value of the sample. Results keep the rule each
+    figure was first computed with, so the rule is an argument rather than a choice made here."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    if method == "linear":
+        lo, hi = math.floor(position), math.ceil(position)
+        return ordered[lo] + (ordered[hi] - ordered[lo]) * (position - lo)
+    index = {"lower": math.floor, "higher": math.ceil, "nearest": round}[method](position)
+    return ordered[min(len(ordered) - 1, max(0, index))]
+
+
+# -- C helpers --------------------------------------------------------------------------------------
+class BuildError(RuntimeError):
+    """A C helper cannot be built here (no gcc, missing headers, a compile error)."""
+
+
+def build_c(source: Path, binary: Path, libs: Sequence[str] = ()) -> Path:
+    """`binary`, compiled from `source` with gcc if it is missing or older than the source.
+
+    Built on first use rather than at install time, so a fresh checkout works as soon as gcc is
+    present. The compiler writes a temporary file that replaces `binary` atomically, so concurrent
+    builders and callers never run half a file."""
+    source, binary = Path(source), Path(binary)
+    if not source.exists():
+        raise BuildError(f"source missing: {source}")
+    if binary.exists() and binary.stat().st_mtime >= source.stat().st_mtime:
+        return binary
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        raise BuildError(f"gcc not found: it builds {source.name} (apt-get install -y gcc libc6-dev)")
+    binary.parent.mkdir(parents=True, exist_ok=True)
+    tmp = binary.with_name(f".{binary.name}.{os.getpid()}.tmp")
+    proc = subprocess.run([gcc, "-O2", "-Wall", "-Wextra", "-o", str(tmp), str(source), *libs],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise BuildError(f"building {source.name} failed (are the libc/kernel headers installed? "
+                         f"apt-get install -y libc6-dev linux-libc-dev):\n{proc.stderr.strip()}")
+    tmp.replace(binary)
+    return binary
+
+
+# -- CPU time from /proc ----------------------------------------------------------------------------
+def machine_ticks(stat: str | None = None) -> tuple[int, int]:
+    """(total, idle) clock ticks of the whole machine since boot, from /proc/stat's first line (or
+    `stat`, its text). Idle counts iowait too; steal and guest time are left out of the total."""
+    if stat is None:
+        with open("/proc/stat") as handle:
+            stat = handle.readline()
+    fields = [int(v) for v in stat.split("\n", 1)[0].split()[1:9]]
+    return sum(fields), fields[3] + fields[4]
+
+
+class ProcessStat(NamedTuple):
+    """What the testbed reads of /proc/<pid>/stat."""
+
+    ticks: int             # user + system CPU time of all its threads, in clock ticks (TICKS a second)
+    kernel_thread: bool    # a kernel thread (ksoftirqd does network work for the emulated links)
+    rss_pages: int         # resident memory, in pages
+
+
+def parse_process_stat(raw: bytes) -> ProcessStat:
+    """`ProcessStat` from the text of /proc/<pid>/stat. The command name may hold spaces and
+    parentheses, so fields are counted after the last ')' (index 0 is field 3, the state)."""
+    fields = raw.rsplit(b")", 1)[1].split()
+    return ProcessStat(int(fields[11]) + int(fields[12]), bool(int(fields[6]) & 0x200000), int(fields[21]))
+
+
+def process_stat(pid: int | str) -> ProcessStat | None:
+    """`ProcessStat` of a running process (or "self"); None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return parse_process_stat(handle.read())
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def all_process_stats() -> dict[int, ProcessStat]:
+    """`process_stat` of every process now running, by pid (those that exit meanwhile are left out)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = process_stat(entry)
+            if stat is not None:
+                found[int(entry)] = stat
+    return found

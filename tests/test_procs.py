@@ -1,0 +1,126 @@
+"""testbed.procs: the process helpers every layer shares (pure or local processes only, no root)."""
+
+from __future__ import annotations
+
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from testbed import procs
+
+
+def child(code: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+# -- children ---------------------------------------------------------------------------------------
+def test_read_line_returns_the_first_line_or_none_when_the_child_hangs_or_exits():
+    ready = child("print('ready', flush=True); import time; time.sleep(30)")
+    hangs = child("import time; time.sleep(30)")
+    quits = child("pass")
+    try:
+        assert procs.read_line(ready, 10) == "ready"
+        started = time.monotonic()
+        assert procs.read_line(hangs, 0.3) is None
+        assert time.monotonic() - started < 2
+        assert procs.read_line(quits, 10) is None
+    finally:
+        procs.stop_group([ready, hangs, quits])
+
+
+def test_stop_group_terminates_at_once_and_kills_what_ignores_sigterm_within_one_timeout():
+    stubborn = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(30)"
+    group = [child(stubborn), child(stubborn), child("print('ready', flush=True); import time; time.sleep(30)")]
+    for process in group:
+        assert procs.read_line(process, 10) == "ready"
+    started = time.monotonic()
+    procs.stop_group([*group, None], timeout=0.5)
+    assert time.monotonic() - started < 0.5 * len(group)  # one deadline for the group, not one each
+    assert [p.returncode for p in group] == [-9, -9, -15]
+
+
+def test_wait_or_kill_reaps_what_already_exited_and_kills_the_rest():
+    done, running = child("pass"), child("import time; time.sleep(30)")
+    procs.wait_or_kill([done, running], timeout=0.3)
+    assert done.returncode == 0 and running.returncode == -9
+
+
+# -- what children leave behind ---------------------------------------------------------------------
+def test_json_lines_skips_what_is_not_a_whole_object(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'ready\n{"a": 1}\n\n[1, 2]\n{"b": "\xc3\xa9"}\n\xff\xfe\n{"c": 3, "d": [1, \n{"e": 5}')
+    assert list(procs.json_lines(path)) == [{"a": 1}, {"b": "\u00e9"}, {"e": 5}]
+    assert list(procs.json_lines(tmp_path / "missing.jsonl")) == []
+
+
+def test_percentile_methods_are_numpys_and_keep_the_rules_of_the_old_copies():
+    values = [5.0, 1.0, 4.0, 2.0, 3.0]
+    assert procs.percentile(values, 0.95) == pytest.approx(4.8)  # 4 + 0.8 x (5 - 4)
+    assert procs.percentile(values, 0.5, "lower") == 3.0
+    assert procs.percentile([1.0, 2.0], 0.5, "lower") == 1.0 and procs.percentile([1.0, 2.0], 0.5, "higher") == 2.0
+    assert procs.percentile([1.0, 2.0, 3.0, 4.0], 0.5, "nearest") == 3.0  # position 1.5: ties to even (index 2)
+    assert procs.percentile([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 0.5, "nearest") == 3.0  # position 2.5 -> index 2
+    assert procs.percentile([], 0.5) is None and procs.percentile([7.0], 0.99, "higher") == 7.0
+    rng = random.Random(1)
+    for n in (1, 2, 3, 10, 99, 100, 101, 1000):
+        sample = [rng.random() for _ in range(n)]
+        ordered = sorted(sample)
+        for q in (0.5, 0.95, 0.99):
+            # probe, nc snapshots, bench_shaper: round(q (n - 1)); workload summary, migration: int(q (n - 1))
+            assert procs.percentile(sample, q, "nearest") == ordered[min(n - 1, round(q * (n - 1)))]
+            assert procs.percentile(sample, q, "lower") == ordered[int(q * (n - 1))]
+        for q in (0.5, 0.99):  # the client's summary: int(q n)
+            assert procs.percentile(sample, q, "higher") == ordered[min(n - 1, int(q * n))]
+
+
+# -- C helpers --------------------------------------------------------------------------------------
+@pytest.mark.skipif(not shutil.which("gcc"), reason="gcc is not installed")
+def test_build_c_builds_once_and_again_when_the_source_changes(tmp_path):
+    source, binary = tmp_path / "hello.c", tmp_path / "_build" / "hello"
+    source.write_text('#include <stdio.h>\nint main(void) { puts("hello"); return 0; }\n')
+    assert procs.build_c(source, binary) == binary
+    assert subprocess.run([binary], capture_output=True, text=True).stdout == "hello\n"
+    built = binary.stat().st_mtime_ns
+    assert procs.build_c(source, binary) == binary and binary.stat().st_mtime_ns == built  # up to date: kept
+    source.write_text('#include <stdio.h>\nint main(void) { puts("again"); return 0; }\n')
+    os.utime(source, ns=(built + 10**9, built + 10**9))
+    procs.build_c(source, binary)
+    assert subprocess.run([binary], capture_output=True, text=True).stdout == "again\n"
+    source.write_text("int main(void) { return nope; }\n")
+    os.utime(source, ns=(built + 2 * 10**9, built + 2 * 10**9))
+    with pytest.raises(procs.BuildError, match="nope"):
+        procs.build_c(source, binary)
+    assert sorted(p.name for p in binary.parent.iterdir()) == ["hello"]  # no temporary file left behind
+
+
+def test_build_c_says_when_the_source_is_missing(tmp_path):
+    with pytest.raises(procs.BuildError, match="source missing"):
+        procs.build_c(tmp_path / "none.c", tmp_path / "none")
+
+
+# -- CPU time from /proc ----------------------------------------------------------------------------
+def test_machine_ticks_sum_the_first_eight_fields_and_count_iowait_as_idle():
+    stat = "cpu  100 2 30 400 5 6 7 8 9 10\ncpu0 1 2 3 4 5 6 7 8 9 10\n"
+    assert procs.machine_ticks(stat) == (100 + 2 + 30 + 400 + 5 + 6 + 7 + 8, 400 + 5)
+    total, idle = procs.machine_ticks()
+    assert total >= idle > 0
+
+
+def test_process_stat_counts_user_and_system_time_after_the_command_name():
+    rest = ["S", "1", "1", "1", "0", "-1", str(0x200000)] + ["0"] * 4 + ["12", "30"] + ["0"] * 8 + ["77"] + ["0"] * 30
+    raw = ("42 (odd) name (x)) " + " ".join(rest)).encode()
+    assert procs.parse_process_stat(raw) == procs.ProcessStat(ticks=42, kernel_thread=True, rss_pages=77)
+    mine = procs.process_stat(os.getpid())
+    assert mine.ticks >= 0 and not mine.kernel_thread and mine.rss_pages > 0
+    assert procs.process_stat(2**22 + 1) is None  # beyond pid_max: never a process
+    assert os.getpid() in procs.all_process_stats()
+    deadline = time.process_time() + 3 / procs.TICKS + 0.05
+    while time.process_time() < deadline:
+        math.sqrt(2.0)
+    assert procs.process_stat("self").ticks > mine.ticks
