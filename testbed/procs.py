@@ -161,6 +161,12 @@ def process_stat(pid: int | str) -> ProcessStat | None:
         return None
 
 
+def cpu_seconds(pid: int | str) -> float:
+    """CPU seconds (user + system, all threads) a process has used; 0.0 once it is gone."""
+    stat = process_stat(pid)
+    return stat.ticks / TICKS if stat is not None else 0.0
+
+
 def all_process_stats() -> dict[int, ProcessStat]:
     """`process_stat` of every process now running, by pid (those that exit meanwhile are left out)."""
     found = {}

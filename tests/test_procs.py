@@ -124,3 +124,4 @@ def test_process_stat_counts_user_and_system_time_after_the_command_name():
     while time.process_time() < deadline:
         math.sqrt(2.0)
     assert procs.process_stat("self").ticks > mine.ticks
+    assert procs.cpu_seconds(os.getpid()) >= 3 / procs.TICKS and procs.cpu_seconds(2**22 + 1) == 0.0
