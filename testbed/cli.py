@@ -287,7 +287,8 @@ def topic_set_threshold(run_id: str = typer.Argument(..., help="The running expe
     Example: sudo testbed topic set-threshold ab12cd follow_leader-swarm1 30ms
     """
     from testbed.emulation import runstate
-    from testbed.systems.pubsub.metadata import ZK_PORT, Metadata, check_topic
+    from testbed.roles.launch import node_metadata
+    from testbed.systems.pubsub.metadata import ZK_PORT, check_topic
     from testbed.units import parse_duration
 
     try:
@@ -304,7 +305,7 @@ def topic_set_threshold(run_id: str = typer.Argument(..., help="The running expe
         errors.print(f"run {run_id} has no cloud node: no ZooKeeper to set thresholds in")
         raise typer.Exit(EXIT_FAILURE)
     cloud = clouds[0]
-    meta = Metadata(f"{run['ips'][cloud]}:{ZK_PORT}", netns_pid=run["nodes"][cloud])
+    meta = node_metadata(f"{run['ips'][cloud]}:{ZK_PORT}", run["nodes"][cloud])
     meta.start()
     try:
         meta.set_threshold(topic, seconds)

@@ -20,6 +20,7 @@ from testbed import doctor, health, mobility
 from testbed import topology as topo_mod
 from testbed.emulation import choose, runstate
 from testbed.emulation.network import EmulationError, Network
+from testbed.logs import route_library_logs
 from testbed.monitor import HealthMonitor
 from testbed.scenario.model import Scenario
 
@@ -126,13 +127,11 @@ def _write_event(handle, **event) -> None:
 def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: bool, results_root: Path,
         console, topology: topo_mod.Topology | None = None) -> int:
     """Run a scenario as far as the built parts go; returns the exit code."""
-    import logging
-
-    logging.getLogger("kazoo").setLevel(logging.ERROR)  # reconnect chatter belongs in logs, not the console
     session = Session(scenario, backend=backend, shaper=shaper, console=console, topology=topology)
     out = results_root / f"{scenario.name}-{session.run_id}"
     session.log_dir = out / "logs"
     out.mkdir(parents=True, exist_ok=True)
+    route_library_logs(out / "logs")  # kazoo's reconnect chatter belongs in the run's logs, not the console
     (out / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
     meta = {"run_id": session.run_id, "scenario": scenario.name, "scenario_file": str(path),
             "git_commit": git_commit(), "backend": session.backend, "shaper": session.shaper,

@@ -6,14 +6,13 @@ address); in every mobile client the coordinate loop that asks its zone's proxy 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 
 from testbed.nc import snapshots
-from testbed.nc.agents import SerfAgents, agent_nodes
 from testbed.nc.proxy import NC_ANYCAST_IP
-from testbed.emulation.shaping import _read_line
+from testbed.procs import json_lines, read_line, stop_group
+from testbed.roles.launch import SerfAgents, agent_nodes
 from testbed.roles.base import Role, RunContext
 
 
@@ -55,7 +54,7 @@ class Coordinates(Role):
             argv = [*self.python(), "testbed.nc.proxy", "--node", node.name]
             log = (self.log_dir / f"ncproxy-{node.name}.log").open("ab")
             process = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log, text=True)
-            if _read_line(process, 10.0) != "ready":
+            if read_line(process, 10.0) != "ready":
                 process.kill()
                 raise RoleError(f"NC proxy in {node.name} did not start (see {log.name})")
             self.proxies[node.name] = process
@@ -100,28 +99,12 @@ class Coordinates(Role):
 
     def nc_answers(self) -> list[dict]:
         """Every mobile client's proxy answers so far."""
-        answers = []
-        for node in self.reporters:
-            path = self.log_dir / f"nc-{node}.jsonl"
-            if path.exists():
-                for line in path.read_text().splitlines():
-                    try:
-                        answers.append(json.loads(line))
-                    except ValueError:
-                        pass
-        return answers
+        return [answer for node in self.reporters for answer in json_lines(self.log_dir / f"nc-{node}.jsonl")]
 
     def stop(self) -> None:
         if getattr(self, "_stopped", False):
             return
         self._stopped = True
-        for process in list(self.reporters.values()) + list(self.proxies.values()):
-            if process.poll() is None:
-                process.terminate()
-        for process in list(self.reporters.values()) + list(self.proxies.values()):
-            try:
-                process.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_group([*self.reporters.values(), *self.proxies.values()], 3)
         if self.agents:
             self.agents.stop()

@@ -6,14 +6,14 @@ latency per topic class, violation ratio, migrations, losses).
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import time
 from pathlib import Path
 
 from testbed.policies.topics import topic_class
 from testbed.roles.base import Role, RunContext
-from testbed.roles.pubsub import ManagerOptions, PubSubSystem, wait_ready
+from testbed.procs import json_lines, percentile, read_line
+from testbed.roles.pubsub import ManagerOptions, PubSubSystem
 
 SUPPORTED = {"uav-swarm", "mmog"}
 
@@ -47,7 +47,7 @@ class PubSubRole(Role):
         self.system.start(say=self.run.say)
 
     def kill(self, node: str) -> list[dict]:
-        if node not in self.system.brokers:
+        if node not in self.system.brokers():
             return []
         self.faults.append(self.system.kill(node))
         return [self.faults[-1]]
@@ -129,6 +129,7 @@ class PubSubWorkload(Role):
     def _start_mmog(self) -> None:
         """One process per game server; they share a plan (avatar -> server, groups, group changes)
         and start publishing together at the time written to logs/mmog-start once all are ready."""
+        from testbed.mobility import group_changes
         from testbed.systems.pubsub.workloads import mmog_plan
 
         scenario = self.scenario
@@ -136,7 +137,7 @@ class PubSubWorkload(Role):
         servers = [n.name for n in self.topology.nodes.values() if n.role == "game-server"]
         if not servers:
             raise RuntimeError("mmog workload: the scenario has no game-server nodes")
-        plan = mmog_plan(scenario, servers)
+        plan = mmog_plan(servers, *group_changes(scenario))
         plan_path, start_path = self.out / "mmog-plan.json", self.out / "logs" / "mmog-start"
         plan_path.write_text(json.dumps(plan))
         start_path.unlink(missing_ok=True)
@@ -166,7 +167,7 @@ class PubSubWorkload(Role):
 
     def _wait_attached(self) -> None:
         for name, process in self.processes.items():
-            if wait_ready(process, 120) is None:
+            if read_line(process, 120) is None:
                 raise RuntimeError(f"workload in {name} did not attach (see logs/workload-{name}.log)")
 
     def supervise(self) -> list[dict]:
@@ -229,16 +230,6 @@ class PubSubWorkload(Role):
         return lines
 
 
-def json_lines(path: Path) -> list[dict]:
-    found = []
-    for line in path.read_text().splitlines():
-        try:
-            found.append(json.loads(line))
-        except ValueError:
-            pass  # a line cut by an interrupted run
-    return found
-
-
 class LineCounter:
     """Counts the lines (or the lines holding `needle`) appended to growing files, reading only
     what is new since the last call: cheap enough for a progress line every few seconds."""
@@ -269,12 +260,7 @@ class LineCounter:
 
 def trace_rows(trace_dir: Path):
     for path in sorted(Path(trace_dir).glob("*.jsonl")):
-        with path.open() as handle:
-            for line in handle:
-                try:
-                    yield json.loads(line)
-                except ValueError:
-                    pass  # a line cut by an interrupted run
+        yield from json_lines(path)
 
 
 def summarize(trace_dir: Path, thresholds: dict[str, float], events: list[dict], summaries: list[dict]) -> dict:
@@ -290,8 +276,8 @@ def summarize(trace_dir: Path, thresholds: dict[str, float], events: list[dict],
     for name, values in sorted(by_class.items()):
         values.sort()
         threshold = thresholds.get(name)
-        classes[name] = {"messages": len(values), "p50_ms": 1e3 * statistics.median(values),
-                         "p95_ms": 1e3 * values[int(0.95 * (len(values) - 1))], "max_ms": 1e3 * values[-1],
+        classes[name] = {"messages": len(values), "p50_ms": 1e3 * percentile(values, 0.5),
+                         "p95_ms": 1e3 * percentile(values, 0.95, "lower"), "max_ms": 1e3 * values[-1],
                          "threshold_ms": 1e3 * threshold if threshold else None,
                          "violation_ratio": (sum(v > threshold for v in values) / len(values)) if threshold else None}
     migrations = [e for e in events if e.get("type") == "migration_end"]
@@ -316,5 +302,5 @@ def failover(events: list[dict]) -> dict:
     return {"brokers_killed": sorted(e["node"] for e in events if e.get("type") == "broker_killed"),
             "topics_replaced": len({e["topic"] for e in events if e.get("type") == "orphan_replaced" and e.get("broker")}),
             "clients_lost_broker": len(lost), "clients_recovered": len(lost & recovered),
-            "downtime_p50_s": statistics.median(values) if values else None,
+            "downtime_p50_s": percentile(values, 0.5),
             "downtime_max_s": values[-1] if values else None}
