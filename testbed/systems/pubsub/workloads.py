@@ -85,15 +85,11 @@ async def _main(args) -> int:
 
 
 # -- mmog ------------------------------------------------------------------------------------------
-def mmog_plan(servers: list[str], groups: list[int], changes: list | None = None) -> dict:
+def mmog_plan(servers: list[str], groups: list[int], changes: list) -> dict:
     """The MMOG run's plan, shared by every game server's process: which server serves each avatar
     (round-robin over the game-server nodes in topology order), every avatar's initial group and the
     group changes (seconds since the workload's start). The harness draws `groups` and `changes`
     from the scenario's seed (`testbed.mobility.group_changes`) and writes the plan to a file."""
-    if changes is None:  # transitional: mmog_plan(scenario, servers), until roles/workload.py passes
-        from testbed.mobility import group_changes  # mmog_plan(servers, *group_changes(scenario))
-
-        (groups, changes), servers = group_changes(servers), groups
     return {"servers": list(servers), "serving": [servers[a % len(servers)] for a in range(len(groups))],
             "groups": groups, "changes": [[c.time, c.avatar, c.from_group, c.to_group] for c in changes]}
 
