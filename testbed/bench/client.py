@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from testbed.procs import cpu_seconds
+
 OUT = Path("results/bench")
 REPO = Path(__file__).resolve().parents[2]
 
@@ -80,11 +82,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def measure(members: int, rate: float, duration: float, source: Path) -> dict:
     """One run: a fresh nats-server, the swarm child, its CPU per message."""
     port = _free_port()
@@ -99,7 +96,7 @@ def measure(members: int, rate: float, duration: float, source: Path) -> dict:
                 break
             except OSError:
                 time.sleep(0.05)
-        server_cpu = _cpu_s(server.pid)
+        server_cpu = cpu_seconds(server.pid)
         env = {**os.environ, "PYTHONPATH": f"{source}:{REPO}"}
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         child = subprocess.run([sys.executable, "-m", "testbed.bench.client", "--child", "--members", str(members),
@@ -115,7 +112,7 @@ def measure(members: int, rate: float, duration: float, source: Path) -> dict:
         return {"members": members, "rate": rate, "duration_s": duration, "source": str(source), **counts,
                 "client_cpu_s": round(cpu, 3), "client_us_per_message": round(1e6 * cpu / max(1, messages), 2),
                 "user_s": round(after.ru_utime - before.ru_utime, 3), "sys_s": round(after.ru_stime - before.ru_stime, 3),
-                "nats_cpu_s": round(_cpu_s(server.pid) - server_cpu, 3)}
+                "nats_cpu_s": round(cpu_seconds(server.pid) - server_cpu, 3)}
     finally:
         server.terminate()
         server.wait(10)

@@ -33,7 +33,8 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed.experiment import Session
-from testbed.roles.pubsub import ManagerOptions, PubSubSystem, wait_ready
+from testbed.procs import json_lines, read_line
+from testbed.roles.pubsub import ManagerOptions, PubSubSystem
 from testbed.scenario.loader import load
 
 OUT = Path("results/bench")
@@ -46,18 +47,6 @@ def scenario_at(wan_ms: float):
     base = load(SCENARIO)
     cloud = base.infrastructure.cloud.model_copy(update={"one_way": wan_ms / 1e3})
     return base.model_copy(update={"infrastructure": base.infrastructure.model_copy(update={"cloud": cloud})})
-
-
-def _events(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass
-    return out
 
 
 def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int = 2,
@@ -80,7 +69,7 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
                     "--lookup", system.lookup_url, "--rate", f"{rate:g}", "--events", str(log_dir / "clients.jsonl")]
             client = session.network.popen("cl1", argv, stdout=subprocess.PIPE, stderr=(log_dir / "mc.log").open("ab"),
                                            text=True)
-            if wait_ready(client, 120) is None:
+            if read_line(client, 120) is None:
                 raise RuntimeError(f"clients did not attach (see {log_dir / 'mc.log'})")
             ready = time.time()
             deadline = time.monotonic() + rounds * period + 90
@@ -110,7 +99,7 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
                            "completion_s": end["time"] - decided if decided is not None else None})
     downtimes = [{**config, "topic": e.get("topic"), "client": e.get("client"), "reason": e.get("reason"),
                   "downtime_s": e["downtime_s"]}
-                 for e in _events(log_dir / "clients.jsonl") if e["type"] == "downtime" and e["start"] >= ready]
+                 for e in json_lines(log_dir / "clients.jsonl") if e["type"] == "downtime" and e["start"] >= ready]
     migration_s = [m["migration_time_s"] for m in migrations]
     completion_s = [m["completion_s"] for m in migrations if m["completion_s"] is not None]
     downtime = [d["downtime_s"] for d in downtimes]

@@ -166,8 +166,9 @@ def _report_bytes(meta) -> tuple[int, dict]:
 
 def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, periods: int, say) -> list[dict]:
     from testbed.experiment import Session
-    from testbed.systems.pubsub.metadata import Metadata
-    from testbed.roles.pubsub import ManagerOptions, PubSubSystem, wait_ready
+    from testbed.roles.launch import node_metadata
+    from testbed.procs import read_line
+    from testbed.roles.pubsub import ManagerOptions, PubSubSystem
     from testbed.scenario.loader import load
 
     log_dir = Path(tempfile.mkdtemp(prefix=f"testbed-bench-mon-{policy}-"))
@@ -178,7 +179,7 @@ def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, p
                               ManagerOptions(policy=policy, period=period, default=BROKER, threshold=10.0),
                               monitoring_period=period, nc_period=period)
         system.start()
-        meta = Metadata(system.zk.hosts, netns_pid=network.nodes[system.cloud].pid).start()
+        meta = node_metadata(system.zk.hosts, network.nodes[system.cloud].pid).start()
         try:
             time.sleep(period)  # the agent's first reports
             idle = _window(network, meta, periods, period)
@@ -192,7 +193,7 @@ def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, p
                 client = network.popen(CLIENTS, argv, stdout=subprocess.PIPE,
                                        stderr=(log_dir / f"clients-{index}.log").open("ab"), text=True)
                 try:
-                    ready = wait_ready(client, 180)
+                    ready = read_line(client, 180)
                     if ready is None:
                         raise RuntimeError(f"clients did not attach (see {log_dir}/clients-{index}.log)")
                     owners = json.loads(ready).get("owners")

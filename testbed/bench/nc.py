@@ -29,7 +29,8 @@ from rich.table import Table
 
 from testbed.experiment import Session
 from testbed.nc import snapshots
-from testbed.nc.agents import SerfAgents
+from testbed.procs import cpu_seconds
+from testbed.roles.launch import SerfAgents
 from testbed.roles.settle import settle
 from testbed.scenario.loader import load
 
@@ -52,11 +53,6 @@ def _star(nodes: int, rtt_ms: float):
     return scenario.model_copy(update={
         "name": f"nc-accuracy-n{nodes}", "description": f"NC accuracy microbenchmark, {nodes} nodes, actual RTT {rtt_ms:g}ms",
         "infrastructure": scenario.infrastructure.model_copy(update={"star": star})})
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mb(pid: int) -> float:
@@ -106,7 +102,7 @@ def overhead(nodes: int, period_s: float, log_dir: Path, window_s: float = 30.0)
             agents.wait_joined(60)
             time.sleep(5)
             pids = agents.pids()
-            cpu0 = {n: _cpu_seconds(p) for n, p in pids.items()}
+            cpu0 = {n: cpu_seconds(p) for n, p in pids.items()}
             started = time.monotonic()
             queries = 0
             while time.monotonic() - started < window_s:
@@ -114,7 +110,7 @@ def overhead(nodes: int, period_s: float, log_dir: Path, window_s: float = 30.0)
                 queries += len(pids)
                 time.sleep(max(0.0, period_s - (time.monotonic() - started) % period_s))
             wall = time.monotonic() - started
-            cpu = [(_cpu_seconds(p) - cpu0[n]) / wall * 100 for n, p in pids.items()]
+            cpu = [(cpu_seconds(p) - cpu0[n]) / wall * 100 for n, p in pids.items()]
             rss = [_rss_mb(p) for p in pids.values()]
         finally:
             agents.stop()

@@ -39,7 +39,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 import sys
@@ -47,6 +46,8 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from testbed.procs import TICKS, all_process_stats, build_c, cpu_seconds, machine_ticks, read_line
 
 OUT = Path("results/bench")
 SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "bench" / "overload.yaml"
@@ -155,24 +156,6 @@ def limited_by(row: dict, cores: int) -> str:
 
 
 # -- the load generator --------------------------------------------------------------------------------
-def ensure_built() -> Path:
-    """natsload, compiled on first use (or when the source is newer), like the delay line."""
-    if BINARY.exists() and BINARY.stat().st_mtime >= SOURCE.stat().st_mtime:
-        return BINARY
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        raise RuntimeError("gcc not found: it builds the load generator (apt-get install -y gcc libc6-dev)")
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    tmp = BINARY.with_name(f".natsload.{os.getpid()}.tmp")
-    proc = subprocess.run([gcc, "-O2", "-Wall", "-Wextra", "-o", str(tmp), str(SOURCE), "-lm"],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"building {SOURCE.name} failed:\n{proc.stderr.strip()}")
-    tmp.replace(BINARY)
-    return BINARY
-
-
 def hist_quantile(hist: dict, q: float, growth: float) -> float | None:
     """Quantile (ms) of natsload's merged log histogram (bucket b holds [growth^b, growth^(b+1)) us)."""
     total = sum(hist.values())
@@ -194,36 +177,15 @@ def _split(n: int, parts: int) -> list[tuple[int, int]]:
 
 
 # -- measurement (root, emulated network) ---------------------------------------------------------------
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu(pid: int) -> float:
-    """CPU seconds (user + system, all threads) of a process; 0 once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
 def _processes() -> dict[int, tuple[float, bool]]:
     """CPU seconds of every process, and whether it is a kernel thread (ksoftirqd does network work)."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                out[int(entry.name)] = ((int(fields[11]) + int(fields[12])) / TICK, bool(int(fields[6]) & 0x200000))
-            except (OSError, IndexError, ValueError):
-                pass
-    return out
+    return {pid: (stat.ticks / TICKS, stat.kernel_thread) for pid, stat in all_process_stats().items()}
 
 
 def _machine() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine from /proc/stat."""
-    values = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:9]]
-    idle = values[3] + values[4]
-    return (sum(values) - idle) / TICK, sum(values) / TICK
+    total, idle = machine_ticks()
+    return (total - idle) / TICKS, total / TICKS
 
 
 def _varz(network) -> dict:
@@ -283,10 +245,11 @@ class LoadedBroker:
     `measure(point)` offers a point's load and measures what the broker delivered."""
 
     def __init__(self, session, log_dir: Path, pubs: int, subs: int, timing: Timing):
-        from testbed.systems.pubsub.broker import nats_url, start_nats
+        from testbed.roles.launch import start_nats
+        from testbed.systems.pubsub.broker import nats_url
 
         self.network, self.log_dir, self.pubs, self.subs, self.timing = session.network, log_dir, pubs, subs, timing
-        self.binary = ensure_built()
+        self.binary = build_c(SOURCE, BINARY, ("-lm",))  # natsload, compiled on first use
         self.nats = start_nats(self.network, BROKER, log_dir)
         self.server = nats_url(self.network.ip_of(BROKER)).split("//")[1]
         access = self.network.access
@@ -309,8 +272,6 @@ class LoadedBroker:
 
     def measure(self, point: Point) -> dict:
         """One point: subscribers, then publishers, one start instant, CPU sampled at the window's edges."""
-        from testbed.emulation.shaping import _read_line
-
         if self.nats.poll() is not None:
             raise RuntimeError(f"nats-server exited ({self.nats.returncode}); see {self.log_dir}")
         self.count += 1
@@ -325,7 +286,7 @@ class LoadedBroker:
         procs = list(subs)
         try:
             for proc in subs:
-                if _read_line(proc, 30) != "ready":
+                if read_line(proc, 30) != "ready":
                     raise RuntimeError(f"a subscriber did not connect (see {self.log_dir})")
             pubs = [self._spawn(pub_node, ["pub", "--server", self.server, "--prefix", prefix, "--topics", f"{a}-{b}",
                                       "--ntopics", str(point.topics), "--rate", f"{point.per_topic:.6g}",
@@ -333,7 +294,7 @@ class LoadedBroker:
                     for i, (a, b) in enumerate(_split(point.topics, self.pubs))]
             procs += pubs
             for proc in pubs:
-                if _read_line(proc, 30) != "ready":
+                if read_line(proc, 30) != "ready":
                     raise RuntimeError(f"a publisher did not connect (see {self.log_dir})")
             t0 = time.time_ns() + 300_000_000
             for proc in procs:
@@ -359,11 +320,11 @@ class LoadedBroker:
 
     def _sample(self, pubs: list[int], subs: list[int]) -> dict:
         busy, total = _machine()
-        return {"t": time.monotonic(), "procs": _processes(), "harness": _cpu(os.getpid()),
+        return {"t": time.monotonic(), "procs": _processes(), "harness": cpu_seconds(os.getpid()),
                 "mine": {self.nats.pid, os.getpid(), *pubs, *subs, *self.all_relays},
-                "nats": _cpu(self.nats.pid), "pubs": [_cpu(p) for p in pubs],
-                "subs": [_cpu(p) for p in subs], "relays": {k: _cpu(p) for k, p in self.relays.items()},
-                "all_relays": [_cpu(p) for p in self.all_relays], "busy": busy, "total": total,
+                "nats": cpu_seconds(self.nats.pid), "pubs": [cpu_seconds(p) for p in pubs],
+                "subs": [cpu_seconds(p) for p in subs], "relays": {k: cpu_seconds(p) for k, p in self.relays.items()},
+                "all_relays": [cpu_seconds(p) for p in self.all_relays], "busy": busy, "total": total,
                 "varz": _varz(self.network)}
 
     def _row(self, point: Point, edges: list[dict], results: list[dict]) -> dict:
