@@ -1,5 +1,6 @@
-"""The data plane on a real emulated network (root only): ZooKeeper in the cloud node, three brokers
-(nats-server + broker agent), the lookup service alone (no policy), and clients in their own nodes.
+"""The data plane on a real emulated network (root only): the pub/sub system as runs assemble it
+(ZooKeeper in the cloud node, three brokers with a nats-server and a broker agent each) with the
+lookup service alone where the topic manager would be (no policy), and clients in their own nodes.
 
 Two zones 30 ms apart, the cloud 20 ms one-way from each, access 4 ms, local 1 ms: cl1 (zone1)
 publishes, cl2 (zone2) subscribes. Through bzone1 (or bzone2) the configured one-way path is
@@ -14,7 +15,6 @@ import math
 import os
 import shutil
 import subprocess
-import sys
 import time
 
 import nats
@@ -25,7 +25,8 @@ from testbed.experiment import Session
 from testbed.policies import latency
 from testbed.procs import read_line, stop_group
 from testbed.roles.inside import NodeLoop
-from testbed.roles.launch import expire_session, node_metadata, start_agent, start_lookup, start_nats, start_zookeeper
+from testbed.roles.launch import expire_session, node_metadata, start_agent, start_lookup
+from testbed.roles.pubsub import ManagerOptions, PubSubSystem
 from testbed.systems.pubsub.broker import nats_url
 from testbed.policies.snapshot import BrokerReport, coord_from_dict
 from testbed.scenario.loader import parse_text
@@ -58,32 +59,35 @@ PERIOD = 1.0  # monitoring and NC report period, short so the tests see reports 
 DOWNTIMES: dict[str, list[float]] = {}
 
 
-class Plane:
-    """The running data plane and the harness's hands on it (NATS and ZooKeeper from inside nodes)."""
+class Plane(PubSubSystem):
+    """The running data plane and the harness's hands on it (NATS and ZooKeeper from inside nodes).
+
+    Assembled by PubSubSystem, as a run does, except that the cloud runs the lookup service alone
+    instead of the topic manager: these tests move topics themselves, and the manager's policy rounds
+    would move them too. Unowned topics go to `manager.default`."""
 
     def __init__(self, session: Session, log_dir):
-        self.session, self.net, self.log_dir = session, session.network, log_dir
+        super().__init__(session.network, session.topology, log_dir, ManagerOptions(default="bzone1"),
+                         monitoring_period=PERIOD, nc_period=PERIOD)
+        self.session, self.net = session, session.network
         self.processes: list[subprocess.Popen] = []  # clients
-        self.servers: list[subprocess.Popen] = []  # nats-servers
         self.loops: dict[str, NodeLoop] = {}
         self.conns: dict[tuple[str, str], object] = {}
-        self.serf = None
+        self.serf = self.meta = None
 
     def start(self) -> None:
-        started = time.monotonic()
-        self.zk = start_zookeeper(self.net, "cloud", self.log_dir)
-        self.zk_started_s = time.monotonic() - started
-        for broker in BROKERS:
-            self.servers.append(start_nats(self.net, broker, self.log_dir))
-        if shutil.which("serf"):
+        if shutil.which("serf"):  # the brokers' coordinates, for E(t) in their reports
             from testbed.roles.launch import SerfAgents
 
             self.serf = SerfAgents(self.net, self.session.topology, self.log_dir)
             self.serf.start(list(BROKERS))
-        self.agents = {b: start_agent(self.net, b, self.zk.hosts, self.log_dir, site=site, cloud=b == "cloud",
-                                      period=PERIOD, grace=5.0, nc_period=PERIOD) for b, site in BROKERS.items()}
-        self.lookup = start_lookup(self.net, "cloud", self.zk.hosts, "bzone1", self.log_dir)
+        started = time.monotonic()
+        super().start()
+        self.started_s = time.monotonic() - started
         self.meta = node_metadata(self.zk.hosts, self.pid("cloud")).start()
+
+    def _start_manager(self) -> None:
+        self.manager_process = start_lookup(self.net, self.cloud, self.zk.hosts, self.manager.default, self.log_dir)
 
     def pid(self, node: str) -> int:
         return self.net.nodes[node].pid
@@ -115,7 +119,7 @@ class Plane:
         return self.request(f"_ep.cmd.{broker}", body, at=broker)
 
     def client(self, mode: str, node: str, topic: str, *extra: str) -> subprocess.Popen:
-        argv = [sys.executable, "-m", "testbed.systems.pubsub.client", mode, "--topic", topic, "--name", node,
+        argv = [self.net.python, "-m", "testbed.systems.pubsub.client", mode, "--topic", topic, "--name", node,
                 "--lookup", self.url("cloud"), "--site", self.net.site_of(node), "--nc-period", f"{PERIOD:g}",
                 "--events", str(self.log_dir / f"events-{topic}-{node}.jsonl"), *extra]
         log = (self.log_dir / f"client-{topic}-{node}.log").open("ab")
@@ -136,17 +140,14 @@ class Plane:
         for loop in self.loops.values():
             loop.close()
         try:
-            self.meta.stop()
+            if self.meta:
+                self.meta.stop()
         except Exception:  # noqa: BLE001
             pass
-        # clients, then the agents and the lookup, then the servers they talk to
-        for group in (self.processes, [*getattr(self, "agents", {}).values(), getattr(self, "lookup", None)],
-                      self.servers):
-            stop_group(group)
+        stop_group(self.processes)  # the clients, then the system (lookup and agents, servers, ZooKeeper)
+        super().stop()
         if self.serf:
             self.serf.stop()
-        if getattr(self, "zk", None):
-            self.zk.stop()
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +179,7 @@ def wait_for(predicate, timeout: float = 10.0, step: float = 0.05):
 
 def test_zookeeper_runs_in_the_cloud_and_brokers_register(plane):
     assert plane.zk.four_letter("ruok") == "imok"
-    assert plane.zk_started_s < 30
+    assert plane.started_s < 40  # ZooKeeper, three brokers with their agents, the lookup
     brokers = plane.meta.brokers()
     assert set(brokers) == set(BROKERS)
     assert brokers["bzone1"]["address"] == plane.url("bzone1") and brokers["bzone1"]["site"] == "zone1"
@@ -365,7 +366,7 @@ def test_a_restarted_broker_agent_adopts_its_topics(plane):
     plane.agents["bzone1"].wait()
     started = time.monotonic()
     plane.agents["bzone1"] = start_agent(plane.net, "bzone1", plane.zk.hosts, plane.log_dir, site="zone1",
-                                         period=PERIOD, grace=5.0, nc_period=PERIOD)
+                                         period=PERIOD, nc_period=PERIOD)  # the agent alone: its server runs on
     took = time.monotonic() - started
     status = plane.command("bzone1", op="status")
     after = plane.meta.zk.exists("/epulsar/topics/e2e/owner").ephemeralOwner
