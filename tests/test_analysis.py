@@ -13,7 +13,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from analysis import figures, traces
-from analysis.spark import java_available
 
 T0 = 1_795_000_000.0
 
@@ -177,24 +176,6 @@ def test_figures_render_pngs_with_labelled_axes(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------- Spark jobs
-
-@pytest.fixture(scope="module")
-def spark():
-    pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -r requirements.txt)")
-    if not java_available():
-        pytest.skip("Spark needs a Java runtime: no JAVA_HOME and no java on PATH (apt install default-jre-headless)")
-    from pyspark.sql import SparkSession
-
-    from analysis.spark import session
-
-    existing = SparkSession.getActiveSession()  # another module's session: reuse it, leave it running
-    # Tiny inputs: query planning and code generation dominate, so skip what only pays off on big data.
-    spark = session("local[2]", app_name="test-analysis", shuffle_partitions=1,
-                    conf={"spark.sql.adaptive.enabled": "false", "spark.sql.codegen.wholeStage": "false"})
-    yield spark
-    if existing is None:
-        spark.stop()
-
 
 def frame(spark, rows, schema):
     return spark.createDataFrame([tuple(r.get(f.name) for f in schema) for r in rows],

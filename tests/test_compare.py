@@ -7,10 +7,10 @@ import json
 import pytest
 
 from analysis import figures
-from tests.test_analysis import T0, event, event_frame, row, spark, trace_frame, write_run  # noqa: F401 - spark is a fixture
+from tests.test_analysis import T0, event, event_frame, row, trace_frame, write_run
 
 
-def labelled(spark, runs):  # noqa: F811 - the fixture's name
+def labelled(spark, runs):
     from analysis import compare
 
     return compare.runs_frame(spark, runs)
@@ -28,7 +28,7 @@ RUNS = [{"run_id": "a1", "scenario": "uav-test", "policy": "epulsar", "threshold
         {"run_id": "h1", "scenario": "uav-test", "policy": "pulsar-hash", "thresholds": {"follow_leader": 0.04}}]
 
 
-def test_policy_violations_pool_the_messages_of_every_run_of_a_policy(spark):  # noqa: F811
+def test_policy_violations_pool_the_messages_of_every_run_of_a_policy(spark):
     from analysis import compare
 
     rows = (stream("follow_leader-swarm1", [0.02] * 30 + [0.05] * 10, "a1")      # 10 of 40 above
@@ -46,7 +46,7 @@ def test_policy_violations_pool_the_messages_of_every_run_of_a_policy(spark):  #
     assert hashed["scenario"] == "uav-test" and hashed["topic_class"] == "follow_leader"
 
 
-def test_policy_latency_over_time_buckets_each_run_from_its_own_start(spark):  # noqa: F811
+def test_policy_latency_over_time_buckets_each_run_from_its_own_start(spark):
     from analysis import compare
 
     rows = (stream("follow_leader-swarm1", [0.02] * 10 + [0.08] * 10, "a1", start=T0)
@@ -60,7 +60,7 @@ def test_policy_latency_over_time_buckets_each_run_from_its_own_start(spark):  #
     assert buckets[1]["t_s"] == 1.0
 
 
-def test_policy_recovery_measures_time_above_after_a_zone_change(spark):  # noqa: F811
+def test_policy_recovery_measures_time_above_after_a_zone_change(spark):
     from analysis import compare
 
     # a1: relink at T0+1, above the threshold until T0+3, then below; h1: above from the relink on, never back.
@@ -85,7 +85,7 @@ def make_run(root, run_id, policy, latencies):
     return run
 
 
-def test_compare_runs_draws_a_row_per_policy_and_lists_missing_runs(spark, tmp_path):  # noqa: F811
+def test_compare_runs_draws_a_row_per_policy_and_lists_missing_runs(spark, tmp_path):
     from analysis.compare_runs import compare_runs
 
     ep = make_run(tmp_path, "e1", "epulsar", [0.02] * 30 + [0.06] * 10)
@@ -124,7 +124,7 @@ def test_policy_figures_render_without_spark(tmp_path):
     assert info["title"].startswith("Fig. 9") and info["series"] == {"ePulsar": ["a1", "a2"], "AllPairs": []}
 
 
-def test_messages_sent_while_the_harness_was_saturated_are_left_out(spark):  # noqa: F811 - the fixture
+def test_messages_sent_while_the_harness_was_saturated_are_left_out(spark):
     """A verdict never rests on a saturated interval (testbed.health): those messages are dropped."""
     from analysis import compare
 

@@ -16,7 +16,6 @@ import pytest
 
 from testbed.emulation import cleanup, installed
 from testbed.emulation.backends.containernet import image_problems
-from tests.test_containernet_backend_env import cn_python  # noqa: F401 - the fixture
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.containernet
@@ -31,7 +30,7 @@ emulation: {backend: containernet}
 
 
 @pytest.fixture(scope="module")
-def harness(cn_python):  # noqa: F811
+def harness(cn_python):
     problems = image_problems({"cloud", "broker", "nc-proxy", "client"})
     if problems:
         pytest.skip("; ".join(problems))

@@ -2,29 +2,19 @@
 
 Containernet lives in its own venv (it ships a mininet fork that would shadow
 Debian's mininet), so the network part runs in a subprocess with that
-interpreter: $TESTBED_CONTAINERNET_PYTHON, else /opt/cn-venv/bin/python.
+interpreter: $TESTBED_CONTAINERNET_PYTHON, else /opt/cn-venv/bin/python (the `cn_python` fixture
+of tests/conftest.py, which skips naming what is missing).
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from testbed.emulation import installed
-from testbed.emulation.docker_engine import (
-    BASE_IMAGE,
-    allow_bridged_traffic,
-    engine_running,
-    image_exists,
-)
+from testbed.emulation.docker_engine import BASE_IMAGE, allow_bridged_traffic
 
 pytestmark = pytest.mark.containernet
-
-IMPORT_CHECK = "from mininet.net import Containernet; from mininet.node import Docker"
 
 # Two Docker hosts on a plain Linux bridge (no OVS: no openvswitch module),
 # no controller, plain veth links (no TC: no sch_netem).
@@ -50,33 +40,6 @@ try:
 finally:
     net.stop()
 """
-
-
-def containernet_python() -> str:
-    """Interpreter that has Containernet installed: the one `testbed` itself finds."""
-    env = os.environ.get(installed.CONTAINERNET_PYTHON_ENV)
-    if env:
-        return env
-    default = Path(installed.DEFAULT_CONTAINERNET_PYTHON)
-    return str(default) if default.exists() else sys.executable
-
-
-@pytest.fixture(scope="module")
-def cn_python() -> str:
-    python = containernet_python()
-    res = subprocess.run([python, "-c", IMPORT_CHECK], capture_output=True, text=True,
-                         check=False)
-    if res.returncode != 0:
-        pytest.skip(f"Containernet not importable with {python} "
-                    f"(set {installed.CONTAINERNET_PYTHON_ENV}; see docs/containernet.md)")
-    if os.geteuid() != 0:
-        pytest.skip("Containernet needs root")
-    if not engine_running():
-        pytest.skip("Docker engine not running "
-                    "(testbed.emulation.docker_engine.start_engine() starts it)")
-    if not image_exists(BASE_IMAGE):
-        pytest.skip(f"image {BASE_IMAGE} missing (python -m testbed.emulation.images build)")
-    return python
 
 
 def test_two_docker_hosts_ping_over_linux_bridge(cn_python: str) -> None:
