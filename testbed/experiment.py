@@ -229,25 +229,12 @@ def _coordinates(roles: list):
 
 def _settle(session: Session, roles: list, events) -> None:
     """Let the coordinates converge for `control.settle`, recording snapshots (marked unconverged)."""
-    settle = session.scenario.control.settle
+    from testbed.roles.settle import settle
+
     coordinates = _coordinates(roles)
-    if coordinates is None or settle <= 0:
-        return
-    started = time.monotonic()
-    session.say(f"settle: {settle:g}s for the network coordinates to converge")
-    while True:
-        elapsed = time.monotonic() - started
-        snap = coordinates.snapshot()
-        snap["phase"] = "settle"
-        _write_event(events, **snap)
-        for event in coordinates.supervise():
-            _write_event(events, **event)
-        error = snap["median_error_ms"]
-        session.say(f"settle: {elapsed:4.0f}s of {settle:g}s, {snap['agents']}/{snap['expected']} agents, "
-                    f"median NC error {error:.2f} ms" if error is not None else "settle: waiting for coordinates")
-        if elapsed >= settle:
-            break
-        time.sleep(min(5.0, max(0.5, settle - elapsed)))
+    if coordinates is not None:
+        settle(coordinates.snapshot, session.scenario.control.settle, say=session.say,
+               sink=lambda event: _write_event(events, **event), supervise=coordinates.supervise)
 
 
 def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None = None) -> int:

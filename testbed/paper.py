@@ -40,7 +40,7 @@ PAPER_SCALE = {"uav-swarm": "paper: 4 zones, 8 swarms of 8 UAVs, 200 msg/s of 1 
 
 
 @dataclass(frozen=True)
-class Bench:
+class Microbenchmark:
     name: str
     module: str
     figures: tuple[str, ...]          # figure ids this benchmark's JSON feeds
@@ -53,11 +53,11 @@ class Bench:
 
 
 BENCHES = (
-    Bench("nc", "testbed.bench.nc", ("fig3b",), ("fig3b.png",), "--figure-only"),
-    Bench("placement", "testbed.bench.placement", ("fig4", "fig5"),
+    Microbenchmark("nc", "testbed.bench.nc", ("fig3b",), ("fig3b.png",), "--figures-only"),
+    Microbenchmark("placement", "testbed.bench.placement", ("fig4", "fig5"),
           ("fig4.png", "fig4_configured.png", "fig5.png", "fig5_configured.png"), "--figures-only"),
-    Bench("monitoring", "testbed.bench.monitoring", ("fig6",), ("fig6.png",), "--figure-only"),
-    Bench("migration", "testbed.bench.migration", ("fig7a", "fig7b"), ("fig7a.png", "fig7b.png"), "--figure-only"),
+    Microbenchmark("monitoring", "testbed.bench.monitoring", ("fig6",), ("fig6.png",), "--figures-only"),
+    Microbenchmark("migration", "testbed.bench.migration", ("fig7a", "fig7b"), ("fig7a.png", "fig7b.png"), "--figures-only"),
 )
 FIGURE_IMAGES = {"fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
                  "fig5": ["fig5.png", "fig5_configured.png"], "fig6": ["fig6.png"], "fig7a": ["fig7a.png"],
@@ -141,7 +141,7 @@ def _subprocess(argv: list[str]) -> int:
     return subprocess.call(argv, cwd=REPO)
 
 
-def bench_step(bench: Bench, options: Options, out: Path) -> Step:
+def bench_step(bench: Microbenchmark, options: Options, out: Path) -> Step:
     step = Step(f"bench {bench.name} ({', '.join(bench.figures)})", figures=bench.figures)
     reuse = options.reuse and bench.json.exists()
     args = [bench.redraw] if reuse else (["--quick"] if options.quick else [])

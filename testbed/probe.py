@@ -33,12 +33,6 @@ class PairResult:
     tolerance_ms: float
 
 
-def percentile(values: list[float], q: float) -> float:
-    """Transitional (q in percent): testbed/bench/emulation.py calls it until it calls
-    `testbed.procs.percentile(values, q / 100, "nearest")`, the same rule."""
-    return procs.percentile(values, q / 100, "nearest")
-
-
 def pairs_of_interest(topology: Topology) -> list[tuple[str, str]]:
     """One representative node per site (its broker when there is one) for every pair of sites,
     plus every pair of nodes sharing a site with a non-trivial access link; a star: all pairs."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from testbed import probe
+from testbed import probe, procs
 from testbed.emulation import runstate
 from testbed.experiment import Session
 from testbed.scenario.loader import load
@@ -64,7 +64,7 @@ def accuracy(shaper: str, count: int = 100) -> list[dict]:
             for hops, (node, target) in cases.items():
                 values = _ping(session, node, target, count)
                 median = statistics.median(values) if values else float("nan")
-                p99 = probe.percentile(values, 99) if values else float("nan")
+                p99 = procs.percentile(values, 0.99, "nearest") if values else float("nan")
                 tolerance = max(0.5, 0.02 * rtt_ms)
                 rows.append({"shaper": shaper, "configured_ms": rtt_ms, "hops": hops, "received": len(values),
                              "median_ms": round(median, 3), "p99_ms": round(p99, 3),

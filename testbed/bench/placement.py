@@ -108,7 +108,7 @@ def emulate(scenario: Scenario, log_dir: Path, max_wait_s: float, min_wait_s: fl
     for 10 minutes)."""
     from testbed.experiment import Session
     from testbed.nc import snapshots
-    from testbed.nc.agents import SerfAgents
+    from testbed.roles.launch import SerfAgents
 
     started_all = time.monotonic()
     with Session(scenario, backend="mininet") as session:

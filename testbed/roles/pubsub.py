@@ -12,7 +12,7 @@ import time
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
-from testbed.procs import json_lines, read_line, stop_group, wait_or_kill
+from testbed.procs import json_lines, stop_group, wait_or_kill
 from testbed.roles.launch import start_agent, start_nats, start_zookeeper
 from testbed.systems.pubsub.broker import nats_url
 from testbed.policies import DEFAULT_POLICY, Overload, get_policy
@@ -132,8 +132,3 @@ class PubSubSystem:
         stop_group(self.servers.values())
         if self.zk is not None:
             self.zk.stop()
-
-
-#: Transitional name of `testbed.procs.read_line`, until roles/workload.py, bench/monitoring.py and
-#: bench/migration.py import that.
-wait_ready = read_line

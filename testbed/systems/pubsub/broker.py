@@ -46,16 +46,6 @@ def nats_url(ip: str) -> str:
     return f"nats://{ip}:{NATS_PORT}"
 
 
-def __getattr__(name: str):
-    """Transitional: the launchers moved to testbed.roles.launch; this keeps `start_nats` importable
-    from here until testbed/bench/overload.py imports it from there (then delete this function)."""
-    if name in ("start_nats", "start_agent", "BrokerError"):
-        from testbed.roles import launch
-
-        return getattr(launch, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 @dataclass
 class Grace:
     """A released topic: what still arrives here goes to `target` (broker, address) once known."""

@@ -48,11 +48,7 @@ class Metadata:
     kazoo handler (the harness passes one that connects inside a node: `roles.launch.node_metadata`)."""
 
     def __init__(self, hosts: str, handler=None, session_timeout: float = 10.0, on_restored=None,
-                 client_id: tuple[int, bytes] | None = None, netns_pid: int | None = None):
-        if netns_pid:  # transitional, until testbed/cli.py and testbed/bench/monitoring.py call
-            from testbed.roles.launch import NetnsHandler  # testbed.roles.launch.node_metadata
-
-            handler = NetnsHandler(netns_pid)
+                 client_id: tuple[int, bytes] | None = None):
         self.zk = KazooClient(hosts=hosts, timeout=session_timeout, handler=handler or SequentialThreadingHandler(),
                               client_id=client_id, connection_retry={"max_tries": -1, "delay": 0.2, "max_delay": 1.0})
         self.on_restored = on_restored
