@@ -8,6 +8,8 @@ are 5 ms from a game server to its own city's broker and 35 ms to the other city
 UAV: zones zone1 and zone2, 15 ms one-way apart, a cloud 40 ms one-way from both; brokers, NC
 proxies and the cloud have 0.5 ms local links; a UAV has 8 ms access. Coordinates: zone1 at (0, 0),
 zone2 at (30, 0), cloud at (15, sqrt(80^2 - 15^2)) ms so it is 80 ms RTT from both; heights 1 ms.
+
+The hand-worked latencies are one-way (the `one_way` reading of d); the `rtt` reading doubles each.
 """
 
 import csv
@@ -23,7 +25,7 @@ from testbed.nc.coordinate import Coordinate
 from testbed.bench import assessment
 from testbed.bench.assessment import (Infrastructure, TopicSpec, assess, evaluate, infrastructure, load_inputs,
                                        mmog_topics, per_placement, percentile, summarize, uav_topics)
-from testbed.policies import POLICIES, hash_broker
+from testbed.policies import ONE_WAY, POLICIES, RTT, hash_broker
 from testbed.topology import Link, Node, Shaping, Site, Topology
 
 MS = 1e-3
@@ -80,9 +82,12 @@ def test_mmog_infrastructure_tables():
     assert infra.size == 2 and sorted(infra.brokers) == ["baaa", "bbbb"] and infra.threshold == 0.045
     # game server -> own city's broker: 4.5 + 0.5 = 5 ms; -> other city's: 4.5 + 30 + 0.5 = 35 ms
     expected = {"aaa": {"baaa": 0.005, "bbbb": 0.035}, "bbb": {"baaa": 0.035, "bbbb": 0.005}}
-    for table in (infra.estimate, infra.configured):
+    for on in ("estimate", "configured"):
         for site in expected:
-            assert table[site] == pytest.approx(expected[site])
+            assert infra.table(on, ONE_WAY)[site] == pytest.approx(expected[site])
+            # the tables hold round trips; the paper's literal d reads them as they are
+            assert infra.table(on, RTT)[site] == getattr(infra, on)[site]
+            assert getattr(infra, on)[site] == pytest.approx({b: 2 * v for b, v in expected[site].items()})
     assert infrastructure("mmog", topo, coords).threshold == 0.100
 
 
@@ -95,10 +100,14 @@ def test_uav_infrastructure_mirrors_the_nc_proxy():
     assert infra.places["zone1"].height == pytest.approx(0.016)
     # estimate, one-way: to bzone1 (0 + 16 + 1) / 2 = 8.5 ms; bzone2 (30 + 17) / 2 = 23.5 ms;
     # cloud (80 + 17) / 2 = 48.5 ms: exact on this exactly embedded topology
-    assert infra.estimate["zone1"] == pytest.approx({"bzone1": 0.0085, "bzone2": 0.0235, "cloud": 0.0485})
+    assert infra.table("estimate", ONE_WAY)["zone1"] == pytest.approx({"bzone1": 0.0085, "bzone2": 0.0235,
+                                                                        "cloud": 0.0485})
     # configured: 8 + 0.5 = 8.5 ms; 8 + 15 + 0.5 = 23.5 ms; 8 + 40 + 0.5 = 48.5 ms
-    assert infra.configured["zone1"] == pytest.approx({"bzone1": 0.0085, "bzone2": 0.0235, "cloud": 0.0485})
-    assert infra.configured["zone2"] == pytest.approx({"bzone1": 0.0235, "bzone2": 0.0085, "cloud": 0.0485})
+    assert infra.table("configured", ONE_WAY)["zone1"] == pytest.approx({"bzone1": 0.0085, "bzone2": 0.0235,
+                                                                          "cloud": 0.0485})
+    assert infra.table("configured", ONE_WAY)["zone2"] == pytest.approx({"bzone1": 0.0235, "bzone2": 0.0085,
+                                                                          "cloud": 0.0485})
+    assert infra.configured["zone2"] == pytest.approx({"bzone1": 0.047, "bzone2": 0.017, "cloud": 0.097})
     assert sorted(infrastructure("uav", topo, coords, include_cloud=False).brokers) == ["bzone1", "bzone2"]
 
 
@@ -151,9 +160,9 @@ def _mmog_expected(spec: TopicSpec, broker: str, threshold: float):
 def test_mmog_assessment_known_answers(seed):
     topo, coords = mmog_topology()
     infra = infrastructure("mmog", topo, coords, threshold=0.045)
-    rows = assess(infra, seed)
+    rows = assess(infra, seed, distances=("one_way",))
     specs = {t.topic: t for t in assessment.workload(infra, seed) if t.consumers}
-    assert len(rows) == len(specs) * len(POLICIES) * 2
+    assert len(rows) == len(specs) * len(POLICIES) * 2 and {r["distance"] for r in rows} == {"one_way"}
     for r in rows:
         spec = specs[r["topic"]]
         producer = spec.producers[0]
@@ -200,7 +209,7 @@ def test_uav_assessment_known_answers():
              ("cloud", "estimate"): 0.097, ("cloud", "configured"): 0.097}
     for seed in range(5):
         specs = {t.topic: t for t in assessment.workload(infra, seed)}
-        for r in assess(infra, seed):
+        for r in assess(infra, seed, distances=("one_way",)):
             zone = specs[r["topic"]].producers[0]
             where = "cloud" if r["broker"] == "cloud" else ("own" if r["broker"] == "b" + zone else "other")
             if r["policy"] == "pulsar-hash":
@@ -210,6 +219,28 @@ def test_uav_assessment_known_answers():
             assert r["pairs"] == 7
             assert r["worst_e2e_s"] == pytest.approx(worst[(where, r["evaluated_on"])])
             assert r["violations"] == (0 if where == "own" else 7)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_both_readings_side_by_side_same_choices_doubled_latencies(seed):
+    """The paper's literal d (rtt) ranks the brokers as one_way does (a uniform scale) but reads every
+    pair latency twice as long, so the same choice can violate a threshold it met one way."""
+    topo, coords = mmog_topology()
+    infra = infrastructure("mmog", topo, coords, threshold=0.045)
+    rows = assess(infra, seed)
+    assert [r["distance"] for r in rows[:1]] == ["one_way"] and {r["distance"] for r in rows} == {"one_way", "rtt"}
+    key = ("policy", "topic", "evaluated_on")
+    one = {tuple(r[k] for k in key): r for r in rows if r["distance"] == "one_way"}
+    two = {tuple(r[k] for k in key): r for r in rows if r["distance"] == "rtt"}
+    assert one.keys() == two.keys()
+    for k, r in one.items():
+        assert two[k]["broker"] == r["broker"] and two[k]["pairs"] == r["pairs"]
+        assert two[k]["worst_e2e_s"] == pytest.approx(2 * r["worst_e2e_s"])
+    # the latency-aware policies' 10 ms same-city pairs stay under 45 ms read as 20 ms round trips; their
+    # 40 ms cross-city pairs (one way) become 80 ms and violate
+    places = {(p["policy"], p["evaluated_on"], p["distance"]): p for p in per_placement(rows)}
+    assert places[("epulsar", "configured", "one_way")]["violation_ratio"] == 0.0
+    assert 0.0 < places[("epulsar", "configured", "rtt")]["violation_ratio"] < 1.0
 
 
 def test_every_registered_policy_is_assessed_baselines_first():
@@ -224,7 +255,7 @@ def test_percentile_and_summary():
     assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 0.95) == pytest.approx(4.8)  # 4 + 0.8 x (5 - 4)
     assert percentile([3.0], 0.95) == 3.0
     placements = [{"kind": "mmog", "topology": "t", "size": 2, "policy": "epulsar", "seed": s, "evaluated_on": "estimate",
-                   "worst_e2e_s": w, "pairs": 10, "violations": v, "violation_ratio": v / 10}
+                   "distance": "one_way", "worst_e2e_s": w, "pairs": 10, "violations": v, "violation_ratio": v / 10}
                   for s, (w, v) in enumerate([(0.01, 0), (0.02, 1), (0.03, 2), (0.04, 3), (0.05, 4)])]
     [row] = summarize(placements)
     assert row["placements"] == 5 and row["worst_max_s"] == 0.05
@@ -244,6 +275,14 @@ def test_figures_are_drawn(tmp_path):
         assert path.exists() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
     with pytest.raises(ValueError):
         assessment.plot_fig4(rows, tmp_path / "none.png", evaluated_on="configured")
+    # both readings: one row of panels each (rows without a distance are the default reading's)
+    both = rows + [{**r, "distance": "rtt", "worst_max_s": 2 * r["worst_max_s"]} for r in rows]
+    single = assessment.plot_fig4(rows, tmp_path / "single.png")
+    double = assessment.plot_fig4(both, tmp_path / "both.png")
+    from PIL import Image
+
+    with Image.open(single) as one, Image.open(double) as two:
+        assert two.size[0] == one.size[0] and two.size[1] == 2 * one.size[1]
 
 
 def test_load_inputs_from_a_scenario_and_from_a_run(tmp_path):
@@ -266,7 +305,7 @@ def test_load_inputs_from_a_scenario_and_from_a_run(tmp_path):
     uav = sorted(n.name for n in topo.nodes.values() if n.role == "uav-swarm")[0]
     for zone in zones:
         for b in infra.brokers:
-            assert infra.configured[zone][b] == pytest.approx(topo.node_rtt(uav, b, site_a=zone) / 2)
+            assert infra.configured[zone][b] == pytest.approx(topo.node_rtt(uav, b, site_a=zone))
 
     run = tmp_path / "run"
     run.mkdir()
@@ -312,23 +351,24 @@ def test_spark_job_matches_the_local_reduction(tmp_path):
     finally:
         spark.stop()
     elapsed = time.monotonic() - started
-    # 4 seeds x 2 topologies x 3 policies x 2 evaluations
-    assert placements == 48
+    # 4 seeds x 2 topologies x 3 policies x 2 evaluations x 2 readings of d
+    assert placements == 96
     expected = summarize(per_placement(r for infra in infras for s in range(seeds) for r in assess(infra, s)))
-    key = ("kind", "topology", "size", "policy", "evaluated_on")
+    key = ("kind", "topology", "size", "policy", "evaluated_on", "distance")
     by_key = {tuple(r[k] for k in key): r for r in rows}
-    assert len(by_key) == len(expected) == 12
+    assert len(by_key) == len(expected) == 24
     for e in expected:
         got = by_key[tuple(e[k] for k in key)]
         assert got["placements"] == e["placements"] == seeds
         for column in ("worst_max_s", "worst_p95_s", "violation_ratio_mean"):
             assert got[column] == pytest.approx(e[column]), column
     # known values: UAV ePulsar configured worst 17 ms, no violations; MMOG pulsar-hash worst 70 ms
-    assert by_key[("uav", "tiny-uav", 2, "epulsar", "configured")]["worst_max_s"] == pytest.approx(0.017)
-    assert by_key[("uav", "tiny-uav", 2, "epulsar", "configured")]["violation_ratio_mean"] == 0.0
-    assert by_key[("mmog", "tiny-mmog", 2, "pulsar-hash", "estimate")]["worst_max_s"] == pytest.approx(0.070)
+    assert by_key[("uav", "tiny-uav", 2, "epulsar", "configured", "one_way")]["worst_max_s"] == pytest.approx(0.017)
+    assert by_key[("uav", "tiny-uav", 2, "epulsar", "configured", "one_way")]["violation_ratio_mean"] == 0.0
+    assert by_key[("uav", "tiny-uav", 2, "epulsar", "configured", "rtt")]["worst_max_s"] == pytest.approx(0.034)
+    assert by_key[("mmog", "tiny-mmog", 2, "pulsar-hash", "estimate", "one_way")]["worst_max_s"] == pytest.approx(0.070)
     with open(tmp_path / "out" / "summary.csv", newline="") as handle:
-        assert len(list(csv.DictReader(handle))) == 12
+        assert len(list(csv.DictReader(handle))) == 24
     from testbed.bench.assess_spark import read_summary
     assert read_summary(tmp_path / "out" / "summary.csv")[0]["placements"] == seeds
     print(f"spark job on {seeds} seeds: {elapsed:.1f} s")

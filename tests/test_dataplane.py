@@ -22,7 +22,7 @@ import pytest
 
 from testbed.emulation import choose
 from testbed.experiment import Session
-from testbed.policies import latency
+from testbed.policies import ONE_WAY, latency
 from testbed.procs import read_line, stop_group
 from testbed.roles.inside import NodeLoop
 from testbed.roles.launch import expire_session, node_metadata, start_agent, start_lookup
@@ -332,11 +332,12 @@ def test_nc_reports_are_aggregated_and_malformed_ones_counted(plane):
     assert topic["ncp"]["vec"][:2] == pytest.approx([0.02, 0.0]) and topic["ncp"]["height"] == pytest.approx(0.002)
     ps = [coord_from_dict(r["coord"]) for r in good[:2]]
     cs = [coord_from_dict(good[2]["coord"])]
-    assert topic["w"] == pytest.approx(latency.deviation_w(ps, cs))
+    assert report["distance"] == "one_way"  # the agents run with the default reading of d
+    assert topic["w"] == pytest.approx(latency.deviation_w(ps, cs, distance=ONE_WAY))
     print(f"\nncagg: {len(bad)} malformed reports counted; W {topic['w'] * 1e3:.2f} ms, E {topic['e'] * 1e3:.2f} ms "
           f"(broker coordinate {'from Serf' if report['coord'] else 'unknown'})")
     if report["coord"] is not None:  # the broker's Serf agent answered: E(t) through this broker
-        assert topic["e"] == pytest.approx(latency.worst_case_e(ps, cs, coord_from_dict(report["coord"])))
+        assert topic["e"] == pytest.approx(latency.worst_case_e(ps, cs, coord_from_dict(report["coord"]), distance=ONE_WAY))
     else:
         assert math.isnan(topic["e"])
     assert plane.command("bzone1", op="release", topic="ncagg")["ok"]

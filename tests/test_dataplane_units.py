@@ -12,8 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from testbed.nc.coordinate import Coordinate
-from testbed.policies import latency
+from testbed.policies import ONE_WAY, RTT, latency
 from testbed.systems.pubsub.client import Endpoint, Publisher, Subscriber
+from testbed.systems.pubsub.lookup import parse_lookup
 from testbed.systems.pubsub.trace_schema import FIELDS as TRACE_FIELDS
 from testbed.systems.pubsub.metadata import check_topic
 from testbed.systems.pubsub.reports import ClientEntry, Owned, parse_nc_report, topic_report
@@ -59,12 +60,32 @@ def test_topic_report_aggregates_live_clients_only():
         ("old", "consumer"): ClientEntry("consumer", c(5.0), 1, now - 60),  # gone: dropped
     })
     me = c(0.0)
-    report = topic_report("t", "b1", me, state, stale_s=15)
-    expected = latency.aggregate("t", "b1", me, [c(0.01), c(0.03)], [c(-0.02)], 150, 300)
+    report = topic_report("t", "b1", me, state, stale_s=15, distance=ONE_WAY)
+    expected = latency.aggregate("t", "b1", me, [c(0.01), c(0.03)], [c(-0.02)], 150, 300, distance=ONE_WAY)
     assert ("old", "consumer") not in state.clients
     assert report.producers == 2 and report.consumers == 2 and report.rate_in == 150 and report.rate_out == 300
     assert report.ncp == expected.ncp and report.w == expected.w and report.e == expected.e
-    assert math.isnan(topic_report("t", "b1", None, state, stale_s=15).e)  # unknown, never a made-up 0
+    assert math.isnan(topic_report("t", "b1", None, state, stale_s=15, distance=ONE_WAY).e)  # unknown, never 0
+    # the scenario's reading: taken literally (rtt), E(t) and W(t) are twice the one-way ones
+    literal = topic_report("t", "b1", me, state, stale_s=15, distance=RTT)
+    assert literal.e == pytest.approx(2 * report.e) and literal.w == pytest.approx(2 * report.w)
+
+
+def test_lookup_requests_carry_the_asker_when_they_can():
+    asked = {"topic": "avatar-1", "client": "gs1", "role": "producer", "coord": coord(0.02)}
+    topic, asker = parse_lookup(json.dumps(asked).encode())
+    assert topic == "avatar-1" and asker.consumers == () and asker.producers[0].name == "gs1"
+    assert asker.producers[0].coord.vec[0] == 0.02
+    topic, asker = parse_lookup(json.dumps({**asked, "role": "consumer"}).encode())
+    assert asker.producers == () and asker.consumers[0].name == "gs1"
+    # an old client, no coordinate yet, or a malformed asker: the lookup is still answered, without it
+    for request in ({"topic": "avatar-1"}, {**asked, "coord": None}, {**asked, "role": "boss"},
+                    {**asked, "coord": {"vec": [float("nan")], "height": 0}}, {**asked, "client": ""},
+                    {**asked, "coord": {"vec": [0.1], "height": -1}}, {**asked, "client": 7}):
+        assert parse_lookup(json.dumps(request).encode()) == ("avatar-1", None)
+    for bad in (b"{}", b'{"topic": "a/b"}', b"not json"):
+        with pytest.raises((ValueError, KeyError)):
+            parse_lookup(bad)
 
 
 def test_payload_carries_id_seq_and_scheduled_time_at_the_configured_size():

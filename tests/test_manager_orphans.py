@@ -1,5 +1,6 @@
-"""The topic manager's handling of a broker that died (pure logic: a fake metadata store stands in
-for ZooKeeper; the live path is tests/test_run_failover.py)."""
+"""The topic manager's handling of a broker that died and of a topic's first lookup (pure logic: a
+fake metadata store stands in for ZooKeeper; the live paths are tests/test_run_failover.py and
+tests/test_run_uav.py)."""
 
 from __future__ import annotations
 
@@ -72,10 +73,12 @@ class FakePeer:
         return Reply()
 
 
-def make_manager(policy: str = "epulsar") -> tuple[TopicManager, FakeMeta]:
+def make_manager(policy: str = "epulsar", initial: str = "first_lookup",
+                 distance: str = "one_way") -> tuple[TopicManager, FakeMeta]:
     args = argparse.Namespace(nats="nats://127.0.0.1:4222", zk="127.0.0.1:2181", default=None, node="cloud",
                               policy=policy, workflow="enhanced", executors=4, period=5.0, mode="control",
-                              cpu=0.85, memory=0.85, network=0.85, output_rate=1e6, threshold=0.1)
+                              cpu=0.85, memory=0.85, network=0.85, output_rate=1e6, threshold=0.1,
+                              distance=distance, initial_placement=initial)
     manager = TopicManager(args)
     meta = FakeMeta()
     manager.meta = meta
@@ -142,3 +145,37 @@ def test_a_topic_nobody_reported_goes_to_the_default_broker_unless_the_policy_ne
     brokers = ["bzone1", "bzone2", "cloud"]
     assert chosen == {"epulsar": ("bzone1", "cloud"), "allpairs": ("cloud", "cloud"),
                       "pulsar-hash": (hash_broker("alpha", brokers), hash_broker("beta", brokers))}
+
+
+def test_a_first_lookup_carrying_the_askers_coordinate_places_the_topic_near_it(monkeypatch):
+    """control.initial_placement: first_lookup places "beta" (nobody reports it) next to the asking
+    client at x = 24 ms (bzone2, 25 ms); cloud keeps it on the cloud broker until a round moves it."""
+    from testbed.policies import asker_clients
+    from testbed.policies.snapshot import ClientNC, coord_from_dict
+
+    asker = asker_clients(ClientNC("uav1", coord_from_dict(coord(0.024))), "consumer")
+    for initial, expected in (("first_lookup", "bzone2"), ("cloud", "cloud")):
+        emitted = []
+        monkeypatch.setattr(manager_mod, "emit", lambda kind, **data: emitted.append((kind, data)))
+        manager, meta = make_manager(initial=initial)
+        answer = asyncio.run(manager.resolve("beta", asker))
+        assert answer == {"topic": "beta", "broker": expected, "address": f"nats://{expected}:4222"}
+        assert meta.owners["beta"] == expected
+        assert emitted == [("initial_placement", {"topic": "beta", "broker": expected, "initial": initial,
+                                                  "asker": ["uav1"]})]
+        # an owned topic is answered as it is, whoever asks from wherever
+        far = asker_clients(ClientNC("uav2", coord_from_dict(coord(0.0))), "producer")
+        assert asyncio.run(manager.resolve("beta", far))["broker"] == expected
+
+
+def test_a_broker_reporting_in_another_reading_is_reported_once(monkeypatch):
+    emitted = []
+    monkeypatch.setattr(manager_mod, "emit", lambda kind, **data: emitted.append((kind, data)))
+    manager, meta = make_manager(distance="rtt")
+    meta.report_data["bzone2"]["distance"] = "rtt"
+    meta.report_data["bzone1"]["distance"] = "one_way"
+    snapshot = manager.snapshot()
+    manager.snapshot()
+    assert snapshot.distance.name == "rtt"
+    assert emitted == [("distance_mismatch", {"broker": "bzone1", "broker_distance": "one_way",
+                                              "manager_distance": "rtt"})]

@@ -1,26 +1,39 @@
 """The paper's formulas, the policies and Algorithm 1, worked by hand.
 
 Coordinates are 2-D with zero height and adjustment unless a test says otherwise, so Serf's
-distance is the Euclidean distance (an RTT) and d = distance / 2 (one-way). Positions are written
-in milliseconds of RTT: c(60) is the point (0.060 s, 0).
+distance is the Euclidean distance (an RTT) and, in the one-way reading the hand-worked numbers use,
+d = distance / 2. Positions are written in milliseconds of RTT: c(60) is the point (0.060 s, 0).
+The `rtt` reading (d = Serf's distance) doubles every estimate and changes no policy's first choice
+(test_the_rtt_reading_doubles_every_estimate_and_keeps_the_choices).
 """
 
 import math
 import random
 from collections import Counter
+from functools import partial
 
 import pytest
 
 from testbed.nc.coordinate import Coordinate
 from testbed.policies import latency
-from testbed.policies.latency import (aggregate, allpairs_worst, centroid, d, deviation, deviation_w, expected_w_tb,
-                                    worst_case_e)
+from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES, ONE_WAY, RTT, get_distance
+from testbed.policies.latency import centroid
 from testbed.policies.snapshot import (BrokerReport, ClientNC, Migration, Snapshot, TopicClients, TopicReport)
 from testbed.policies import (POLICIES, AllPairs, EPulsar, Overload, Policy, PulsarHash, can_host,
                                      choose_brokers, get_policy, hash_broker, hash_slot, latency_violated,
                                      overloaded_brokers, perform_repartitioning, place_topics, topics_to_shed)
 
 MS = 1e-3
+
+# The hand-worked numbers below are one-way (d = Serf's RTT / 2).
+d = ONE_WAY
+aggregate = partial(latency.aggregate, distance=ONE_WAY)
+allpairs_worst = partial(latency.allpairs_worst, distance=ONE_WAY)
+deviation = partial(latency.deviation, distance=ONE_WAY)
+deviation_w = partial(latency.deviation_w, distance=ONE_WAY)
+expected_w_tb = partial(latency.expected_w_tb, distance=ONE_WAY)
+worst_case_e = partial(latency.worst_case_e, distance=ONE_WAY)
+OneWaySnapshot = partial(Snapshot, distance=ONE_WAY)
 
 
 def c(x_ms, y_ms=0.0, height_ms=0.0, adjustment_ms=0.0):
@@ -142,7 +155,7 @@ def test_single_client_sides_make_w_tb_equal_e():
 def _snapshot() -> Snapshot:
     report = aggregate("T", "bc", BROKERS["bc"], PRODUCERS, CONSUMERS, rate_in=10, rate_out=20)
     lonely = TopicReport("U", "ba", 0.0, 0.0, 0, 0, None, None, 0.0, 0.0)
-    return Snapshot({"ba": BrokerReport("ba", BROKERS["ba"], 0.5, 0.25, 0.125, 0.0, (lonely,)),
+    return OneWaySnapshot({"ba": BrokerReport("ba", BROKERS["ba"], 0.5, 0.25, 0.125, 0.0, (lonely,)),
                      "bb": BrokerReport("bb", BROKERS["bb"]),
                      "bc": BrokerReport("bc", BROKERS["bc"], rate_out=20.0, topics=(report,))},
                     {"T": "bc", "U": "ba"}, {"T": 0.100, "U": 0.050})
@@ -191,7 +204,7 @@ def test_pulsar_hash_is_uniform():
 
 
 def test_pulsar_hash_ranks_the_rest_by_load():
-    snap = Snapshot({"b0": BrokerReport("b0", c(0), rate_out=500.0), "b1": BrokerReport("b1", c(0), rate_out=100.0),
+    snap = OneWaySnapshot({"b0": BrokerReport("b0", c(0), rate_out=500.0), "b1": BrokerReport("b1", c(0), rate_out=100.0),
                      "b2": BrokerReport("b2", c(0), rate_out=0.0), "b3": BrokerReport("b3", c(0), rate_out=300.0)},
                     {})
     # "a" hashes to b2 (above); then least loaded: b1 (100), b3 (300), b0 (500)
@@ -200,7 +213,7 @@ def test_pulsar_hash_ranks_the_rest_by_load():
 
 def _topic_snapshot(threshold: float) -> Snapshot:
     report = aggregate("T", "bc", BROKERS["bc"], PRODUCERS, CONSUMERS)
-    return Snapshot({name: BrokerReport(name, coord, topics=(report,) if name == "bc" else ())
+    return OneWaySnapshot({name: BrokerReport(name, coord, topics=(report,) if name == "bc" else ())
                      for name, coord in BROKERS.items()}, {"T": "bc"}, {"T": threshold})
 
 
@@ -240,7 +253,7 @@ def test_epulsar_is_conservative_where_allpairs_is_exact():
     # ePulsar: NCP = (0, 0), W = 30 / 2 = 15 ms; W(t, b) = 25 + 25 + 15 = 65 ms
     report = aggregate("t", "x", b, ps, cs)
     assert expected_w_tb(report, b) == pytest.approx(0.065)
-    snap = Snapshot({"b": BrokerReport("b", b, topics=(report,))}, {"t": "b"}, {"t": 0.060})
+    snap = OneWaySnapshot({"b": BrokerReport("b", b, topics=(report,))}, {"t": "b"}, {"t": 0.060})
     clients = {"t": TopicClients(tuple(ClientNC(str(i), p) for i, p in enumerate(ps)), (ClientNC("q", cs[0]),))}
     # with Lth = 60 ms AllPairs finds b feasible (54 ms); ePulsar's 65 ms is not, so it falls back to
     # ranking all brokers -- the same single broker here
@@ -272,7 +285,7 @@ def _cluster(bb_rate_out: float = 0.0) -> Snapshot:
                "bb": BrokerReport("bb", BROKERS["bb"], 0.05, 0.05, 0.05, bb_rate_out, (t5,)),
                "bc": BrokerReport("bc", BROKERS["bc"], 0.01, 0.01, 0.01, 20.0, (t1,))}
     placement = {"T": "bc", "t2": "ba", "t3": "ba", "t4": "ba", "t5": "bb"}
-    return Snapshot(brokers, placement, {t: 0.100 for t in placement})
+    return OneWaySnapshot(brokers, placement, {t: 0.100 for t in placement})
 
 
 LIMITS = Overload(output_rate=1500.0)
@@ -284,7 +297,7 @@ def test_overload_and_latency_detection():
     assert latency_violated("T", snap)  # 150 ms > 100 ms
     assert not any(latency_violated(t, snap) for t in ("t2", "t3", "t4", "t5"))
     # just moved to bb, which has not reported it yet: bc's stale E(T) does not count
-    moved = Snapshot(snap.brokers, {**snap.placement, "T": "bb"}, snap.thresholds)
+    moved = OneWaySnapshot(snap.brokers, {**snap.placement, "T": "bb"}, snap.thresholds)
     assert moved.report("T").broker == "bc" and not latency_violated("T", moved)
     # shed by decreasing Rout (in + out): t2 (1000) -> rate_out 2000 - 900 = 1100 <= 1500: done
     assert topics_to_shed("ba", snap, LIMITS) == ["t2"]
@@ -296,7 +309,7 @@ def test_overload_and_latency_detection():
 def test_resource_trigger_targets_a_proportional_message_rate():
     snap = _cluster()
     hot = BrokerReport("ba", BROKERS["ba"], cpu=0.95, rate_out=100.0, topics=snap.brokers["ba"].topics)
-    snap = Snapshot({**snap.brokers, "ba": hot}, snap.placement, snap.thresholds)
+    snap = OneWaySnapshot({**snap.brokers, "ba": hot}, snap.placement, snap.thresholds)
     # message rate (in + out) on ba: t2 1000 + t3 650 + t4 510 = 2160; CPU 95 % -> target
     # 2160 * 0.85 / 0.95 = 1932.6; shedding t2 leaves 1160 <= 1932.6
     assert overloaded_brokers(snap, LIMITS) == ["ba"]
@@ -306,7 +319,7 @@ def test_resource_trigger_targets_a_proportional_message_rate():
     # memory 90 % and rate_out 2000 at once: the memory target 2160 * 0.85 / 0.90 = 2040 and
     # Rth_out = 1500 are both met after t2 (1160 msg/s, rate_out 1100) ...
     both = BrokerReport("ba", BROKERS["ba"], memory=0.90, rate_out=2000.0, topics=hot.topics)
-    snap2 = Snapshot({**snap.brokers, "ba": both}, snap.placement, snap.thresholds)
+    snap2 = OneWaySnapshot({**snap.brokers, "ba": both}, snap.placement, snap.thresholds)
     assert topics_to_shed("ba", snap2, LIMITS) == ["t2"]
     # ... while Rth_out = 1000 also needs t3 (rate_out 1100 - 600 = 500)
     assert topics_to_shed("ba", snap2, Overload(output_rate=1000.0)) == ["t2", "t3"]
@@ -333,7 +346,7 @@ def test_can_host_projects_rate_and_resources():
     # an idle broker scales by the cluster's average cost per msg/s:
     # ba 0.30/2160 = 0.0001389, bb 0.05/1100 = 0.0000455, bc 0.01/30 = 0.0003333 -> mean 0.0001726;
     # + t2's 1000 msg/s -> 0.1726
-    idle = Snapshot({**snap.brokers, "bd": BrokerReport("bd", c(0))}, snap.placement, snap.thresholds)
+    idle = OneWaySnapshot({**snap.brokers, "bd": BrokerReport("bd", c(0))}, snap.placement, snap.thresholds)
     assert can_host("bd", "t2", dict(snap.placement), idle, Overload(cpu=0.18, output_rate=1e9))
     assert not can_host("bd", "t2", dict(snap.placement), idle, Overload(cpu=0.17, output_rate=1e9))
 
@@ -368,7 +381,7 @@ def test_place_topics_places_the_most_constrained_topic_first():
     one = _report("z-one", "bc", [c(60)], [c(70)], 0, 800)   # W: bb 5, ba 65, bc 135 ms
     brokers = {"ba": BrokerReport("ba", BROKERS["ba"]), "bb": BrokerReport("bb", BROKERS["bb"]),
                "bc": BrokerReport("bc", BROKERS["bc"], rate_out=1600.0, topics=(two, one))}
-    snap = Snapshot(brokers, {"a-two": "bc", "z-one": "bc"}, {"a-two": 0.050, "z-one": 0.050})
+    snap = OneWaySnapshot(brokers, {"a-two": "bc", "z-one": "bc"}, {"a-two": 0.050, "z-one": 0.050})
     policy = POLICIES["epulsar"]
     assert policy.feasible_brokers("a-two", snap) == ["bb", "ba"]
     assert policy.feasible_brokers("z-one", snap) == ["bb"]
@@ -389,4 +402,45 @@ def test_overload_from_scenario_config():
     from testbed.scenario.model import Overload as ScenarioOverload
 
     assert Overload.from_config(ScenarioOverload()) == Overload(0.85, 0.85, 0.85, 20_000.0)
-    assert latency.d(c(0), c(2)) == pytest.approx(0.001)
+    assert ONE_WAY(c(0), c(2)) == pytest.approx(0.001)
+
+
+# --- the reading of d -----------------------------------------------------------------------------
+
+
+def test_the_readings_and_their_registry():
+    assert list(DISTANCES) == ["one_way", "rtt"] and DEFAULT_DISTANCE == "one_way"
+    # 3-4-5 triangle with heights 4 and 6: Serf's RTT estimate 50 + 10 = 60 ms
+    a, b = c(0, height_ms=4), c(30, 40, height_ms=6)
+    assert RTT(a, b) == pytest.approx(0.060) and ONE_WAY(a, b) == pytest.approx(0.030)
+    assert RTT.of_rtt(0.080) == 0.080 and ONE_WAY.of_rtt(0.080) == 0.040
+    assert get_distance("rtt") is RTT
+    with pytest.raises(ValueError, match="unknown distance reading"):
+        get_distance("half")
+
+
+def test_the_rtt_reading_doubles_every_estimate_and_keeps_the_choices():
+    """Every formula is linear in d: the paper's literal reading doubles E(t), W(t) and W(t, b), so a
+    policy's first choice stays and only the comparison with Lth(t) changes."""
+    one = latency.aggregate("T", "bc", BROKERS["bc"], PRODUCERS, CONSUMERS, distance=ONE_WAY)
+    two = latency.aggregate("T", "bc", BROKERS["bc"], PRODUCERS, CONSUMERS, distance=RTT)
+    assert two.e == pytest.approx(2 * one.e) == pytest.approx(0.300) and two.w == pytest.approx(2 * one.w)
+    for b in BROKERS.values():
+        assert latency.expected_w_tb(two, b, distance=RTT) == pytest.approx(2 * latency.expected_w_tb(one, b, distance=ONE_WAY))
+        assert (latency.allpairs_worst(PRODUCERS, CONSUMERS, b, distance=RTT)
+                == pytest.approx(2 * latency.allpairs_worst(PRODUCERS, CONSUMERS, b, distance=ONE_WAY)))
+    assert latency.deviation(c(40, height_ms=10), c(20, height_ms=6), distance=RTT) == pytest.approx(0.024)
+
+    def snapshot(reading, report, threshold):
+        return Snapshot({name: BrokerReport(name, coord, topics=(report,) if name == "bc" else ())
+                         for name, coord in BROKERS.items()}, {"T": "bc"}, {"T": threshold}, distance=reading)
+
+    # Lth = 100 ms: one-way, W(T, .) = bb 60, ba 70 ms are feasible; literally 120 and 140 ms: none is,
+    # so every broker is ranked, and the first choice is bb either way
+    assert EPulsar().feasible_brokers("T", snapshot(ONE_WAY, one, 0.100)) == ["bb", "ba"]
+    assert EPulsar().feasible_brokers("T", snapshot(RTT, two, 0.100)) == ["bb", "ba", "bc"]
+    assert AllPairs().feasible_brokers("T", snapshot(RTT, two, 0.100), _clients())[0] == "bb"
+    # E(T) on bc: 150 ms one-way, 300 ms literally: violated under both at 100 ms; at 200 ms only literally
+    assert latency_violated("T", snapshot(ONE_WAY, one, 0.100)) and latency_violated("T", snapshot(RTT, two, 0.100))
+    assert not latency_violated("T", snapshot(ONE_WAY, one, 0.200)) and latency_violated("T", snapshot(RTT, two, 0.200))
+    assert Snapshot.from_json(snapshot(RTT, two, 0.1).to_json()).distance is RTT

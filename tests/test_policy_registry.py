@@ -12,14 +12,15 @@ import pytest
 
 from testbed import cli, paper
 from testbed.bench import assessment
-from testbed.policies import (DEFAULT_POLICY, FAMILIES, POLICIES, Overload, Policy, get_policy, perform_repartitioning,
-                              topic_class, topic_name)
+from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DEFAULT_POLICY, DISTANCES, FAMILIES,
+                              INITIAL_PLACEMENTS, ONE_WAY, POLICIES, Overload, Policy, get_policy,
+                              perform_repartitioning, topic_class, topic_name)
 from testbed.policies.topics import CLASS_RE, TOPIC_RE
 from testbed.policies.snapshot import BrokerReport, Snapshot
 from testbed.nc.coordinate import Coordinate
 from testbed.scenario import model
 from testbed.scenario.loader import ScenarioError, load, parse_text
-from testbed.systems.pubsub import manager
+from testbed.systems.pubsub import broker, manager
 
 MINIMAL = """\
 name: t
@@ -67,6 +68,28 @@ def test_the_scenario_accepts_every_registered_policy_and_names_the_line_of_a_ba
     assert str(info.value) == f"{path}:12: control.policy: 'fastest': input should be {allowed}"
 
 
+def test_the_distance_readings_and_start_ups_are_one_list_each(tmp_path, capsys):
+    """control.distance and control.initial_placement: the scenario, the topic manager's and the broker
+    agent's command lines take theirs from testbed.policies (distance, initial)."""
+    control = parse_text(MINIMAL).control
+    assert (control.distance, control.initial_placement) == (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT)
+    for name in DISTANCES:
+        assert parse_text(MINIMAL + f"control: {{distance: {name}}}\n").control.distance == name
+    for name in INITIAL_PLACEMENTS:
+        assert parse_text(MINIMAL + f"control: {{initial_placement: {name}}}\n").control.initial_placement == name
+    path = tmp_path / "bad.yaml"
+    path.write_text(MINIMAL + "control:\n  policy: epulsar\n  distance: half\n")
+    with pytest.raises(ScenarioError) as info:
+        load(path)
+    assert str(info.value) == f"{path}:13: control.distance: 'half': input should be 'one_way' or 'rtt'"
+    for program, flag, names in ((manager, "--distance", DISTANCES), (manager, "--initial-placement", INITIAL_PLACEMENTS),
+                                 (broker, "--distance", DISTANCES)):
+        with pytest.raises(SystemExit):
+            program.main(["--help"])
+        help_text = " ".join(capsys.readouterr().out.split())
+        assert f"{flag} " + "{" + ",".join(names) + "}" in help_text, (program.__name__, flag)
+
+
 class Nearest:
     """A stand-in new family: the broker with the smallest first coordinate."""
 
@@ -85,7 +108,7 @@ def test_registering_a_family_is_all_it_takes(monkeypatch):
     policy = get_policy("nearest")
     assert isinstance(policy, Policy)
     snap = Snapshot({b: BrokerReport(b, Coordinate((x, 0.0), 0.5, 0.0, 0.0)) for b, x in (("ba", 0.02), ("bb", 0.01))},
-                    {})
+                    {}, distance=ONE_WAY)
     assert perform_repartitioning(snap, policy) == [] and policy.feasible_brokers("t", snap) == ["bb", "ba"]
 
 

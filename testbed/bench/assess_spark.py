@@ -7,13 +7,15 @@
 topology: its scenario and its coordinate snapshot). The topologies are built on the driver and
 broadcast; `sparkContext.parallelize(range(seeds))` runs `assessment.assess` for every seed and
 topology on the executors, each seed reduced at once to one row per placement (worst pair latency,
-violation ratio), then Spark reduces per (topology size, policy, evaluated_on) to the worst-case
-latency's max and p95 (exact, Spark SQL `percentile`) over placements and the mean violation ratio.
+violation ratio), then Spark reduces per (topology size, policy, evaluated_on, distance) to the
+worst-case latency's max and p95 (exact, Spark SQL `percentile`) over placements and the mean
+violation ratio. `distance` is the reading of d (`one_way` | `rtt`, testbed.policies.distance):
+every placement is assessed under each reading (`--distances`, default all), side by side.
 
-Outputs in --out: placements.parquet (one row per seed, topology, policy, evaluated_on),
+Outputs in --out: placements.parquet (one row per seed, topology, policy, evaluated_on, distance),
 summary.parquet and summary.csv (one file), topics.parquet with --topic-rows (one row per topic:
-large, 1024 topics x 3 policies x 2 per MMOG placement). `--figures DIR` draws fig4.png / fig5.png
-(and *_configured.png) from the summary. `--master` takes any Spark master URL (default local[*]);
+large, 1024 topics x 3 policies x 2 x 2 per MMOG placement). `--figures DIR` draws fig4.png /
+fig5.png (and *_configured.png) from the summary, one row of panels per reading. `--master` takes any Spark master URL (default local[*]);
 on a cluster the executors need this package importable (pip install it there, or ship it with
 --py-files).
 """
@@ -29,9 +31,9 @@ from pathlib import Path
 
 from testbed.bench import assessment
 
-PLACEMENT_COLUMNS = ("kind", "topology", "size", "policy", "seed", "evaluated_on", "worst_e2e_s", "pairs",
+PLACEMENT_COLUMNS = ("kind", "topology", "size", "policy", "seed", "evaluated_on", "distance", "worst_e2e_s", "pairs",
                      "violations", "violation_ratio")
-SUMMARY_COLUMNS = ("kind", "topology", "size", "policy", "evaluated_on", "placements", "worst_max_s",
+SUMMARY_COLUMNS = ("kind", "topology", "size", "policy", "evaluated_on", "distance", "placements", "worst_max_s",
                    "worst_p95_s", "violation_ratio_mean")
 
 
@@ -49,8 +51,9 @@ def spark_session(master: str = "local[*]", app: str = "epulsar-assessment", shu
 
 
 def run(spark, infras: list[assessment.Infrastructure], seeds: int, out: Path, topic_rows: bool = False,
-        partitions: int | None = None) -> list[dict]:
-    """Assess every topology for seeds 0..seeds-1; write the outputs; return the summary rows."""
+        partitions: int | None = None, distances: tuple[str, ...] = assessment.DISTANCE_NAMES) -> list[dict]:
+    """Assess every topology for seeds 0..seeds-1 under each reading of d in `distances`; write the
+    outputs; return the summary rows."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import (DoubleType, IntegerType, LongType, StringType, StructField, StructType)
 
@@ -59,25 +62,25 @@ def run(spark, infras: list[assessment.Infrastructure], seeds: int, out: Path, t
 
     def placements_of(seed: int):
         for infra in shared.value:
-            rows = assessment.assess(infra, seed)
+            rows = assessment.assess(infra, seed, distances=distances)
             for p in assessment.per_placement(rows):
                 yield tuple(p[c] for c in PLACEMENT_COLUMNS)
 
     placement_schema = StructType([
         StructField("kind", StringType()), StructField("topology", StringType()), StructField("size", IntegerType()),
         StructField("policy", StringType()), StructField("seed", LongType()), StructField("evaluated_on", StringType()),
-        StructField("worst_e2e_s", DoubleType()), StructField("pairs", LongType()),
+        StructField("distance", StringType()), StructField("worst_e2e_s", DoubleType()), StructField("pairs", LongType()),
         StructField("violations", LongType()), StructField("violation_ratio", DoubleType())])
     seeds_rdd = sc.parallelize(range(seeds), partitions or max(2, sc.defaultParallelism * 4))
     placements = spark.createDataFrame(seeds_rdd.flatMap(placements_of), placement_schema).cache()
     out.mkdir(parents=True, exist_ok=True)
     placements.write.mode("overwrite").parquet(str(out / "placements.parquet"))
 
-    summary = (placements.groupBy("kind", "topology", "size", "policy", "evaluated_on")
+    summary = (placements.groupBy("kind", "topology", "size", "policy", "evaluated_on", "distance")
                .agg(F.count("*").alias("placements"), F.max("worst_e2e_s").alias("worst_max_s"),
                     F.expr("percentile(worst_e2e_s, 0.95)").alias("worst_p95_s"),
                     F.avg("violation_ratio").alias("violation_ratio_mean"))
-               .orderBy("kind", "size", "topology", "policy", "evaluated_on")
+               .orderBy("kind", "size", "topology", "policy", "evaluated_on", "distance")
                .cache())
     summary.write.mode("overwrite").parquet(str(out / "summary.parquet"))
     rows = [r.asDict() for r in summary.collect()]
@@ -89,11 +92,11 @@ def run(spark, infras: list[assessment.Infrastructure], seeds: int, out: Path, t
 
     if topic_rows:
         columns = ("policy", "kind", "topology", "size", "seed", "topic", "broker", "worst_e2e_s", "pairs",
-                   "violations", "evaluated_on")
+                   "violations", "evaluated_on", "distance")
 
         def topics_of(seed: int):
             for infra in shared.value:
-                for r in assessment.assess(infra, seed):
+                for r in assessment.assess(infra, seed, distances=distances):
                     yield tuple(r[c] for c in columns)
 
         topic_schema = StructType([
@@ -101,7 +104,8 @@ def run(spark, infras: list[assessment.Infrastructure], seeds: int, out: Path, t
             StructField("topology", StringType()), StructField("size", IntegerType()),
             StructField("seed", LongType()), StructField("topic", StringType()), StructField("broker", StringType()),
             StructField("worst_e2e_s", DoubleType()), StructField("pairs", LongType()),
-            StructField("violations", LongType()), StructField("evaluated_on", StringType())])
+            StructField("violations", LongType()), StructField("evaluated_on", StringType()),
+            StructField("distance", StringType())])
         (spark.createDataFrame(sc.parallelize(range(seeds), seeds_rdd.getNumPartitions()).flatMap(topics_of),
                                topic_schema)
          .write.mode("overwrite").parquet(str(out / "topics.parquet")))
@@ -142,9 +146,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=None, help="partitions of the seed range")
     parser.add_argument("--topic-rows", action="store_true", help="also write one row per topic (large)")
     parser.add_argument("--figures", default=None, help="directory for fig4.png / fig5.png")
+    parser.add_argument("--distances", default=",".join(assessment.DISTANCE_NAMES),
+                        help=f"readings of d, comma-separated (default: all, {','.join(assessment.DISTANCE_NAMES)})")
     args = parser.parse_args(argv)
     if args.seeds < 1:
         parser.error("--seeds must be at least 1")
+    distances = tuple(d for d in args.distances.split(",") if d)
+    unknown = sorted(set(distances) - set(assessment.DISTANCE_NAMES))
+    if unknown or not distances:
+        parser.error(f"--distances: {', '.join(unknown) or 'none given'}; known: {', '.join(assessment.DISTANCE_NAMES)}")
     try:
         infras = assessment.load_inputs(args.inputs)
     except (OSError, ValueError, KeyError) as error:
@@ -153,11 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     spark = spark_session(args.master)
     try:
-        rows = run(spark, infras, args.seeds, Path(args.out), args.topic_rows, args.partitions)
+        rows = run(spark, infras, args.seeds, Path(args.out), args.topic_rows, args.partitions, distances)
     finally:
         spark.stop()
     for r in rows:
         print(f"{r['kind']:4} {r['topology']:>12} size {r['size']:2} {r['policy']:11} {r['evaluated_on']:10} "
+              f"d={r['distance']:7} "
               f"worst max {r['worst_max_s'] * 1e3:6.1f} ms p95 {r['worst_p95_s'] * 1e3:6.1f} ms "
               f"violations {r['violation_ratio_mean'] * 100:5.2f} %")
     if args.figures:

@@ -3,8 +3,14 @@ subscriptions over an emulated topology, every policy's choice, and its outcome.
 
 Inputs per topology: the coordinates of a snapshot (node -> Coordinate, read once the agents have
 settled) and the configured network (`Topology`), so each outcome is evaluated twice:
-`evaluated_on="estimate"` with the coordinates (d = Serf RTT estimate / 2, as the paper does) and
-`evaluated_on="configured"` with the configured one-way latencies (how good the choice really is).
+`evaluated_on="estimate"` with the coordinates (Serf's RTT estimates) and `evaluated_on="configured"`
+with the configured round trips (how good the choice really is).
+
+Under both readings of d (`distance`, testbed.policies.distance), side by side: `one_way` (RTT / 2,
+what a message takes producer -> broker -> consumer) and `rtt` (Serf's distance as the paper's d,
+never halved). The policies rank with the reading (a uniform scale, so their choices are the same);
+the worst pair latency and the violations of the threshold are read with it too, so every row
+carries its `distance`.
 
 Where clients are. Clients sit at the edge sites (cities, MEC zones) and take the coordinate of a
 node standing for their site:
@@ -41,13 +47,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.nc.coordinate import Coordinate
-from testbed.policies import latency
+from testbed.policies import DEFAULT_DISTANCE, DISTANCES, POLICIES, Distance, choose_brokers, hash_broker, latency
 from testbed.policies.snapshot import BrokerReport, ClientNC, Snapshot, TopicClients, coord_from_dict
-from testbed.policies import POLICIES, choose_brokers, hash_broker
 
 THRESHOLDS = {"mmog": 0.100, "uav": 0.040}
 POLICY_NAMES = tuple(reversed(POLICIES))  # the registry's, baselines first and ePulsar last, as Fig. 4 and 5 draw them
 EVALUATED_ON = ("estimate", "configured")
+DISTANCE_NAMES = tuple(DISTANCES)  # every reading, side by side (the default first)
 MMOG_CLIENTS, MMOG_GROUPS = 1024, 128
 UAV_SWARMS, UAV_PER_SWARM = 16, 8
 EDGE_SITE_KINDS = ("city", "zone")
@@ -58,8 +64,8 @@ class Infrastructure:
     """One emulated topology as the assessment sees it.
 
     places: edge site -> the coordinate a client at that site reports.
-    estimate / configured: site -> broker -> one-way latency in seconds, from the coordinates
-    (d = RTT estimate / 2) and from the configured network.
+    estimate / configured: site -> broker -> round-trip time in seconds, from the coordinates (Serf's
+    distance) and from the configured network; `table` reads them as d.
     """
 
     kind: str  # "mmog" | "uav"
@@ -75,6 +81,11 @@ class Infrastructure:
     def size(self) -> int:
         """Number of edge sites clients can be at: cities (Fig. 4) or MEC zones (Fig. 5)."""
         return len(self.places)
+
+    def table(self, evaluated_on: str, distance: Distance) -> dict[str, dict[str, float]]:
+        """site -> broker -> d in the reading `distance`, estimated or configured."""
+        rtts = getattr(self, evaluated_on)
+        return {site: {b: distance.of_rtt(rtt) for b, rtt in row.items()} for site, row in rtts.items()}
 
 
 @dataclass(frozen=True)
@@ -125,7 +136,7 @@ def infrastructure(kind: str, topology, coordinates: dict[str, Coordinate], *, n
             if node is None:
                 continue
             coord = coordinates[node]
-            truth = {b: topology.node_rtt(node, b) / 2 for b in brokers}
+            truth = {b: topology.node_rtt(node, b) for b in brokers}
         else:
             if proxy is None:
                 continue
@@ -133,12 +144,12 @@ def infrastructure(kind: str, topology, coordinates: dict[str, Coordinate], *, n
                 uav = topology.nodes[mobile[0]]
                 access = uav.access.delay + topology.nodes[proxy].access.delay  # what the live proxy measures
                 coord = mobile_client_coord(coordinates[proxy], access)
-                truth = {b: topology.node_rtt(uav.name, b, site_a=site) / 2 for b in brokers}
+                truth = {b: topology.node_rtt(uav.name, b, site_a=site) for b in brokers}
             else:
                 coord = coordinates[proxy]
-                truth = {b: topology.node_rtt(proxy, b) / 2 for b in brokers}
+                truth = {b: topology.node_rtt(proxy, b) for b in brokers}
         places[site] = coord
-        estimate[site] = {b: latency.d(coord, bc) for b, bc in brokers.items()}
+        estimate[site] = {b: coord.distance_to(bc) for b, bc in brokers.items()}
         configured[site] = truth
     if not places:
         raise ValueError("no edge site has a client coordinate (game server or NC proxy) in the snapshot")
@@ -185,9 +196,10 @@ def workload(infra: Infrastructure, seed: int) -> list[TopicSpec]:
 # --- one placement --------------------------------------------------------------------------------
 
 
-def snapshot_for(infra: Infrastructure, topics: Sequence[TopicSpec]) -> tuple[Snapshot, dict[str, TopicClients]]:
-    """The topic manager's view: each topic reported by its Pulsar-hash broker; the clients' own
-    coordinates for AllPairs."""
+def snapshot_for(infra: Infrastructure, topics: Sequence[TopicSpec],
+                 distance: Distance) -> tuple[Snapshot, dict[str, TopicClients]]:
+    """The topic manager's view in the reading `distance`: each topic reported by its Pulsar-hash
+    broker; the clients' own coordinates for AllPairs."""
     hosted: dict[str, list] = {b: [] for b in infra.brokers}
     placement, clients = {}, {}
     for spec in topics:
@@ -196,9 +208,10 @@ def snapshot_for(infra: Infrastructure, topics: Sequence[TopicSpec]) -> tuple[Sn
         producers = tuple(ClientNC(f"{spec.topic}/p{i}@{s}", infra.places[s]) for i, s in enumerate(spec.producers))
         consumers = tuple(ClientNC(f"{spec.topic}/c{i}@{s}", infra.places[s]) for i, s in enumerate(spec.consumers))
         clients[spec.topic] = TopicClients(producers, consumers)
-        hosted[broker].append(latency.aggregate(spec.topic, broker, infra.brokers[broker], producers, consumers))
+        hosted[broker].append(latency.aggregate(spec.topic, broker, infra.brokers[broker], producers, consumers,
+                                                distance=distance))
     reports = {b: BrokerReport(b, c, topics=tuple(hosted[b])) for b, c in infra.brokers.items()}
-    return Snapshot(reports, placement, {spec.topic: infra.threshold for spec in topics}), clients
+    return Snapshot(reports, placement, {spec.topic: infra.threshold for spec in topics}, distance=distance), clients
 
 
 def evaluate(spec: TopicSpec, broker: str, table: dict[str, dict[str, float]], threshold: float) -> tuple[float, int, int]:
@@ -212,30 +225,34 @@ def evaluate(spec: TopicSpec, broker: str, table: dict[str, dict[str, float]], t
     return worst, len(spec.producers) * len(spec.consumers), violations
 
 
-def assess(infra: Infrastructure, seed: int, policies: Sequence[str] = POLICY_NAMES) -> list[dict]:
-    """One random placement: a row per (policy, topic with pairs, evaluated_on)."""
+def assess(infra: Infrastructure, seed: int, policies: Sequence[str] = POLICY_NAMES,
+           distances: Sequence[str] = DISTANCE_NAMES) -> list[dict]:
+    """One random placement: a row per (distance, policy, topic with pairs, evaluated_on)."""
     topics = [t for t in workload(infra, seed) if t.producers and t.consumers]
-    snapshot, clients = snapshot_for(infra, topics)
     rows = []
-    for name in policies:
-        chosen = choose_brokers([t.topic for t in topics], snapshot, POLICIES[name], clients)
-        for spec in topics:
-            broker = chosen[spec.topic]
-            for on in EVALUATED_ON:
-                worst, pairs, violations = evaluate(spec, broker, getattr(infra, on), infra.threshold)
-                rows.append({"policy": name, "kind": infra.kind, "topology": infra.name, "size": infra.size,
-                             "seed": seed, "topic": spec.topic, "broker": broker, "worst_e2e_s": worst,
-                             "pairs": pairs, "violations": violations, "evaluated_on": on})
+    for reading in (DISTANCES[name] for name in distances):
+        snapshot, clients = snapshot_for(infra, topics, reading)
+        tables = {on: infra.table(on, reading) for on in EVALUATED_ON}
+        for name in policies:
+            chosen = choose_brokers([t.topic for t in topics], snapshot, POLICIES[name], clients)
+            for spec in topics:
+                broker = chosen[spec.topic]
+                for on in EVALUATED_ON:
+                    worst, pairs, violations = evaluate(spec, broker, tables[on], infra.threshold)
+                    rows.append({"policy": name, "kind": infra.kind, "topology": infra.name, "size": infra.size,
+                                 "seed": seed, "topic": spec.topic, "broker": broker, "worst_e2e_s": worst,
+                                 "pairs": pairs, "violations": violations, "evaluated_on": on,
+                                 "distance": reading.name})
     return rows
 
 
-PLACEMENT_KEY = ("kind", "topology", "size", "policy", "seed", "evaluated_on")
-SUMMARY_KEY = ("kind", "topology", "size", "policy", "evaluated_on")
+PLACEMENT_KEY = ("kind", "topology", "size", "policy", "seed", "evaluated_on", "distance")
+SUMMARY_KEY = ("kind", "topology", "size", "policy", "evaluated_on", "distance")
 
 
 def per_placement(rows: Iterable[dict]) -> list[dict]:
-    """Per (topology, policy, seed, evaluated_on): the worst pair latency over all topics and the
-    violation ratio (violating pairs / pairs)."""
+    """Per (topology, policy, seed, evaluated_on, distance): the worst pair latency over all topics and
+    the violation ratio (violating pairs / pairs)."""
     acc: dict[tuple, dict] = {}
     for r in rows:
         key = tuple(r[k] for k in PLACEMENT_KEY)
@@ -257,8 +274,8 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def summarize(placements: Iterable[dict]) -> list[dict]:
-    """Per (topology, policy, evaluated_on) over placements: max and p95 of the worst-case latency,
-    mean violation ratio. The same reduction as the Spark job, for small runs and tests."""
+    """Per (topology, policy, evaluated_on, distance) over placements: max and p95 of the worst-case
+    latency, mean violation ratio. The same reduction as the Spark job, for small runs and tests."""
     groups: dict[tuple, list[dict]] = {}
     for p in placements:
         groups.setdefault(tuple(p[k] for k in SUMMARY_KEY), []).append(p)
@@ -353,10 +370,16 @@ def load_inputs(path: str | Path) -> list[Infrastructure]:
 POLICY_STYLE = {"pulsar-hash": ("tab:red", "s"), "allpairs": ("tab:blue", "o"), "epulsar": ("tab:green", "^")}
 
 
+def reading_of(row: dict) -> str:
+    """A summary row's reading of d; rows from before readings were recorded are the default's."""
+    return row.get("distance") or DEFAULT_DISTANCE
+
+
 def plot_assessment(summary: Iterable[dict], kind: str, path: str | Path, evaluated_on: str = "estimate") -> Path:
-    """Two panels: (a) worst-case E2E latency (p95 over placements, solid; max, dashed) and (b) mean
-    violation ratio, against the number of cities (MMOG, Fig. 4) or MEC zones (UAV, Fig. 5), one line
-    per policy, with the threshold as a horizontal line."""
+    """Per reading of d (one row of panels each, side by side: `one_way` and `rtt`), two panels: (a)
+    worst-case E2E latency (p95 over placements, solid; max, dashed) and (b) mean violation ratio,
+    against the number of cities (MMOG, Fig. 4) or MEC zones (UAV, Fig. 5), one line per policy,
+    with the threshold as a horizontal line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -365,35 +388,38 @@ def plot_assessment(summary: Iterable[dict], kind: str, path: str | Path, evalua
     rows = [r for r in summary if r["kind"] == kind and r["evaluated_on"] == evaluated_on]
     if not rows:
         raise ValueError(f"no {kind} rows evaluated on {evaluated_on!r} to plot")
+    readings = [d for d in DISTANCES if any(reading_of(r) == d for r in rows)]
     threshold_ms = THRESHOLDS[kind] * 1e3
     xlabel = "number of cities" if kind == "mmog" else "number of MEC zones"
-    fig, (ax_lat, ax_vio) = plt.subplots(1, 2, figsize=(10, 4))
-    for policy in [p for p in POLICY_NAMES if any(r["policy"] == p for r in rows)]:
-        label = POLICIES[policy].label
-        color, marker = POLICY_STYLE.get(policy, (None, "x"))  # a new family: matplotlib's next colour
-        mine = sorted((r for r in rows if r["policy"] == policy), key=lambda r: int(r["size"]))
-        sizes = [int(r["size"]) for r in mine]
-        ax_lat.plot(sizes, [float(r["worst_p95_s"]) * 1e3 for r in mine], color=color, marker=marker,
-                    label=f"{label} (p95)")
-        ax_lat.plot(sizes, [float(r["worst_max_s"]) * 1e3 for r in mine], color=color, marker=marker,
-                    linestyle="--", alpha=0.6, label=f"{label} (max)")
-        ax_vio.plot(sizes, [float(r["violation_ratio_mean"]) * 100 for r in mine], color=color, marker=marker,
-                    label=label)
-    ax_lat.axhline(threshold_ms, color="black", linestyle=":", label=f"threshold {threshold_ms:g} ms")
-    ax_lat.set_xlabel(xlabel)
-    ax_lat.set_ylabel("worst-case E2E latency (ms)")
-    ax_lat.set_title("(a) worst-case E2E latency over placements")
-    ax_lat.set_ylim(bottom=0)
-    ax_lat.legend(fontsize=7)
-    ax_vio.set_xlabel(xlabel)
-    ax_vio.set_ylabel("violation ratio (% of producer-consumer pairs)")
-    ax_vio.set_title("(b) violation ratio (mean over placements)")
-    ax_vio.set_ylim(bottom=0)
-    ax_vio.legend(fontsize=7)
     ticks = sorted({int(r["size"]) for r in rows})
-    for ax in (ax_lat, ax_vio):
-        ax.grid(alpha=0.3)
-        ax.set_xticks(ticks)
+    fig, axes = plt.subplots(len(readings), 2, figsize=(10, 4 * len(readings)), squeeze=False)
+    for reading, (ax_lat, ax_vio) in zip(readings, axes):
+        mine_all = [r for r in rows if reading_of(r) == reading]
+        for policy in [p for p in POLICY_NAMES if any(r["policy"] == p for r in mine_all)]:
+            label = POLICIES[policy].label
+            color, marker = POLICY_STYLE.get(policy, (None, "x"))  # a new family: matplotlib's next colour
+            mine = sorted((r for r in mine_all if r["policy"] == policy), key=lambda r: int(r["size"]))
+            sizes = [int(r["size"]) for r in mine]
+            ax_lat.plot(sizes, [float(r["worst_p95_s"]) * 1e3 for r in mine], color=color, marker=marker,
+                        label=f"{label} (p95)")
+            ax_lat.plot(sizes, [float(r["worst_max_s"]) * 1e3 for r in mine], color=color, marker=marker,
+                        linestyle="--", alpha=0.6, label=f"{label} (max)")
+            ax_vio.plot(sizes, [float(r["violation_ratio_mean"]) * 100 for r in mine], color=color, marker=marker,
+                        label=label)
+        ax_lat.axhline(threshold_ms, color="black", linestyle=":", label=f"threshold {threshold_ms:g} ms")
+        ax_lat.set_xlabel(xlabel)
+        ax_lat.set_ylabel(f"worst-case E2E latency (ms, d = {reading})")
+        ax_lat.set_title(f"(a) worst-case E2E latency over placements, d = {reading}")
+        ax_lat.set_ylim(bottom=0)
+        ax_lat.legend(fontsize=7)
+        ax_vio.set_xlabel(xlabel)
+        ax_vio.set_ylabel("violation ratio (% of producer-consumer pairs)")
+        ax_vio.set_title(f"(b) violation ratio (mean over placements), d = {reading}")
+        ax_vio.set_ylim(bottom=0)
+        ax_vio.legend(fontsize=7)
+        for ax in (ax_lat, ax_vio):
+            ax.grid(alpha=0.3)
+            ax.set_xticks(ticks)
     where = "coordinate estimates" if evaluated_on == "estimate" else "configured latencies"
     fig.suptitle(f"Fig. {4 if kind == 'mmog' else 5}: {'MMOG' if kind == 'mmog' else 'UAV swarms'}, broker selection policies ({where})")
     fig.tight_layout()

@@ -13,9 +13,14 @@ Convergence: the first snapshot from which every agent answers and the median pe
 stays under 6 % (testbed.nc.snapshots) for HOLD_S seconds, or the time cap; the snapshot taken then
 is the assessment's input.
 
+Every placement is assessed under both readings of d (testbed.policies.distance), side by side:
+`one_way` (Serf's RTT estimate / 2, the physical producer -> broker -> consumer latency) and `rtt`
+(Serf's distance as the paper's d). Summary rows and the paper's claims carry their `distance`.
+
 Writes results/bench/placement-inputs.json (+ the scenarios it names, placement-scenarios/),
 results/bench/placement/ (Spark's Parquet/CSV), results/bench/fig4.png, fig4_configured.png,
-fig5.png, fig5_configured.png and results/bench/placement.json; prints the table.
+fig5.png, fig5_configured.png (one row of panels per reading) and results/bench/placement.json;
+prints the tables.
 
     python -m testbed.bench.placement [--quick] [--seeds N] [--cities 3,5,8,12,16] [--zones 2,4,6,8]
                                       [--max-wait S] [--reuse-inputs] [--figures-only]
@@ -36,7 +41,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from testbed.policies import AllPairs, EPulsar, PulsarHash
+from testbed.bench.assessment import reading_of
+from testbed.policies import DISTANCES, AllPairs, EPulsar, PulsarHash
 from testbed.scenario.cities import CITY_CODES
 from testbed.scenario.loader import load
 from testbed.scenario.model import Scenario
@@ -175,7 +181,13 @@ def _save_input(data: dict, kind: str, size: int, scenario: Scenario, result: di
 
 
 def claims(rows: list[dict]) -> dict:
-    """The paper's statements, checked per evaluation (estimate / configured)."""
+    """The paper's statements, checked per reading of d and evaluation: {distance: {estimate |
+    configured: {claim: bool}}} (rows without a `distance` are the default reading's)."""
+    return {d: _claims([r for r in rows if reading_of(r) == d]) for d in DISTANCES
+            if any(reading_of(r) == d for r in rows)}
+
+
+def _claims(rows: list[dict]) -> dict:
     ep, ap, ph = EPulsar.name, AllPairs.name, PulsarHash.name
     out = {}
     for on in ("estimate", "configured"):
@@ -207,11 +219,11 @@ def claims(rows: list[dict]) -> dict:
 
 def print_table(rows: list[dict], nc: list[dict]) -> None:
     for on in ("estimate", "configured"):
-        table = Table("kind", "size", "policy", "placements", "worst p95 ms", "worst max ms", "violation %",
+        table = Table("kind", "size", "policy", "placements", "distance", "worst p95 ms", "worst max ms", "violation %",
                       title=f"broker selection (evaluated on {on}; thresholds: MMOG 100 ms, UAV 40 ms)")
         for r in sorted((r for r in rows if r["evaluated_on"] == on),
-                        key=lambda r: (r["kind"], int(r["size"]), r["policy"])):
-            table.add_row(r["kind"], str(r["size"]), r["policy"], str(r["placements"]),
+                        key=lambda r: (r["kind"], int(r["size"]), r["policy"], reading_of(r))):
+            table.add_row(r["kind"], str(r["size"]), r["policy"], str(r["placements"]), reading_of(r),
                           f"{r['worst_p95_s'] * 1e3:.1f}", f"{r['worst_max_s'] * 1e3:.1f}",
                           f"{r['violation_ratio_mean'] * 100:.2f}")
         console.print(table)

@@ -24,7 +24,8 @@ class AllPairs:
         tc = clients[topic]
         producers = [c.coord for c in tc.producers]
         consumers = [c.coord for c in tc.consumers]
-        return {b: latency.allpairs_worst(producers, consumers, r.coord) for b, r in snapshot.brokers.items()}
+        return {b: latency.allpairs_worst(producers, consumers, r.coord, distance=snapshot.distance)
+                for b, r in snapshot.brokers.items()}
 
     def feasible_brokers(self, topic: str, snapshot: Snapshot,
                          clients: Mapping[str, TopicClients] | None = None) -> list[str]:

@@ -23,7 +23,7 @@ class EPulsar:
         report = snapshot.report(topic)
         if report is None:
             return None
-        return {b: latency.expected_w_tb(report, r.coord) for b, r in snapshot.brokers.items()}
+        return {b: latency.expected_w_tb(report, r.coord, distance=snapshot.distance) for b, r in snapshot.brokers.items()}
 
     def feasible_brokers(self, topic: str, snapshot: Snapshot,
                          clients: Mapping[str, TopicClients] | None = None) -> list[str]:

@@ -1,14 +1,11 @@
 """The paper's latency formulas (section 3.2, 3.4.1, Table 1) on Serf coordinates: pure functions.
 
-Convention. The paper's d(nc1, nc2) is a latency; Serf's coordinate distance
-(`Coordinate.distance_to`) estimates a round-trip time. Here
-
-    d(a, b) = a.distance_to(b) / 2        (a one-way latency estimate, in seconds)
-
-so that E(t) = max_p d(p, b) + max_c d(c, b) estimates the one-way end-to-end pub/sub latency
-producer -> broker -> consumer, which is what the testbed measures (receive_time - send_time, every
-node shares the host's clock) and compares to the topic's threshold Lth(t). Every value returned
-here is a one-way latency in seconds.
+Every function takes the reading of d explicitly (`distance`, a `testbed.policies.distance.Distance`:
+`one_way` = Serf's RTT estimate / 2, `rtt` = Serf's distance as the paper writes it) and returns
+seconds in that reading. With `one_way`, E(t) = max_p d(p, b) + max_c d(c, b) estimates the one-way
+end-to-end pub/sub latency producer -> broker -> consumer, which is what the testbed measures
+(receive_time - send_time, every node shares the host's clock); with `rtt` it is the paper's E(t)
+read literally (see testbed.policies.distance).
 
 W(t) uses `deviation` rather than the literal d(NC(p), NCP(t)) (they agree when heights and
 adjustments are zero): see its docstring for why Serf's heights make the difference.
@@ -23,16 +20,12 @@ import math
 from collections.abc import Iterable, Sequence
 
 from testbed.nc.coordinate import Coordinate
+from testbed.policies.distance import Distance
 from testbed.policies.snapshot import ClientNC, TopicReport
 
 
 def _coord(x: Coordinate | ClientNC) -> Coordinate:
     return x.coord if isinstance(x, ClientNC) else x
-
-
-def d(a: Coordinate, b: Coordinate) -> float:
-    """One-way latency estimate between two coordinates in seconds: Serf's RTT estimate / 2."""
-    return a.distance_to(b) / 2.0
 
 
 def centroid(coords: Iterable[Coordinate | ClientNC]) -> Coordinate:
@@ -59,28 +52,29 @@ def centroid(coords: Iterable[Coordinate | ClientNC]) -> Coordinate:
                       sum(c.height for c in items) / n)
 
 
-def _max_d(coords: Sequence[Coordinate], to: Coordinate) -> float:
-    return max((d(c, to) for c in coords), default=0.0)
+def _max_d(coords: Sequence[Coordinate], to: Coordinate, distance: Distance) -> float:
+    return max((distance(c, to) for c in coords), default=0.0)
 
 
-def deviation(client: Coordinate | ClientNC, center: Coordinate) -> float:
-    """How much farther (one-way, seconds) `client` can be from any broker than `center` is:
-    (||v_client - v_center|| + (h_client - h_center) + (adj_client - adj_center)) / 2.
+def deviation(client: Coordinate | ClientNC, center: Coordinate, *, distance: Distance) -> float:
+    """How much farther (seconds, in the reading `distance`) `client` can be from any broker than
+    `center` is: the reading of ||v_client - v_center|| + (h_client - h_center) + (adj_client - adj_center).
 
     For any broker b, d(client, b) <= d(center, b) + deviation(client, center) (triangle inequality
     on the vectors; the broker's height and adjustment cancel; exact as long as Serf does not drop
-    the adjustments, which it does only when the adjusted distance would not be positive). With zero heights and adjustments it
-    is d(client, center), the paper's formula. With Serf's heights the paper's d(client, center)
-    would count the client's and the centroid's heights (access links) although neither lies on the
-    path to a broker twice: a topic with one producer and one consumer would get W(t) = h_p + h_c
-    instead of 0, and W(t, b) would exceed E(t) through b by that much.
+    the adjustments, which it does only when the adjusted distance would not be positive). With zero
+    heights and adjustments it is d(client, center), the paper's formula. With Serf's heights the
+    paper's d(client, center) would count the client's and the centroid's heights (access links)
+    although neither lies on the path to a broker twice: a topic with one producer and one consumer
+    would get W(t) = h_p + h_c instead of 0, and W(t, b) would exceed E(t) through b by that much.
     """
     c = _coord(client)
-    return (math.dist(c.vec, center.vec) + (c.height - center.height) + (c.adjustment - center.adjustment)) / 2.0
+    return distance.of_rtt(math.dist(c.vec, center.vec) + (c.height - center.height)
+                           + (c.adjustment - center.adjustment))
 
 
-def deviation_w(producers: Sequence[Coordinate | ClientNC], consumers: Sequence[Coordinate | ClientNC],
-                literal: bool = False) -> float:
+def deviation_w(producers: Sequence[Coordinate | ClientNC], consumers: Sequence[Coordinate | ClientNC], *,
+                distance: Distance, literal: bool = False) -> float:
     """W(t) = max_p dev(NC(p), NCP(t)) + max_c dev(NC(c), NCC(t)), seconds.
 
     dev is `deviation` (the default), which makes W(t, b) an upper bound of the worst pair through b
@@ -89,46 +83,51 @@ def deviation_w(producers: Sequence[Coordinate | ClientNC], consumers: Sequence[
     are equal when heights and adjustments are zero.
     """
     ps, cs = [_coord(p) for p in producers], [_coord(c) for c in consumers]
-    return _w(ps, cs, centroid(ps) if ps else None, centroid(cs) if cs else None, literal)
+    return _w(ps, cs, centroid(ps) if ps else None, centroid(cs) if cs else None, distance, literal)
 
 
 def _w(ps: Sequence[Coordinate], cs: Sequence[Coordinate], ncp: Coordinate | None, ncc: Coordinate | None,
-       literal: bool) -> float:
-    dev = d if literal else deviation
+       distance: Distance, literal: bool) -> float:
+    def dev(client: Coordinate, center: Coordinate) -> float:
+        return distance(client, center) if literal else deviation(client, center, distance=distance)
+
     w = max(dev(p, ncp) for p in ps) if ps else 0.0
     return w + (max(dev(c, ncc) for c in cs) if cs else 0.0)
 
 
 def worst_case_e(producers: Sequence[Coordinate | ClientNC], consumers: Sequence[Coordinate | ClientNC],
-                 broker: Coordinate) -> float:
+                 broker: Coordinate, *, distance: Distance) -> float:
     """E(t) = max_p d(NC(p), NC(P[t])) + max_c d(NC(c), NC(P[t])), seconds."""
-    return _max_d([_coord(p) for p in producers], broker) + _max_d([_coord(c) for c in consumers], broker)
+    return (_max_d([_coord(p) for p in producers], broker, distance)
+            + _max_d([_coord(c) for c in consumers], broker, distance))
 
 
-def expected_w_tb(report: TopicReport, broker_coord: Coordinate) -> float:
-    """W(t, b) = d(NCP(t), NC(b)) + d(NCC(t), NC(b)) + W(t), from the topic's aggregates only."""
+def expected_w_tb(report: TopicReport, broker_coord: Coordinate, *, distance: Distance) -> float:
+    """W(t, b) = d(NCP(t), NC(b)) + d(NCC(t), NC(b)) + W(t), from the topic's aggregates only (W(t)
+    as reported, which must be in the same reading)."""
     w = report.w
     if report.ncp is not None:
-        w += d(report.ncp, broker_coord)
+        w += distance(report.ncp, broker_coord)
     if report.ncc is not None:
-        w += d(report.ncc, broker_coord)
+        w += distance(report.ncc, broker_coord)
     return w
 
 
-def aggregate(topic: str, broker: str, broker_coord: Coordinate, producers: Sequence[Coordinate | ClientNC],
-              consumers: Sequence[Coordinate | ClientNC], rate_in: float = 0.0, rate_out: float = 0.0,
-              literal: bool = False) -> TopicReport:
+def aggregate(topic: str, broker: str, broker_coord: Coordinate | None, producers: Sequence[Coordinate | ClientNC],
+              consumers: Sequence[Coordinate | ClientNC], rate_in: float = 0.0, rate_out: float = 0.0, *,
+              distance: Distance, literal: bool = False) -> TopicReport:
     """What broker `broker` reports for `topic` from its clients' coordinates (paper 3.2); `literal`
-    as in `deviation_w`."""
+    as in `deviation_w`. Without the broker's coordinate E(t) is unknown: NaN."""
     ps, cs = [_coord(p) for p in producers], [_coord(c) for c in consumers]
     ncp, ncc = centroid(ps) if ps else None, centroid(cs) if cs else None
+    e = worst_case_e(ps, cs, broker_coord, distance=distance) if broker_coord is not None else float("nan")
     return TopicReport(topic=topic, broker=broker, rate_in=float(rate_in), rate_out=float(rate_out),
-                       producers=len(ps), consumers=len(cs), ncp=ncp, ncc=ncc, w=_w(ps, cs, ncp, ncc, literal),
-                       e=worst_case_e(ps, cs, broker_coord))
+                       producers=len(ps), consumers=len(cs), ncp=ncp, ncc=ncc,
+                       w=_w(ps, cs, ncp, ncc, distance, literal), e=e)
 
 
 def allpairs_worst(producers: Sequence[Coordinate | ClientNC], consumers: Sequence[Coordinate | ClientNC],
-                   broker_coord: Coordinate) -> float:
+                   broker_coord: Coordinate, *, distance: Distance) -> float:
     """The AllPairs baseline's estimate: max over producer-consumer pairs of d(p, b) + d(b, c), seconds.
 
     The pair latency is a sum of a producer term and a consumer term, so the worst pair is the worst
@@ -137,4 +136,4 @@ def allpairs_worst(producers: Sequence[Coordinate | ClientNC], consumers: Sequen
     using every client's coordinate instead of the centroids and W(t). With one side empty, the
     other side's worst term (as E(t)).
     """
-    return worst_case_e(producers, consumers, broker_coord)
+    return worst_case_e(producers, consumers, broker_coord, distance=distance)

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 
 from testbed.nc.coordinate import Coordinate
+from testbed.policies.distance import Distance, get_distance
 
 
 def coord_to_dict(c: Coordinate | None) -> dict | None:
@@ -80,7 +81,8 @@ class TopicReport(_Json):
     rate_in / rate_out: messages/s received from producers / delivered to consumers.
     ncp / ncc: centroids of the producers' / consumers' coordinates (None when there are none).
     w: W(t), the maximum deviation from the centroids; e: E(t), the worst-case end-to-end latency
-    through this broker (both in seconds, one-way, see testbed.policies.latency).
+    through this broker (both in seconds, in the reading of d the broker runs with: the scenario's
+    `control.distance`, see testbed.policies.distance).
     """
 
     topic: str
@@ -142,7 +144,10 @@ class BrokerReport(_Json):
 @dataclass(frozen=True)
 class Snapshot(_Json):
     """The topic manager's input M and P0: every broker's latest report, the current placement
-    (topic -> broker, as ZooKeeper records ownership), and each topic's threshold Lth(t) in seconds."""
+    (topic -> broker, as ZooKeeper records ownership), each topic's threshold Lth(t) in seconds, and
+    the reading of d (`distance`) that the reports' E(t) and W(t) are in and that the policies rank
+    with (always given: a snapshot read with another reading than its reports would compare
+    one-way latencies with round trips)."""
 
     brokers: dict[str, BrokerReport]
     placement: dict[str, str]
@@ -150,6 +155,7 @@ class Snapshot(_Json):
     # The last report of topics whose owner died: their clients' centroids still say where they
     # are, so the topic is re-placed near them rather than wherever a first lookup would put it.
     carried: dict[str, TopicReport] = field(default_factory=dict)
+    distance: Distance = field(kw_only=True)
 
     def report(self, topic: str) -> TopicReport | None:
         """The topic's report from the broker that owns it (else from any broker that reports it)."""
@@ -170,12 +176,13 @@ class Snapshot(_Json):
 
     def to_dict(self) -> dict:
         return {"brokers": {name: b.to_dict() for name, b in self.brokers.items()}, "placement": dict(self.placement),
-                "thresholds": dict(self.thresholds)}
+                "thresholds": dict(self.thresholds), "distance": self.distance.name}
 
     @classmethod
     def from_dict(cls, data: dict) -> Snapshot:
         return cls({name: BrokerReport.from_dict(b) for name, b in data["brokers"].items()}, dict(data["placement"]),
-                   {t: float(v) for t, v in data.get("thresholds", {}).items()})
+                   {t: float(v) for t, v in data.get("thresholds", {}).items()},
+                   distance=get_distance(data["distance"]))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from testbed.procs import json_lines, stop_group, wait_or_kill
 from testbed.roles.launch import start_agent, start_nats, start_zookeeper
 from testbed.systems.pubsub.broker import nats_url
-from testbed.policies import DEFAULT_POLICY, Overload, get_policy
+from testbed.policies import DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DEFAULT_POLICY, Overload, get_policy
 
 BROKER_ROLES = ("cloud", "broker")
 
@@ -30,6 +30,8 @@ class ManagerOptions:
     default: str | None = None
     threshold: float = 0.1
     overload: tuple[float, float, float, float] = astuple(Overload())  # cpu, memory, network, output_rate
+    distance: str = DEFAULT_DISTANCE  # the reading of d (testbed.policies.distance); brokers need the same
+    initial_placement: str = DEFAULT_INITIAL_PLACEMENT  # where unowned topics start (testbed.policies.initial)
 
 
 @dataclass
@@ -69,7 +71,8 @@ class PubSubSystem:
             f"in {time.monotonic() - started:.1f}s")
         self._start_manager()
         say(f"pub/sub: topic manager ({self.manager.policy}, {self.manager.workflow}, "
-            f"{self.manager.executors} executors, mode {self.manager.mode}) elected in {self.cloud}")
+            f"{self.manager.executors} executors, mode {self.manager.mode}, distance {self.manager.distance}, "
+            f"start-up {self.manager.initial_placement}) elected in {self.cloud}")
 
     def _start_broker(self, name: str) -> None:
         node = self.topology.nodes[name]
@@ -86,7 +89,8 @@ class PubSubSystem:
                 "--zk", self.zk.hosts, "--policy", m.policy, "--workflow", m.workflow, "--executors", str(m.executors),
                 "--period", f"{m.period:g}", "--mode", m.mode, "--threshold", f"{m.threshold:g}",
                 "--cpu", f"{cpu:g}", "--memory", f"{memory:g}", "--network", f"{network:g}",
-                "--output-rate", f"{output_rate:g}", *(["--default", m.default] if m.default else [])]
+                "--output-rate", f"{output_rate:g}", "--distance", m.distance, "--initial-placement", m.initial_placement,
+                *(["--default", m.default] if m.default else [])]
         self.manager_out = self.log_dir / "manager.jsonl"
         log = (self.log_dir / "manager.log").open("ab")
         out = self.manager_out.open("ab")

@@ -38,7 +38,8 @@ class PubSubRole(Role):
                            executors=control.migration.executors, period=control.monitoring_period,
                            threshold=min(thresholds),
                            overload=(control.overload.cpu, control.overload.memory, control.overload.network,
-                                     control.overload.output_rate)),
+                                     control.overload.output_rate),
+                           distance=control.distance, initial_placement=control.initial_placement),
             monitoring_period=control.monitoring_period, nc_period=control.nc_report_period)
         self.faults: list[dict] = []
         self._migrations = LineCounter(run.logs, "manager.jsonl", b'"migration_end"')

@@ -13,6 +13,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
 from testbed import units
+from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES
+from testbed.policies.initial import DEFAULT_INITIAL_PLACEMENT, INITIAL_PLACEMENTS
 from testbed.policies.overload import Overload as OverloadThresholds
 from testbed.policies.registry import DEFAULT_POLICY, POLICIES
 from testbed.policies.topics import CLASS_RE
@@ -50,12 +52,15 @@ def _check_city(value: str) -> str:
     return value
 
 
-def _check_policy(value: str) -> str:
-    """A name from the policy registry (testbed.policies.registry), the only list of names."""
-    if value not in POLICIES:
-        names = [repr(name) for name in POLICIES]
-        raise ValueError(f"{value!r}: input should be {', '.join(names[:-1])} or {names[-1]}")
-    return value
+def _one_of(names):
+    """A value from one of the policies' lists of names (policies, distance readings, start-ups), so
+    the schema never lists them itself."""
+    def check(value: str) -> str:
+        if value not in names:
+            quoted = [repr(name) for name in names]
+            raise ValueError(f"{value!r}: input should be {', '.join(quoted[:-1])} or {quoted[-1]}")
+        return value
+    return check
 
 
 def _non_negative(kind: str):
@@ -91,7 +96,9 @@ def _unit(suffix: str, factor: float = 1.0):
 Name = Annotated[str, AfterValidator(check_name)]
 TopicName = Annotated[str, AfterValidator(_check_topic)]
 CityCode = Annotated[str, AfterValidator(_check_city)]
-PolicyName = Annotated[str, AfterValidator(_check_policy)]
+PolicyName = Annotated[str, AfterValidator(_one_of(POLICIES))]
+DistanceName = Annotated[str, AfterValidator(_one_of(DISTANCES))]
+InitialPlacement = Annotated[str, AfterValidator(_one_of(INITIAL_PLACEMENTS))]
 Duration = Annotated[
     float, BeforeValidator(_signed(units.parse_duration)), AfterValidator(_non_negative("duration")), _unit("s")
 ]
@@ -311,7 +318,14 @@ class Overload(Strict):
 
 
 class Control(Strict):
+    """The control plane. `distance`: how d is read from Serf's RTT estimate (`one_way` halves it,
+    `rtt` takes it as the paper writes d; testbed.policies.distance). `initial_placement`: where a
+    topic starts (`first_lookup`: placed by the policy from the first asking client's coordinate;
+    `cloud`: on the cloud broker until its first report and round; testbed.policies.initial)."""
+
     policy: PolicyName = DEFAULT_POLICY
+    distance: DistanceName = DEFAULT_DISTANCE
+    initial_placement: InitialPlacement = DEFAULT_INITIAL_PLACEMENT
     monitoring_period: PositiveDuration = 5.0
     nc_report_period: PositiveDuration = 5.0
     settle: Duration = 60.0

@@ -31,6 +31,7 @@ from testbed.nc.coordinate import Coordinate
 from testbed.nc.serf import SerfError, SerfRPC
 from testbed.systems.pubsub.client import connect_nats
 from testbed.systems.pubsub.metadata import Metadata, check_topic
+from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES, get_distance
 from testbed.policies.snapshot import BrokerReport, coord_to_dict
 from testbed.systems.pubsub.reports import ClientEntry, Owned, parse_nc_report, topic_clients, topic_report
 from testbed.systems.pubsub.resources import ResourceSampler
@@ -69,6 +70,7 @@ class BrokerAgent:
         self.address = args.address or args.nats
         self.site, self.cloud = args.site, args.cloud
         self.report_clients = getattr(args, "report_clients", False)
+        self.distance = get_distance(getattr(args, "distance", DEFAULT_DISTANCE))
         self.period, self.grace_s, self.stale_s = args.period, args.grace, 3 * args.nc_period
         self.monitor = args.monitor or f"http://{self.local_url.split('//')[-1].split(':')[0]}:{MONITOR_PORT}/varz"
         self.events_path = Path(args.events) if args.events else None
@@ -423,11 +425,13 @@ class BrokerAgent:
         self.coord = await asyncio.to_thread(self._serf_coordinate) or self.coord
         rate_out = await asyncio.to_thread(self._output_rate)
         use = self.sampler.sample()
-        topics = tuple(topic_report(t, self.name, self.coord, o, self.stale_s) for t, o in sorted(self.owned.items()))
+        topics = tuple(topic_report(t, self.name, self.coord, o, self.stale_s, self.distance)
+                       for t, o in sorted(self.owned.items()))
         report = BrokerReport(self.name, self.coord, use["cpu"], use["memory"], use["network"], rate_out, topics)
         data = report.to_dict()
         data.update(time=time.time(), address=self.address, site=self.site, cloud=self.cloud,
-                    network_bps=use["network_bps"], period=self.period, malformed=self.counters["malformed"])
+                    network_bps=use["network_bps"], period=self.period, malformed=self.counters["malformed"],
+                    distance=self.distance.name)
         data["coord"] = coord_to_dict(self.coord)
         if self.report_clients:  # AllPairs (the naive approach): every client's coordinate, per topic
             data["clients"] = {t: topic_clients(o).to_dict() for t, o in sorted(self.owned.items())}
@@ -464,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--serf-name", help="Serf node name if not --node")
     parser.add_argument("--session-timeout", type=float, default=6.0, help="ZooKeeper session timeout, seconds")
     parser.add_argument("--events", help="append events (JSON lines) here instead of stdout")
+    parser.add_argument("--distance", default=DEFAULT_DISTANCE, choices=list(DISTANCES),
+                        help="reading of d for E(t) and W(t): Serf's RTT estimate / 2 (one_way) or as is (rtt)")
     parser.add_argument("--report-clients", action="store_true",
                         help="add every client's coordinate per topic to the report (the AllPairs policy needs them; "
                              "the report then grows with the number of clients)")

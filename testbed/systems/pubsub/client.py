@@ -85,9 +85,12 @@ async def _reachable(address: str, timeout: float = 1.0) -> None:
     writer.close()
 
 
-async def lookup(topic: str, lookup_nc, timeout: float = 10.0) -> dict:
-    """{"topic", "broker", "address"} from `_ep.lookup` (the topic manager at the cloud broker)."""
-    reply = await lookup_nc.request("_ep.lookup", json.dumps({"topic": topic}).encode(), timeout=timeout)
+async def lookup(topic: str, lookup_nc, timeout: float = 10.0, asker: dict | None = None) -> dict:
+    """{"topic", "broker", "address"} from `_ep.lookup` (the topic manager at the cloud broker).
+    `asker`: {"client", "role", "coord"}, who asks and from where, so that the topic manager can place
+    a topic nobody owns near its first client (testbed.systems.pubsub.lookup.parse_lookup)."""
+    request = {"topic": topic, **(asker or {})}
+    reply = await lookup_nc.request("_ep.lookup", json.dumps(request).encode(), timeout=timeout)
     answer = json.loads(reply.data)
     if not answer.get("address"):
         raise LookupError(f"lookup of {topic}: {answer.get('error', answer)}")
@@ -143,16 +146,20 @@ class TopicClient:
 
     # -- attachment -------------------------------------------------------------------------------
     async def start(self) -> None:
-        broker, address = self.owner or await self._lookup()
+        broker, address = self.owner or await self._lookup(first=True)
         self.current = await self._attach(broker, address)
         self._spawn(self._report_loop())
 
-    async def _lookup(self) -> tuple[str, str]:
+    async def _lookup(self, first: bool = False) -> tuple[str, str]:
+        """The topic's broker. The first lookup says who asks and from where (the coordinate the client
+        would report), so a topic nobody owns yet can start near it; later ones (after a disconnect or
+        a lost broker) ask for a topic the manager already knows, and save the coordinate query."""
         if self._lookup_nc is None:
             self._lookup_nc = await connect_nats(self.lookup_url)
+        asker = {"client": self.name, "role": self.role, "coord": await self._coordinate()} if first else None
         while True:
             try:
-                answer = await lookup(self.topic, self._lookup_nc)
+                answer = await lookup(self.topic, self._lookup_nc, asker=asker)
                 return answer["broker"], answer["address"]
             except (LookupError, nats.errors.Error, asyncio.TimeoutError) as error:
                 self.events.add("lookup_failed", topic=self.topic, client=self.name, error=str(error))

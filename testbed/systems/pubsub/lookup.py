@@ -1,6 +1,11 @@
 """The lookup service: answers `_ep.lookup` at the cloud broker with the topic's owner from
 ZooKeeper, and assigns an unowned topic lazily (as Pulsar does) by telling a broker to acquire it.
 
+A lookup request is {"topic": t} plus, from the client library, the asker: {"client", "role",
+"coord"} (its coordinate as it would report it to the topic's broker). The topic manager places an
+unowned topic from the asker's coordinate (`control.initial_placement: first_lookup`); a missing or
+malformed asker only loses that (the lookup is still answered).
+
 The topic manager (`manager.TopicManager`) is this service with a placement policy for unowned
 topics. Run alone (the data-plane tests), it places a topic on the broker planned for it on
 `_ep.lookup.plan` ({"topic": t, "broker": b}, used once), else on the default broker.
@@ -17,8 +22,25 @@ import logging
 import signal
 import sys
 
+from testbed.policies.initial import asker_clients
+from testbed.policies.snapshot import ClientNC, TopicClients, coord_from_dict
 from testbed.systems.pubsub.client import connect_nats
 from testbed.systems.pubsub.metadata import Metadata, check_topic
+from testbed.systems.pubsub.reports import check_coordinate
+
+
+def parse_lookup(data: bytes) -> tuple[str, TopicClients | None]:
+    """(topic, the asker as the topic's only client, or None) of a lookup request; ValueError when
+    the topic is missing or invalid. The asker is optional: None when absent or malformed."""
+    request = json.loads(data)
+    topic = check_topic(request["topic"])
+    try:
+        client, coord = request["client"], check_coordinate(coord_from_dict(request["coord"]))
+        if not isinstance(client, str) or not 0 < len(client) <= 64:
+            raise ValueError("client must be a name")
+        return topic, asker_clients(ClientNC(client, coord), request["role"])
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return topic, None
 
 
 class LookupService:
@@ -36,7 +58,9 @@ class LookupService:
             self.peers[address] = await connect_nats(address, name="lookup")
         return self.peers[address]
 
-    async def resolve(self, topic: str) -> dict:
+    async def resolve(self, topic: str, asker: TopicClients | None = None) -> dict:
+        """The topic's owner, assigning it if it has none; `asker` (who asks, `parse_lookup`) is for
+        subclasses that place by coordinates."""
         async with self.locks.setdefault(topic, asyncio.Lock()):  # one assignment per topic at a time
             owner = await asyncio.to_thread(self.meta.owner, topic)
             if owner:
@@ -62,7 +86,7 @@ class LookupService:
 
     async def _answer(self, msg) -> None:
         try:
-            answer = await self.resolve(check_topic(json.loads(msg.data)["topic"]))
+            answer = await self.resolve(*parse_lookup(msg.data))
         except Exception as error:  # noqa: BLE001 - the client must get an answer
             answer = {"error": f"{type(error).__name__}: {error}"}
         self.answered += 1

@@ -4,8 +4,12 @@ Every monitoring period it reads the brokers' reports from ZooKeeper, builds a S
 Algorithm 1 (testbed.policies.perform_repartitioning) with the configured policy, then
 executes the migrations: `enhanced` (Fig. 2) on a pool of executors, `baseline` one at a time with
 lazy reassignment through lookup. It also answers `_ep.lookup` (assigning unowned topics with the
-policy) and re-places the topics of brokers that died. `--mode pingpong` is the paper's 5.7 driver:
-every period it moves all topics from one broker to the other and back.
+policy: `--initial-placement first_lookup` from the asking client's coordinate, `cloud` on the
+default broker until reports come; testbed.policies.initial) and re-places the topics of brokers
+that died. `--distance` is the reading of d its policy ranks with (testbed.policies.distance); the
+brokers must report E(t) and W(t) in the same one (a broker reporting another is an event).
+`--mode pingpong` is the paper's 5.7 driver: every period it moves all topics from one broker to the
+other and back.
 
 Each decision and migration is one JSON line on stdout (the run collects them as events).
 
@@ -24,7 +28,8 @@ import time
 
 from testbed.systems.pubsub.lookup import LookupService
 from testbed.policies.snapshot import BrokerReport, Migration, Snapshot, TopicClients, TopicReport
-from testbed.policies import DEFAULT_POLICY, POLICIES, Overload, get_policy, hash_broker, perform_repartitioning
+from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DISTANCES, INITIAL_PLACEMENTS, DEFAULT_POLICY,
+                               POLICIES, Overload, get_distance, get_policy, perform_repartitioning, unowned_broker)
 
 
 def emit(kind: str, **data) -> None:
@@ -61,6 +66,9 @@ class TopicManager(LookupService):
         self.mode = args.mode
         self.overload = Overload.from_config(args)
         self.default_threshold = args.threshold
+        self.distance = get_distance(args.distance)
+        self.initial = args.initial_placement
+        self.mismatched: set[str] = set()  # brokers already reported for reporting in another reading
         self.known: dict[str, str] = {}  # last placement seen: finds topics orphaned by a dead broker
         self.last_reports: dict[str, TopicReport] = {}  # each topic's latest report from a live owner
         self.last_clients: dict[str, TopicClients] = {}  # and its clients' coordinates (AllPairs)
@@ -82,18 +90,26 @@ class TopicManager(LookupService):
             if name in brokers and (data.get("coord") or self.mode == "pingpong"):
                 reports[name] = BrokerReport.from_dict(data)
                 raw[name] = data
+                self._check_reading(name, data)
         placement = {t: b for t, b in self.meta.placement().items() if b in reports}
-        live = Snapshot(reports, placement)
+        live = Snapshot(reports, placement, distance=self.distance)
         clients = clients_from_reports(raw, placement)
         self.last_reports.update({t: r for t, r in live.reports().items() if t in placement})
         self.last_clients.update({t: c for t, c in clients.items() if t in placement})
         carried = {t: r for t, r in self.last_reports.items() if t not in placement}
         clients.update({t: c for t, c in self.last_clients.items() if t not in placement})
         thresholds = {t: (self.meta.threshold(t) or self.default_threshold) for t in [*placement, *carried]}
-        return Snapshot(reports, placement, thresholds, carried), clients
+        return Snapshot(reports, placement, thresholds, carried, distance=self.distance), clients
+
+    def _check_reading(self, broker: str, report: dict) -> None:
+        """E(t) in another reading than ours would be compared with the wrong threshold: say so, once."""
+        theirs = report.get("distance", self.distance.name)
+        if theirs != self.distance.name and broker not in self.mismatched:
+            self.mismatched.add(broker)
+            emit("distance_mismatch", broker=broker, broker_distance=theirs, manager_distance=self.distance.name)
 
     # -- lookup: unowned topics go where the policy says --------------------------------------
-    async def resolve(self, topic: str) -> dict:
+    async def resolve(self, topic: str, asker: TopicClients | None = None) -> dict:
         if await asyncio.to_thread(self.meta.owner, topic):  # an owned topic needs no plan
             return await super().resolve(topic)
         try:
@@ -104,7 +120,10 @@ class TopicManager(LookupService):
         if self.plan.get(topic) not in snapshot.brokers:  # no plan, or one for a broker that has died
             self.plan.pop(topic, None)
             if snapshot.brokers:
-                self.plan[topic] = self.choose(topic, snapshot, clients)
+                self.plan[topic] = self.choose(topic, snapshot, clients, asker)
+                if snapshot.report(topic) is None and topic not in self.known:
+                    emit("initial_placement", topic=topic, broker=self.plan[topic], initial=self.initial,
+                         asker=[c.name for c in (*asker.producers, *asker.consumers)] if asker else None)
         if self.known.get(topic) not in (None, *snapshot.brokers):
             # A client asks for a topic whose owner died before a round noticed: placed now.
             return await self._place_orphan(topic, via="lookup")
@@ -123,14 +142,11 @@ class TopicManager(LookupService):
                     self.known[topic] = broker
         return answer
 
-    def choose(self, topic: str, snapshot: Snapshot, clients: dict[str, TopicClients] | None = None) -> str:
-        known = snapshot.report(topic) is not None and (not self.policy.needs_clients or topic in (clients or {}))
-        if known or not self.policy.latency_aware:
-            return self.policy.feasible_brokers(topic, snapshot, clients)[0]
-        # A topic nobody reported yet (its first lookup; for AllPairs, also one whose clients are not
-        # listed yet): the cloud broker serves it until the first reports say where its clients are;
-        # a latency-agnostic policy (pulsar-hash) needs no report to place it.
-        return self.default if self.default in snapshot.brokers else hash_broker(topic, snapshot.brokers)
+    def choose(self, topic: str, snapshot: Snapshot, clients: dict[str, TopicClients] | None = None,
+               asker: TopicClients | None = None) -> str:
+        """testbed.policies.initial.unowned_broker with this manager's policy, start-up and default broker."""
+        return unowned_broker(topic, snapshot, self.policy, self.default, initial=self.initial, clients=clients,
+                              asker=asker)
 
     # -- the periodic round --------------------------------------------------------------------
     async def control_loop(self) -> None:
@@ -259,6 +275,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--period", type=float, default=5.0)
     parser.add_argument("--mode", default="control", choices=["control", "pingpong"])
     parser.add_argument("--threshold", type=float, default=0.1, help="Lth (s) of topics without their own")
+    parser.add_argument("--distance", default=DEFAULT_DISTANCE, choices=list(DISTANCES),
+                        help="reading of d: Serf's RTT estimate / 2 (one_way) or as is (rtt)")
+    parser.add_argument("--initial-placement", default=DEFAULT_INITIAL_PLACEMENT, choices=list(INITIAL_PLACEMENTS),
+                        help="an unowned topic's first broker: from the asking client's coordinate, or the cloud")
     Overload.add_arguments(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")

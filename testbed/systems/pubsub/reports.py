@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from testbed.nc.coordinate import Coordinate
 from testbed.policies import latency
+from testbed.policies.distance import Distance
 from testbed.policies.snapshot import ClientNC, TopicClients, TopicReport, coord_from_dict
 
 
@@ -33,10 +34,16 @@ def parse_nc_report(data: bytes) -> tuple[str, str, Coordinate | None, float]:
     if not (math.isfinite(rate) and rate >= 0):
         raise ValueError("rate must be a non-negative number")
     if coord is not None:
-        values = (*coord.vec, coord.height, coord.adjustment, coord.error)
-        if not 0 < len(coord.vec) <= 64 or not all(math.isfinite(v) for v in values) or coord.height < 0:
-            raise ValueError("coordinate out of range")
+        check_coordinate(coord)
     return client, role, coord, rate
+
+
+def check_coordinate(coord: Coordinate) -> Coordinate:
+    """A client's coordinate from the network (NC report, lookup request): ValueError unless usable."""
+    values = (*coord.vec, coord.height, coord.adjustment, coord.error)
+    if not 0 < len(coord.vec) <= 64 or not all(math.isfinite(v) for v in values) or coord.height < 0:
+        raise ValueError("coordinate out of range")
+    return coord
 
 
 @dataclass
@@ -66,9 +73,11 @@ def _coord_dims(coords: list[Coordinate]) -> list[Coordinate]:
     return [c for c in coords if len(c.vec) == common]
 
 
-def topic_report(topic: str, broker: str, me: Coordinate | None, state: Owned, stale_s: float) -> TopicReport:
-    """The TopicReport of paper 3.2 from the latest report of every live client of the topic.
-    Without the broker's own coordinate E(t) is unknown and reported as NaN."""
+def topic_report(topic: str, broker: str, me: Coordinate | None, state: Owned, stale_s: float,
+                 distance: Distance) -> TopicReport:
+    """The TopicReport of paper 3.2 from the latest report of every live client of the topic, E(t)
+    and W(t) in the reading `distance` (the scenario's). Without the broker's own coordinate (or with
+    one of another dimension than its clients') E(t) is unknown and reported as NaN."""
     now = time.time()
     for key in [k for k, v in state.clients.items() if now - v.time > stale_s]:
         del state.clients[key]
@@ -77,12 +86,11 @@ def topic_report(topic: str, broker: str, me: Coordinate | None, state: Owned, s
     cs = _coord_dims([e.coord for e in entries if e.role == "consumer" and e.coord is not None])
     rate_in = sum(e.rate for e in entries if e.role == "producer")
     rate_out = sum(e.rate for e in entries if e.role == "consumer")
-    dims = len((ps or cs)[0].vec) if (ps or cs) else 8
-    usable = me if me is not None and len(me.vec) == dims else Coordinate((0.0,) * dims, 0.0, 0.0, 0.0)
-    report = latency.aggregate(topic, broker, usable, ps, cs, rate_in, rate_out)
-    report = replace(report, producers=sum(e.role == "producer" for e in entries),
-                     consumers=sum(e.role == "consumer" for e in entries))
-    return report if usable is me else replace(report, e=float("nan"))
+    dims = len((ps or cs)[0].vec) if (ps or cs) else None
+    usable = me if me is not None and dims in (None, len(me.vec)) else None
+    report = latency.aggregate(topic, broker, usable, ps, cs, rate_in, rate_out, distance=distance)
+    return replace(report, producers=sum(e.role == "producer" for e in entries),
+                   consumers=sum(e.role == "consumer" for e in entries))
 
 
 def topic_clients(state: Owned) -> TopicClients:
