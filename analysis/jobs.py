@@ -21,10 +21,10 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
+from analysis.traces import MEMBER_CLASS
+
 ACCURACY = 10000
 THRESHOLD_COLUMNS = ("topic_class", "threshold_s")
-# A client of node N: N itself, or N followed by a separator (swarm2 -> swarm2-u3, swarm2.leader, swarm2:1).
-_MEMBER_SEPARATORS = "[-._:]"
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -202,8 +202,8 @@ def time_above_threshold_after_relink(traces: DataFrame, events: DataFrame, thre
     nodes = moves.select("run_id", "node").distinct()
     streams = traces.select("run_id", "topic", "producer", "consumer").distinct()
     member = F.expr(
-        f"producer RLIKE concat('^', node, '({_MEMBER_SEPARATORS}|$)') OR "
-        f"consumer RLIKE concat('^', node, '({_MEMBER_SEPARATORS}|$)') OR "
+        f"producer RLIKE concat('^', node, '({MEMBER_CLASS}|$)') OR "
+        f"consumer RLIKE concat('^', node, '({MEMBER_CLASS}|$)') OR "
         "topic RLIKE concat('-', node, '$')")
     node_topics = (streams.join(F.broadcast(nodes), "run_id").where(member)
                    .select("run_id", "node", "topic").distinct())

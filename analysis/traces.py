@@ -4,7 +4,8 @@
       run.json, scenario.yaml, events.jsonl        written by `testbed run`
       traces/<subscriber>.jsonl  (or traces*.jsonl) one row per delivered message, per subscriber
     ->
-      traces.parquet   TRACE_SCHEMA (the client's trace_schema), one file, row groups of at most one read chunk
+      traces.parquet   TRACE_PARQUET_SCHEMA: the client's columns (TRACE_SCHEMA) plus where each end was,
+                       one file, row groups of at most one read chunk
       events.parquet   EVENT_SCHEMA: the common fields as columns, every event whole in `attrs` (JSON)
       run.parquet      one row, RUN_SCHEMA: run.json + scenario facts + what the conversion found
 
@@ -16,6 +17,15 @@ Interrupted runs: a last line cut in the middle (the writer was killed) is dropp
 line is kept, and the run is marked partial; so is a run whose run.json says it did not complete, or
 whose files hold lines that are not JSON objects with the required fields (they are counted and
 skipped). Only pyarrow is needed here, not Spark; big files are read in chunks (memory stays bounded).
+
+Where the clients were: a client writes `producer_site` and `consumer_site` once, from the site it
+started at, so a mobile client's rows keep its initial site for the whole run. The ground truth of
+where a node was is the run's `relink` events (node, from_site, to_site, time: the moment the harness
+starts moving its access link). The conversion adds `producer_site_at_send` (the producer's node's
+site at the message's send time) and `consumer_site_at_receive` (the consumer's at its receive time);
+a client belongs to the node it is named after (`swarm2-u3` is a UAV of node `swarm2`: see
+`MEMBER_SEPARATORS`), and a client whose node never moved keeps its initial site. Analyses that mean
+"where it was" use the `_at_` columns; the original two are the initial sites.
 """
 
 from __future__ import annotations
@@ -25,10 +35,12 @@ import hashlib
 import io
 import json
 import os
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
@@ -36,7 +48,7 @@ import pyarrow.parquet as pq
 
 from testbed.systems.pubsub import trace_schema
 
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # 2: the sites at send and receive time
 CHUNK_BYTES = 64 << 20
 
 # The writer's columns (testbed.systems.pubsub.trace_schema), required ones not null.
@@ -45,6 +57,14 @@ TRACE_SCHEMA = pa.schema([pa.field(name, getattr(pa, kind)(), nullable=name not 
                           for name, kind in trace_schema.COLUMNS])
 # pyarrow's JSON reader wants every field nullable; required ones are checked after reading.
 _TRACE_JSON_SCHEMA = pa.schema([f.with_nullable(True) for f in TRACE_SCHEMA])
+# (derived column, client column, its time column, the client's initial-site column): see the module doc.
+SITES_AT = (("producer_site_at_send", "producer", "send_time", "producer_site"),
+            ("consumer_site_at_receive", "consumer", "receive_time", "consumer_site"))
+TRACE_PARQUET_SCHEMA = pa.schema([*TRACE_SCHEMA, *(pa.field(name, pa.string()) for name, *_ in SITES_AT)])
+# A client of node N is N itself or N followed by one of these (swarm2 -> swarm2-u3, swarm2.leader, swarm2:1):
+# how the workloads name a node's clients (testbed.systems.pubsub.workloads: `<swarm>-u<k>`).
+MEMBER_SEPARATORS = "-._:"
+MEMBER_CLASS = f"[{MEMBER_SEPARATORS}]"  # '-' first: literal in a character class (Python's and Java's regex)
 
 EVENT_SCHEMA = pa.schema([
     pa.field("run_id", pa.string()),
@@ -161,9 +181,14 @@ def outputs(run_dir: str | os.PathLike) -> dict[str, Path]:
 
 
 def needs_conversion(run_dir: str | os.PathLike) -> bool:
-    """True if a Parquet output is missing or older than a source file."""
+    """True if a Parquet output is missing, older than a source file or of an older format."""
     outs = outputs(run_dir)
     if not all(p.exists() for p in outs.values()):
+        return True
+    try:
+        if parquet_run_metadata(outs["run"]).get("format_version") != FORMAT_VERSION:
+            return True
+    except (OSError, ValueError, pa.ArrowException):
         return True
     oldest = min(p.stat().st_mtime for p in outs.values())
     root = Path(run_dir)
@@ -416,6 +441,57 @@ def _events_table(path: Path, run_id: str, scan: _Scan) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=EVENT_SCHEMA)
 
 
+# ---------------------------------------------------------------------------------------- sites
+
+@dataclass
+class Moves:
+    """One node's relinks in time order: times, the sites it moved to, the site it started at."""
+
+    times: np.ndarray
+    sites: np.ndarray      # [initial site, site after move 1, ...]: index = moves at or before a time
+
+
+def relink_moves(events: pa.Table) -> dict[str, Moves]:
+    """{node: Moves} from the run's `relink` events (rows without node, time or to_site are ignored)."""
+    per_node: dict[str, list[tuple[float, str | None, str]]] = {}
+    for e in events.select(["type", "node", "time", "from_site", "to_site"]).to_pylist():
+        if e["type"] == "relink" and e["node"] and e["time"] is not None and e["to_site"]:
+            per_node.setdefault(e["node"], []).append((e["time"], e["from_site"], e["to_site"]))
+    out = {}
+    for node, moves in per_node.items():
+        moves.sort(key=lambda m: m[0])
+        sites = np.array([moves[0][1], *(m[2] for m in moves)], dtype=object)
+        out[node] = Moves(np.array([m[0] for m in moves], dtype=float), sites)
+    return out
+
+
+def member_pattern(node: str) -> str:
+    """The regular expression of the clients of `node` (see MEMBER_SEPARATORS)."""
+    return f"^{re.escape(node)}({MEMBER_CLASS}|$)"
+
+
+def with_sites_at(table: pa.Table, moves: dict[str, Moves]) -> pa.Table:
+    """TRACE_SCHEMA rows -> TRACE_PARQUET_SCHEMA rows: each end's site at its own time (module doc).
+
+    Before a node's first relink its site is that relink's from_site (the row's initial site when the
+    event lacks it); a client of a node that never moved keeps the initial site its row names."""
+    for name, client, when, initial in SITES_AT:
+        out = np.array(table[initial].to_pylist(), dtype=object)
+        names, times = table[client], table[when].to_numpy(zero_copy_only=False)
+        for node, move in sorted(moves.items(), key=lambda item: len(item[0])):  # the longest name wins
+            mine = pc.fill_null(pc.match_substring_regex(names, member_pattern(node)), False)
+            mine = mine.to_numpy(zero_copy_only=False)
+            if not mine.any():
+                continue
+            index = np.searchsorted(move.times, times[mine], side="right")
+            sites = move.sites[index]
+            unknown = (index == 0) & np.equal(sites, None)
+            sites[unknown] = out[mine][unknown]
+            out[mine] = sites
+        table = table.append_column(name, pa.array(out.tolist(), pa.string()))
+    return table.cast(TRACE_PARQUET_SCHEMA)
+
+
 # ---------------------------------------------------------------------------------------- conversion
 
 def _run_row(meta: dict) -> dict:
@@ -445,25 +521,25 @@ def convert_run(run_dir: str | os.PathLike, out_dir: str | os.PathLike | None = 
     files = trace_files(root)
 
     truncated: list[str] = []
-    skipped = 0
+    event_scan = _Scan()
+    events = _events_table(root / "events.jsonl", run_id, event_scan)  # first: the relinks place the rows
+    skipped = event_scan.skipped
+    moves = relink_moves(events)
     rows = 0
     tmp_traces = paths["traces"].with_name(".traces.parquet.tmp")
-    with pq.ParquetWriter(tmp_traces, TRACE_SCHEMA, compression="snappy") as writer:
+    with pq.ParquetWriter(tmp_traces, TRACE_PARQUET_SCHEMA, compression="snappy") as writer:
         for path in files:
             scan = _Scan()
             for chunk in _complete_chunks(path, scan, chunk_bytes):
                 table = _trace_table(chunk, run_id, scan)
                 if table.num_rows:
-                    writer.write_table(table)
+                    writer.write_table(with_sites_at(table, moves))
                     rows += table.num_rows
             skipped += scan.skipped
             if scan.truncated:
                 truncated.append(str(path.relative_to(root)))
-        event_scan = _Scan()
-        events = _events_table(root / "events.jsonl", run_id, event_scan)
         if event_scan.truncated:
             truncated.append("events.jsonl")
-        skipped += event_scan.skipped
         meta.update(trace_files=len(files), trace_rows=rows, event_rows=events.num_rows,
                     truncated_files=truncated, skipped_lines=skipped, converted_at=time.time(),
                     format_version=FORMAT_VERSION)
@@ -505,6 +581,7 @@ def describe(conversion: Conversion) -> str:
             + (f" ({'; '.join(notes)})" if notes else ""))
 
 
-__all__ = ["TRACE_SCHEMA", "EVENT_SCHEMA", "RUN_SCHEMA", "Conversion", "convert_run", "ensure_converted",
+__all__ = ["TRACE_SCHEMA", "TRACE_PARQUET_SCHEMA", "SITES_AT", "MEMBER_SEPARATORS", "member_pattern",
+           "relink_moves", "with_sites_at", "EVENT_SCHEMA", "RUN_SCHEMA", "Conversion", "convert_run", "ensure_converted",
            "needs_conversion", "trace_files", "outputs", "run_metadata", "read_run", "parquet_run_metadata",
            "describe"]

@@ -83,7 +83,7 @@ def test_conversion_keeps_the_rows_of_a_truncated_file_and_marks_the_run_partial
     assert result.partial and result.truncated_files == ["traces/swarm1-u2.jsonl", "events.jsonl"]
     assert result.event_rows == 1
     table = pq.read_table(result.traces)
-    assert table.schema.equals(traces.TRACE_SCHEMA) and table.num_rows == len(rows)
+    assert table.schema.equals(traces.TRACE_PARQUET_SCHEMA) and table.num_rows == len(rows)
     meta = traces.parquet_run_metadata(result.traces)
     assert meta["partial"] is True and meta["status"] == "interrupted" and meta["interrupted"] == "SIGTERM"
     assert meta["git_commit"] == "abc1234" and meta["backend"] == "mininet" and len(meta["scenario_hash"]) == 16
@@ -107,11 +107,12 @@ def test_rows_the_client_writes_convert_with_every_column(tmp_path):
     writer.write_delivery(prefix, "swarm1-u1", "swarm1-u1:4", 4, T0, T0 + 0.02, suffix)
     writer.close()
     table = pq.read_table(traces.convert_run(run).traces)
-    assert table.schema.equals(traces.TRACE_SCHEMA) and table.num_rows == 1
+    assert table.schema.equals(traces.TRACE_PARQUET_SCHEMA) and table.num_rows == 1
     (got,) = table.to_pylist()
     assert got == {"run_id": "r1", "topic": "follow_leader-swarm1", "producer": "swarm1-u1", "consumer": "swarm1-u2",
                    "msg_id": "swarm1-u1:4", "seq": 4, "send_time": T0, "receive_time": pytest.approx(T0 + 0.02),
-                   "broker": "bzone1", "producer_site": "zone1", "consumer_site": "zone2"}
+                   "broker": "bzone1", "producer_site": "zone1", "consumer_site": "zone2",
+                   "producer_site_at_send": "zone1", "consumer_site_at_receive": "zone2"}  # nobody moved
 
 
 def test_conversion_skips_bad_lines_fills_ids_and_reads_a_complete_run(tmp_path):
@@ -132,6 +133,42 @@ def test_conversion_skips_bad_lines_fills_ids_and_reads_a_complete_run(tmp_path)
     assert [e["type"] for e in events] == ["run_start", "relink"] and events[1]["node"] == "swarm1"
     clean = write_run(tmp_path / "clean", fixed_latency_rows(), [])
     assert not traces.convert_run(clean).partial
+
+
+def test_trace_rows_say_where_each_end_was_from_the_relink_events(tmp_path):
+    """A client writes its initial site once; the conversion places each end at its node's site at the
+    send (producer) and receive (consumer) time, from the run's relink events (issue 13 item 9)."""
+    rows = [row("follow_leader-swarm1", "swarm1-u1", "swarm1-u2", i, T0 + i, 0.5) for i in range(8)]
+    rows += [row("follow_leader-swarm10", "swarm10-u1", "swarm10-u2", i, T0 + i, 0.01) for i in range(8)]
+    rows += [row("avatar-3", "a3", "gs2", i, T0 + i, 0.01, producer_site="nyc", consumer_site="lax") for i in range(2)]
+    moves = [event("run_start", T0),
+             event("relink", T0 + 2.0, node="swarm1", from_site="zone1", to_site="zone2"),
+             event("relink", T0 + 5.2, node="swarm1", from_site="zone2", to_site="zone3"),
+             event("relink", T0 + 3.0, node="swarm1-u", to_site="zone9")]  # no client is named swarm1-u-...
+    run = write_run(tmp_path / "uav-test-r1", rows, moves)
+    table = pq.read_table(traces.convert_run(run).traces).to_pylist()
+    swarm1 = sorted((r["seq"], r["producer_site"], r["producer_site_at_send"], r["consumer_site_at_receive"])
+                    for r in table if r["producer"] == "swarm1-u1")
+    # seq k is sent at T0 + k and received at T0 + k + 0.5: the consumer at 5.5 s is already in zone3
+    assert [s[2] for s in swarm1] == ["zone1", "zone1", "zone2", "zone2", "zone2", "zone2", "zone3", "zone3"]
+    assert [s[3] for s in swarm1] == ["zone1", "zone1", "zone2", "zone2", "zone2", "zone3", "zone3", "zone3"]
+    assert {s[1] for s in swarm1} == {"zone1"}  # the original column: the initial site, kept
+    assert {(r["producer_site_at_send"], r["consumer_site_at_receive"]) for r in table
+            if r["producer"] == "swarm10-u1"} == {("zone1", "zone1")}  # swarm10 is not a client of swarm1
+    assert {(r["producer_site_at_send"], r["consumer_site_at_receive"]) for r in table
+            if r["producer"] == "a3"} == {("nyc", "lax")}  # static game servers stay where they were
+
+
+def test_old_format_parquet_is_converted_again(tmp_path):
+    run = write_run(tmp_path / "uav-test-r1", fixed_latency_rows()[:3], [event("run_start", T0)])
+    traces.convert_run(run)
+    assert not traces.needs_conversion(run)
+    run_file = traces.outputs(run)["run"]
+    table = pq.read_table(run_file)
+    meta = json.loads(table.schema.metadata[b"testbed.run"])
+    meta["format_version"] = "1"
+    pq.write_table(table.replace_schema_metadata({b"testbed.run": json.dumps(meta).encode()}), run_file)
+    assert traces.needs_conversion(run)
 
 
 # ---------------------------------------------------------------------------------------- figures
