@@ -113,4 +113,83 @@ def policy_recovery(traces: DataFrame, events: DataFrame, runs: DataFrame) -> Da
             .orderBy("scenario", "policy"))
 
 
-__all__ = ["RUN_COLUMNS", "SATURATED_COLUMNS", "saturated_frame", "outside_saturated", "runs_frame", "policy_violations", "policy_latency_over_time", "policy_recovery"]
+def policy_handovers(traces: DataFrame, events: DataFrame, runs: DataFrame, max_window_s: float) -> DataFrame:
+    """Fig. 8's mechanism per scenario and policy: the post-handover windows and the rest of the run.
+
+    A window opens at a relink of a node (a swarm enters another MEC zone) and lasts, per topic of the
+    node, until the topic is back under its threshold (`jobs.time_above_threshold_after_relink`); the
+    relink's window is its longest topic's. A window is `long` when it lasted more than
+    `max_window_s`, closed or not; `open` when it never closed but was watched for less than that (the
+    next relink or the end of the run came first: undecided). Every message of a topic sent inside
+    one of its windows is left out; the others are the run "outside the windows".
+
+    Columns: scenario, policy, relinks, windows_long, windows_open, longest_window_s, messages_outside,
+    within_outside (at or below the threshold), within_ratio_outside.
+    """
+    thresholds = runs.select("run_id", "topic_class", "threshold_s")
+    per_topic = jobs.time_above_threshold_after_relink(traces, events, thresholds, by="topic").cache()
+    windows = (per_topic.where(F.col("time_above_s") > 0)
+               .select(F.col("run_id").alias("_run"), F.col("topic").alias("_topic"),
+                       F.col("relink_time").alias("_from"), (F.col("relink_time") + F.col("time_above_s")).alias("_to"),
+                       F.col("closed").alias("_closed")))
+    # A closed window ends at the first message back under the threshold; an open one at its last message.
+    ends = (F.col("send_time") < F.col("_to")) | (~F.col("_closed") & (F.col("send_time") <= F.col("_to")))
+    inside = ((F.col("run_id") == F.col("_run")) & (F.col("topic") == F.col("_topic"))
+              & (F.col("send_time") >= F.col("_from")) & ends)
+    outside = (_labelled(traces, runs).join(F.broadcast(windows), inside, "left_anti")
+               .groupBy("scenario", "policy")
+               .agg(F.count(F.lit(1)).alias("messages_outside"),
+                    F.sum((F.col("latency_s") <= F.col("threshold_s")).cast("long")).alias("within_outside")))
+    limit = F.lit(float(max_window_s))
+    per_relink = (per_topic.groupBy("run_id", "node", "relink_time")
+                  .agg(F.max("time_above_s").alias("window_s"), F.min(F.col("closed").cast("int")).alias("_closed")))
+    labels = runs.select("run_id", "scenario", "policy").distinct()
+    relinks = (per_relink.join(F.broadcast(labels), "run_id")
+               .groupBy("scenario", "policy")
+               .agg(F.count(F.lit(1)).alias("relinks"),
+                    F.sum((F.col("window_s") > limit).cast("long")).alias("windows_long"),
+                    F.sum(((F.col("_closed") == 0) & (F.col("window_s") <= limit)).cast("long")).alias("windows_open"),
+                    F.max("window_s").alias("longest_window_s")))
+    return (outside.join(relinks, ["scenario", "policy"], "left")
+            .fillna(0, ["relinks", "windows_long", "windows_open"])
+            .withColumn("within_ratio_outside", F.col("within_outside") / F.col("messages_outside"))
+            .select("scenario", "policy", "relinks", "windows_long", "windows_open", "longest_window_s",
+                    "messages_outside", "within_outside", "within_ratio_outside")
+            .orderBy("scenario", "policy"))
+
+
+def policy_reactions(events: DataFrame, runs: DataFrame, horizon_s: float) -> DataFrame:
+    """Fig. 9's mechanism per scenario and policy: topic migrations that follow a change of subscribers.
+
+    A group change makes game servers subscribe to and unsubscribe from avatar topics (`aoi_change`
+    events list the topics); a migration "after a group change" is a `migration_start` of one of those
+    topics within `horizon_s` after the change (the control loop's reaction time).
+
+    Columns: scenario, policy, changes (aoi_change events), migrations (all migration_start),
+    migrations_after_change.
+    """
+    labels = runs.select("run_id", "scenario", "policy").distinct()
+    lists = F.from_json("attrs", "subscribed array<string>, unsubscribed array<string>")
+    changes = events.where(F.col("type") == "aoi_change")
+    changed = (changes.withColumn("_lists", lists)
+               .select("run_id", F.col("time").alias("_changed"),
+                       F.explode(F.concat(F.coalesce(F.col("_lists.subscribed"), F.array().cast("array<string>")),
+                                          F.coalesce(F.col("_lists.unsubscribed"), F.array().cast("array<string>"))))
+                       .alias("topic")))
+    starts = events.where(F.col("type") == "migration_start").select("run_id", "topic", "time")
+    following = (starts.join(changed, ["run_id", "topic"])
+                 .where((F.col("time") >= F.col("_changed")) & (F.col("time") <= F.col("_changed") + F.lit(float(horizon_s))))
+                 .select("run_id", "topic", "time").distinct()
+                 .groupBy("run_id").agg(F.count(F.lit(1)).alias("migrations_after_change")))
+    counts = (labels
+              .join(changes.groupBy("run_id").agg(F.count(F.lit(1)).alias("changes")), "run_id", "left")
+              .join(starts.groupBy("run_id").agg(F.count(F.lit(1)).alias("migrations")), "run_id", "left")
+              .join(following, "run_id", "left")
+              .fillna(0, ["changes", "migrations", "migrations_after_change"]))
+    return (counts.groupBy("scenario", "policy")
+            .agg(F.sum("changes").alias("changes"), F.sum("migrations").alias("migrations"),
+                 F.sum("migrations_after_change").alias("migrations_after_change"))
+            .orderBy("scenario", "policy"))
+
+
+__all__ = ["RUN_COLUMNS", "SATURATED_COLUMNS", "saturated_frame", "outside_saturated", "runs_frame", "policy_violations", "policy_latency_over_time", "policy_recovery", "policy_handovers", "policy_reactions"]

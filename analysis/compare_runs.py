@@ -9,6 +9,11 @@ MMOG runs all with the same consumer so Fig. 9's panels show one client; then th
 traces gives the per-policy tables (`<out>/tables/*.parquet`, rows also in `<out>/compare.json`) and
 the figures: fig8.png and fig9.png (one row per policy), fig8-p95.png and fig9-p95.png (one line per
 policy), violations.png. A run without trace rows is drawn as a missing panel with its reason.
+
+The verdicts' inputs are here too: per scenario and policy the post-handover windows (Fig. 8) and
+the migrations after group changes (Fig. 9), judged against the runs' reaction time; and per run the
+worst E2E latency its configured topology allows (`analysis.bounds`), which says when a rule cannot
+fail. Every table is computed on the messages the saturation guard keeps (`compare.outside_saturated`).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis import compare, figures, traces
+from analysis import bounds, compare, figures, traces
 from analysis.reduce import reduce_run
 from analysis.spark import join
 
@@ -103,7 +108,11 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
                 panel.update(threshold_s=thresholds.get(first_class), topic_class=first_class, note=_note(run),
                              saturated=run.get("harness_saturated"),
                              e2e=tables.get("e2e"), relinks=tables.get("relinks"), aoi=tables.get("aoi"))
-                usable.append({**entry, "dir": str(run_dir), "run": run, "migrations": _migrations(run_dir)})
+                limits = bounds.run_limits(run_dir)
+                usable.append({**entry, "dir": str(run_dir), "run": run, "migrations": _migrations(run_dir),
+                               "scenario": run.get("scenario"), "reaction_s": limits.reaction_s,
+                               "latency_bound_s": limits.bound.seconds if limits.bound else None,
+                               "bound_path": limits.bound.path if limits.bound else None})
         panel.setdefault("threshold_s", entry.get("threshold_s"))
         if not panel.get("missing") and run_dir is None:
             panel["missing"] = "no run"
@@ -114,7 +123,7 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
     result = {"runs": [{k: v for k, v in u.items() if k != "run"} | {"run_id": u["run"].get("run_id")}
                        for u in usable],
               "missing": missing,
-              "figures": {}, "violations": [], "latency": [], "recovery": []}
+              "figures": {}, "violations": [], "latency": [], "recovery": [], "handovers": [], "reactions": []}
     if usable:
         labels = compare.runs_frame(spark, [u["run"] for u in usable])
         trace_df = spark.read.parquet(*[join(u["dir"], "traces.parquet") for u in usable])
@@ -122,9 +131,13 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
         all_messages = trace_df
         trace_df = compare.outside_saturated(trace_df, events, compare.saturated_frame(spark, [u["run"] for u in usable]))
         result["harness"] = _harness_rows(usable, all_messages, trace_df)
+        reaction = max((u["reaction_s"] for u in usable if u["reaction_s"]), default=bounds.PAPER_REACTION_S)
+        result["reaction_s"] = reaction
         frames = {"violations": compare.policy_violations(trace_df, labels),
                   "latency": compare.policy_latency_over_time(trace_df, labels, bucket_s, events),
-                  "recovery": compare.policy_recovery(trace_df, events, labels)}
+                  "recovery": compare.policy_recovery(trace_df, events, labels),
+                  "handovers": compare.policy_handovers(trace_df, events, labels, reaction),
+                  "reactions": compare.policy_reactions(events, labels, reaction)}
         for name, frame in frames.items():
             target = out / "tables" / f"policy_{name}.parquet"
             frame.coalesce(1).write.mode("overwrite").parquet(str(target))

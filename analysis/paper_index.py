@@ -3,7 +3,8 @@
     write_index(out_dir, entries, about)   # -> (index.md, index.html)
 
 An `Entry` is one figure: its PNGs (file names in `out_dir`), our `Headline` (or None) and what is
-missing or failed for it. Nothing is dropped: a figure without a PNG or a headline is listed with the
+missing or failed for it; its verdict is yes, no, not testable (with the reason: the rule could not
+have failed on this input) or - (nothing to judge), beside the rule that gave it. Nothing is dropped: a figure without a PNG or a headline is listed with the
 reason, and a failed step shows in its figure's row and in the steps table. `about` holds the run's
 facts: command, started, wall_s, machine, scale, steps [{name, status, seconds, detail}].
 """
@@ -50,9 +51,12 @@ def figure_label(figure: str) -> str:
 
 
 def _agrees(headline: Headline | None) -> str:
-    if headline is None or headline.agrees is None:
-        return "-"
-    return "yes" if headline.agrees else "no"
+    """yes | no | not testable | - (see `Headline.verdict`)."""
+    return "-" if headline is None else headline.verdict
+
+
+def _why(headline: Headline | None) -> str:
+    return headline.untestable if headline is not None else ""
 
 
 def _scale(entry: Entry) -> str:
@@ -68,7 +72,8 @@ def _rows(entries: list[Entry], out_dir: Path) -> list[dict]:
             "figure": figure_label(e.figure), "anchor": e.figure, "title": claim.title if claim else e.figure,
             "ours": e.headline.ours if e.headline else "; ".join(problems) or "-",
             "paper": claim.text if claim else "-", "section": claim.section if claim else "-",
-            "agrees": _agrees(e.headline), "rule": AGREEMENT_RULES.get(e.figure, ""), "scale": _scale(e),
+            "agrees": _agrees(e.headline), "why": _why(e.headline), "rule": AGREEMENT_RULES.get(e.figure, ""),
+            "scale": _scale(e),
             "status": e.status(out_dir), "problems": problems, "images": e.present(out_dir), "source": e.source})
     return rows
 
@@ -101,7 +106,8 @@ def markdown(entries: list[Entry], out_dir: Path, about: dict) -> str:
         lines += ["", f'<a id="{r["anchor"]}"></a>', f"## {r['figure']}: {r['title']}", ""]
         lines += [f"![{name}]({name})" for name in r["images"]] or ["*(no PNG)*"]
         lines += ["", f"- **ours:** {r['ours']}", f"- **paper (§{r['section']}):** {r['paper']}",
-                  f"- **agrees:** {r['agrees']}" + (f" (rule: {r['rule']})" if r["rule"] else ""),
+                  f"- **agrees:** {r['agrees']}" + (f": {r['why']}" if r["why"] else "")
+                  + (f" (rule: {r['rule']})" if r["rule"] else ""),
                   f"- **scale:** {r['scale'] or '-'}", f"- **source:** {r['source'] or '-'}"]
         lines += [f"- **{p.split(':', 1)[0]}:**{p.split(':', 1)[1]}" for p in r["problems"]]
     return "\n".join(lines) + "\n"
@@ -144,7 +150,7 @@ def html_page(entries: list[Entry], out_dir: Path, about: dict) -> str:
     for r in rows:
         parts.append(f"<h2 id='{r['anchor']}'>{_h(r['figure'])}: {_h(r['title'])}</h2>")
         parts += [f"<img src='{_h(name)}' alt='{_h(name)}'>" for name in r["images"]] or ["<p><i>(no PNG)</i></p>"]
-        rule = f" (rule: {_h(r['rule'])})" if r["rule"] else ""
+        rule = (f": {_h(r['why'])}" if r["why"] else "") + (f" (rule: {_h(r['rule'])})" if r["rule"] else "")
         parts.append(f"<ul><li><b>ours:</b> {_h(r['ours'])}</li><li><b>paper (§{_h(r['section'])}):</b> "
                      f"{_h(r['paper'])}</li><li><b>agrees:</b> {_h(r['agrees'])}{rule}</li>"
                      f"<li><b>scale:</b> {_h(r['scale'] or '-')}</li><li><b>source:</b> {_h(r['source'] or '-')}</li>"

@@ -10,6 +10,9 @@ Steps, each shown as [i/N] with what is left; a failing step is recorded and the
   comparison       PySpark over the runs' traces: fig8.png, fig9.png (one row per policy), fig8-p95.png,
                    fig9-p95.png, violations.png (`analysis.compare_runs`)
   index            <out>/index.md and index.html: each figure, our headline number, the paper's, the scale
+                   and a verdict by a rule tied to the paper's mechanism (analysis.headlines): yes, no, or
+                   "not testable" when the rule could not have failed (e.g. the configured topology bounds
+                   every E2E latency below the threshold)
 
 Exit code: 0 when every step succeeded, 1 when one failed (the index says which), 130 on Ctrl-C.
 """
@@ -251,7 +254,7 @@ def entries(state: State):
     """One index entry per figure, with its headline, sources and what is missing or failed."""
     import json
 
-    from analysis import headlines
+    from analysis import experiment_headlines, headlines
     from analysis.paper_index import Entry
 
     failed = {}
@@ -279,14 +282,9 @@ def entries(state: State):
                     entry.missing.append(f"{_rel(bench.json)}: {error}")
             out.append(entry)
     comparison = state.comparison or {}
-    violations, recovery = comparison.get("violations") or [], comparison.get("recovery") or []
     run_ids = {r["workload"]: [] for r in state.runs}
-    migrations: dict = {}
     for r in comparison.get("runs", []):
         run_ids.setdefault(r["workload"], []).append(f"{r['policy']}: {_rel(Path(r['dir']))}")
-        if r.get("migrations") is not None:
-            per_kind = migrations.setdefault(r["workload"], {})
-            per_kind[r["policy"]] = per_kind.get(r["policy"], 0) + r["migrations"]
     for kind, fig in (("uav-swarm", "fig8"), ("mmog", "fig9")):
         scenario = SCALES[state.options.scale][kind]
         facts = scenario_facts(REPO / scenario)
@@ -299,9 +297,8 @@ def entries(state: State):
             entry.missing.append("no comparison (the PySpark step did not run or failed)")
         else:
             try:
-                entry.headline = headlines.ours_experiment(fig, violations, recovery, facts["name"],
-                                                           _first_class(REPO / scenario), scale,
-                                                           migrations.get(kind))
+                entry.headline = experiment_headlines.EXPERIMENT_HEADLINES[fig](
+                    comparison, facts["name"], _first_class(REPO / scenario), scale)
             except headlines.MissingInput as error:
                 entry.missing.append(str(error))
             entry.missing += harness_notes(comparison.get("harness") or [], facts["name"])
@@ -310,8 +307,8 @@ def entries(state: State):
                   source=f"{_rel(state.options.out / 'tables' / 'policy_violations.parquet')}, "
                          f"{_rel(state.options.out / 'compare.json')}",
                   scale=f"{state.options.scale} scenarios; policies {', '.join(state.options.policies)}")
-    if violations:
-        entry.headline = headlines.ours_violations(violations, entry.scale)
+    if comparison.get("violations"):
+        entry.headline = experiment_headlines.ours_violations(comparison, entry.scale)
     else:
         entry.missing.append("no policy comparison rows")
     out.append(entry)

@@ -75,6 +75,46 @@ def test_policy_recovery_measures_time_above_after_a_zone_change(spark):
     assert out["pulsar-hash"]["unclosed"] == 1 and out["pulsar-hash"]["max_s"] == pytest.approx(3.9, abs=0.01)
 
 
+def test_policy_handovers_judge_each_window_and_the_messages_outside(spark):
+    """Fig. 8's rule: windows from a relink until the topic is back under the threshold, and the share
+    within it of every other message."""
+    from analysis import compare
+
+    # a1: relink at T0+1, above for 2 s then below (a 2 s window); 5 of the 30 messages after it above
+    # again, outside any window. h1: above from its relink on and never back: a window of 3.9 s, open.
+    a1 = stream("follow_leader-swarm1", [0.02] * 10 + [0.08] * 20 + [0.02] * 15 + [0.05] * 5 + [0.02] * 10, "a1")
+    h1 = stream("follow_leader-swarm1", [0.02] * 10 + [0.08] * 40, "h1")
+    events = event_frame(spark, [event("relink", T0 + 1.0, run_id=r, node="swarm1", to_site="zone2") for r in ("a1", "h1")]
+                         + [event("run_start", T0, run_id=r) for r in ("a1", "h1")])
+    traces, runs = trace_frame(spark, a1 + h1), labelled(spark, RUNS)
+    out = {r["policy"]: r.asDict() for r in compare.policy_handovers(traces, events, runs, 10.0).collect()}
+    ep, hashed = out["epulsar"], out["pulsar-hash"]
+    assert (ep["relinks"], ep["windows_long"], ep["windows_open"]) == (1, 0, 0)
+    assert ep["longest_window_s"] == pytest.approx(2.0, abs=1e-6)
+    assert (ep["messages_outside"], ep["within_outside"]) == (40, 35)     # 60 sent, the 20 in the window left out
+    assert ep["within_ratio_outside"] == pytest.approx(35 / 40)
+    assert (hashed["windows_long"], hashed["windows_open"], hashed["messages_outside"]) == (0, 1, 10)
+    # A 1.5 s limit makes ePulsar's 2 s window long, and the open 3.9 s one too.
+    short = {r["policy"]: r.asDict() for r in compare.policy_handovers(traces, events, runs, 1.5).collect()}
+    assert (short["epulsar"]["windows_long"], short["pulsar-hash"]["windows_long"]) == (1, 1)
+
+
+def test_policy_reactions_count_migrations_after_a_change_of_subscribers(spark):
+    from analysis import compare
+
+    aoi = [event("aoi_change", T0 + 10, run_id="a1", client="gs1",
+                 attrs=json.dumps({"subscribed": ["avatar-3"], "unsubscribed": ["avatar-4"]}))]
+    moves = [event("migration_start", T0 + 1, run_id="a1", topic="avatar-3"),    # before the change
+             event("migration_start", T0 + 14, run_id="a1", topic="avatar-4"),   # 4 s after: counted
+             event("migration_start", T0 + 15, run_id="a1", topic="avatar-9"),   # not a changed topic
+             event("migration_start", T0 + 30, run_id="a1", topic="avatar-3"),   # 20 s after: too late
+             event("migration_start", T0 + 12, run_id="h1", topic="avatar-3")]   # another run, no change there
+    out = {r["policy"]: r.asDict() for r in compare.policy_reactions(event_frame(spark, aoi + moves),
+                                                                     labelled(spark, RUNS), 10.0).collect()}
+    assert (out["epulsar"]["changes"], out["epulsar"]["migrations"], out["epulsar"]["migrations_after_change"]) == (1, 4, 1)
+    assert (out["pulsar-hash"]["changes"], out["pulsar-hash"]["migrations_after_change"]) == (0, 0)
+
+
 def make_run(root, run_id, policy, latencies):
     rows = stream("follow_leader-swarm1", latencies, run_id) + stream("follow_leader-swarm2", latencies, run_id)
     run = write_run(root / f"uav-test-{run_id}", rows, [event("run_start", T0, run_id=run_id),
@@ -106,6 +146,10 @@ def test_compare_runs_draws_a_row_per_policy_and_lists_missing_runs(spark, tmp_p
     assert (out / "tables" / "policy_violations.parquet").is_dir()
     assert result["figures"]["fig8-p95"]["series"] == ["ePulsar", "AllPairs"]
     assert json.loads((out / "compare.json").read_text())["missing"][0]["policy"] == "pulsar-hash"
+    handovers = {r["policy"]: r for r in result["handovers"]}
+    assert handovers["epulsar"]["relinks"] == 1 and result["reaction_s"] == 10.0  # the paper's when unknown
+    assert {r["policy"]: r["migrations"] for r in result["reactions"]} == {"epulsar": 0, "allpairs": 0}
+    assert all(r["latency_bound_s"] is None for r in result["runs"])  # the test's scenario.yaml is not a full model
 
 
 def test_policy_figures_render_without_spark(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from analysis import headlines, traces
+from analysis import experiment_headlines, headlines, traces
 from analysis.paper_index import Entry, write_index
 from testbed import paper
 from testbed.cli import app, with_policy
@@ -29,17 +29,19 @@ def nc_json():
     return {"time": 1.0, "machine": "vm", "accuracy": acc, "overhead": cost}
 
 
-def placement_json(epulsar_worst=0.025):
+def placement_json(epulsar_worst=0.025, mmog=None, distance=None):
+    """Fig. 4/5 summary rows; `mmog` = {policy: (worst_max_s, violation_ratio_mean)} at every MMOG size."""
+    mmog = mmog or {"epulsar": (0.090, 0.010), "allpairs": (0.088, 0.004), "pulsar-hash": (0.160, 0.350)}
     rows = []
     for kind, sizes in (("uav", (2, 8)), ("mmog", (3, 12))):
         for size in sizes:
-            for policy, worst, ratio in (("epulsar", epulsar_worst, 0.0), ("allpairs", 0.024, 0.0),
-                                         ("pulsar-hash", 0.097, 0.8 if kind == "uav" else 0.0)):
+            per_policy = mmog if kind == "mmog" else {"epulsar": (epulsar_worst, 0.0), "allpairs": (0.024, 0.0),
+                                                      "pulsar-hash": (0.097, 0.8)}
+            for policy, (worst, ratio) in per_policy.items():
                 rows.append({"kind": kind, "size": size, "policy": policy, "evaluated_on": "estimate",
-                             "worst_max_s": worst, "worst_p95_s": worst, "violation_ratio_mean": ratio})
-    claims = {"mmog_hash_worse_than_both": True, "mmog_epulsar_within_10pct_of_allpairs_worst_p95": True,
-              "mmog_hash_any_violations": False}
-    return {"time": 2.0, "seeds": 1000, "summary": rows, "paper_claims": {"estimate": claims}}
+                             "worst_max_s": worst, "worst_p95_s": worst, "violation_ratio_mean": ratio,
+                             **({"distance": distance} if distance else {})})
+    return {"time": 2.0, "seeds": 1000, "summary": rows}
 
 
 def monitoring_json(epulsar_16=5000.0):
@@ -68,7 +70,7 @@ def test_headlines_from_the_bench_json_shapes():
     assert fig3b.numbers["median_error_ms_max"] == 2.9
 
     fig5 = headlines.ours_fig5(placement_json())
-    assert fig5.agrees is True and "ePulsar 25 ms" in fig5.ours and "hash 80.0 %" in fig5.ours
+    assert fig5.agrees is True and "ePulsar 25 ms" in fig5.ours and "Pulsar (hash) 80.0 %" in fig5.ours
     assert headlines.ours_fig5(placement_json(epulsar_worst=0.041)).agrees is False  # above the 40 ms threshold
     fig4 = headlines.ours_fig4(placement_json())
     assert fig4.agrees is True and "3-12 cities" in fig4.ours and fig4.scale == "2 topologies x 1000 placements"
@@ -93,25 +95,103 @@ def test_headlines_raise_missing_input_for_empty_json():
         headlines.ours_fig7a({"rows": [r for r in migration_json()["rows"] if r["workflow"] == "enhanced"]})
 
 
-def test_experiment_headlines_per_policy():
-    rows = [{"scenario": "uav-smoke", "policy": p, "topic_class": c, "threshold_s": 0.04, "messages": 100,
-             "violations": v, "violation_ratio": v / 100, "p50_s": 0.02, "p95_s": 0.03 + v / 1000}
-            for p, v in (("epulsar", 10), ("pulsar-hash", 80), ("allpairs", 12)) for c in ("follow_leader", "sensor_data")]
-    recovery = [{"scenario": "uav-smoke", "policy": "epulsar", "relinks": 5, "median_s": 2.5}]
-    fig8 = headlines.ours_experiment("fig8", rows, recovery, "uav-smoke", "follow_leader", "smoke",
-                                     migrations={"epulsar": 10, "allpairs": 0})
+def test_fig4_rule_passes_fails_and_is_not_testable_below_the_threshold():
+    """Hash's violations well above ePulsar's, ePulsar's close to AllPairs' (4b), at the sizes where
+    some placement can exceed 100 ms at all."""
+    ok = headlines.ours_fig4(placement_json())
+    assert ok.verdict == "yes" and "Pulsar (hash) 35.0 %, AllPairs 0.4 %, ePulsar 1.0 %" in ok.ours
+    far = placement_json(mmog={"epulsar": (0.150, 0.200), "allpairs": (0.088, 0.004), "pulsar-hash": (0.160, 0.350)})
+    assert headlines.ours_fig4(far).verdict == "no"  # ePulsar violates 20 points more often than AllPairs
+    near = placement_json(mmog={"epulsar": (0.090, 0.010), "allpairs": (0.088, 0.004), "pulsar-hash": (0.160, 0.060)})
+    assert headlines.ours_fig4(near).agrees is False  # hash only 5 points above ePulsar: not "well above"
+    bounded = placement_json(mmog={"epulsar": (0.060, 0.0), "allpairs": (0.058, 0.0), "pulsar-hash": (0.078, 0.0)})
+    fig4 = headlines.ours_fig4(bounded)
+    assert fig4.verdict == "not testable" and fig4.agrees is None and "exceeds 100 ms" in fig4.untestable
+    # Both distance readings side by side: the one that can violate decides, the text names both.
+    both = placement_json(distance="rtt")
+    both["summary"] += placement_json(mmog={"epulsar": (0.06, 0.0), "allpairs": (0.058, 0.0),
+                                            "pulsar-hash": (0.078, 0.0)}, distance="one_way")["summary"]
+    fig4 = headlines.ours_fig4(both)
+    assert fig4.verdict == "yes" and "rtt distances: worst-case" in fig4.ours and "one_way distances:" in fig4.ours
+    assert "(not testable there)" in fig4.ours
+
+
+def test_fig5_rule_passes_fails_and_is_not_testable_below_the_threshold():
+    assert headlines.ours_fig5(placement_json()).verdict == "yes"
+    assert headlines.ours_fig5(placement_json(epulsar_worst=0.041)).verdict == "no"
+    bounded = placement_json(epulsar_worst=0.030)
+    for r in bounded["summary"]:
+        if r["kind"] == "uav":
+            r.update(worst_max_s=min(r["worst_max_s"], 0.035), violation_ratio_mean=0.0)
+    assert headlines.ours_fig5(bounded).verdict == "not testable"
+
+
+def comparison(scenario="uav-smoke", cls="follow_leader", threshold=0.04, ep_p95=0.03, bound=0.097, relinks=5,
+               windows_long=0, within=0.97, after_change=3):
+    """A compare_runs result in miniature: what the experiment headlines read."""
+    violations = [{"scenario": scenario, "policy": p, "topic_class": c, "threshold_s": threshold, "messages": 100,
+                   "violations": v, "violation_ratio": v / 100, "p50_s": threshold / 2,
+                   "p95_s": ep_p95 if p == "epulsar" else threshold * 2}
+                  for p, v in (("epulsar", 10), ("pulsar-hash", 80), ("allpairs", 12)) for c in (cls, "other")]
+    return {"violations": violations, "reaction_s": 10.0,
+            "runs": [{"scenario": scenario, "policy": p, "latency_bound_s": bound, "bound_path": "a@x -> b@y -> a@x",
+                      "migrations": m} for p, m in (("epulsar", 10), ("allpairs", 0))],
+            "recovery": [{"scenario": scenario, "policy": "epulsar", "relinks": relinks, "median_s": 2.5}],
+            "handovers": [{"scenario": scenario, "policy": "epulsar", "relinks": relinks, "windows_long": windows_long,
+                           "windows_open": 1, "longest_window_s": 12.0 if windows_long else 6.5,
+                           "messages_outside": 900, "within_outside": round(900 * within),
+                           "within_ratio_outside": within}],
+            "reactions": [{"scenario": scenario, "policy": "epulsar", "changes": 20, "migrations": 5,
+                           "migrations_after_change": after_change}]}
+
+
+def test_fig8_rule_passes_fails_and_is_not_testable():
+    fig8 = experiment_headlines.ours_fig8(comparison(), "uav-smoke", "follow_leader", "smoke")
     assert fig8.ours.startswith("follow_leader messages: ePulsar 10.0 % above 40 ms")
     assert fig8.ours.index("ePulsar") < fig8.ours.index("AllPairs") < fig8.ours.index("Pulsar (hash)")
-    assert "median 2.5 s above after a zone change (5 changes), 10 migrations;" in fig8.ours and fig8.agrees is True
-    assert "AllPairs 12.0 % above 40 ms (p50 20, p95 42 ms), 0 migrations;" in fig8.ours
-    assert headlines.ours_experiment("fig9", rows, [], "uav-smoke").agrees is True  # p95 40 ms: at the threshold
-    worse = [dict(r, p95_s=0.041) if r["policy"] == "epulsar" else r for r in rows]
-    assert headlines.ours_experiment("fig9", worse, [], "uav-smoke").agrees is False
-    assert headlines.ours_experiment("fig8", [r for r in rows if r["policy"] != "epulsar"], [], "uav-smoke").agrees is None
+    assert "median 2.5 s above after a zone change (5 changes), 10 migrations;" in fig8.ours
+    assert "AllPairs 12.0 % above 40 ms (p50 20, p95 80 ms), 0 migrations;" in fig8.ours
+    assert "5 handovers, longest window 6.5 s (0 over 10 s, 1 cut short before 10 s)" in fig8.ours
+    assert "97.0 % of 900 messages within their threshold outside the windows" in fig8.ours
+    assert fig8.verdict == "yes"
+    assert experiment_headlines.ours_fig8(comparison(windows_long=1), "uav-smoke").verdict == "no"  # a window over 10 s
+    assert experiment_headlines.ours_fig8(comparison(within=0.90), "uav-smoke").verdict == "no"     # too many violations outside
+    bounded = experiment_headlines.ours_fig8(comparison(bound=0.035), "uav-smoke")
+    assert bounded.verdict == "not testable" and "bounds E2E latency at 35 ms (a@x -> b@y -> a@x) < 40 ms" in bounded.untestable
+    still = experiment_headlines.ours_fig8(comparison(relinks=0), "uav-smoke")
+    assert still.verdict == "not testable" and "no handover" in still.untestable
+    no_epulsar = comparison()
+    no_epulsar["violations"] = [r for r in no_epulsar["violations"] if r["policy"] != "epulsar"]
+    assert experiment_headlines.ours_fig8(no_epulsar, "uav-smoke").verdict == "-"
     with pytest.raises(headlines.MissingInput):
-        headlines.ours_experiment("fig9", rows, [], "mmog-smoke")
-    pooled = headlines.ours_violations(rows)
-    assert "uav-smoke: ePulsar 10.0 %, AllPairs 12.0 %, Pulsar (hash) 80.0 %" in pooled.ours and pooled.agrees is True
+        experiment_headlines.ours_fig8(comparison(), "mmog-smoke")
+
+
+def test_fig9_rule_passes_fails_and_is_not_testable():
+    def fig9(**kw):
+        return experiment_headlines.ours_fig9(comparison(scenario="mmog-smoke", cls="avatar", threshold=0.1, **kw), "mmog-smoke",
+                                   "avatar")
+
+    ok = fig9(ep_p95=0.05, bound=0.15)
+    assert ok.verdict == "yes" and "3 of 5 migrations within 10 s of a group change" in ok.ours
+    assert fig9(ep_p95=0.05, bound=0.15, after_change=0).verdict == "no"  # no migration follows a group change
+    assert fig9(ep_p95=0.10, bound=0.15).verdict == "no"                   # p95 at the threshold is not below it
+    bounded = fig9(ep_p95=0.05, bound=0.078)
+    assert bounded.verdict == "not testable" and "78 ms" in bounded.untestable and bounded.agrees is None
+
+
+def test_pooled_violations_rule_passes_fails_and_is_not_testable():
+    pooled = experiment_headlines.ours_violations(comparison())
+    assert "uav-smoke: ePulsar 10.0 %, AllPairs 12.0 %, Pulsar (hash) 80.0 %" in pooled.ours and pooled.verdict == "yes"
+    worse = comparison()
+    worse["violations"] = [dict(r, violations=90) if r["policy"] == "epulsar" else r for r in worse["violations"]]
+    assert experiment_headlines.ours_violations(worse).verdict == "no"
+    assert experiment_headlines.ours_violations(comparison(bound=0.03)).verdict == "not testable"
+
+
+def test_every_figure_has_a_rule_and_a_claim():
+    assert set(headlines.AGREEMENT_RULES) == set(headlines.PAPER)
+    assert "95 %" in headlines.AGREEMENT_RULES["fig8"] and "10 points" in headlines.AGREEMENT_RULES["fig4"]
 
 
 # ---------------------------------------------------------------------------------------- the index
@@ -139,6 +219,17 @@ def test_index_lists_missing_inputs_and_failures(tmp_path):
     assert "&lt;" not in md and "Pulsar&#x27;s" not in md  # markdown is not HTML-escaped
     statuses = [line.rsplit("|", 2)[-2].strip() for line in md.splitlines() if line.startswith("| [Fig.")]
     assert statuses == ["ok", "missing", "failed"]
+
+
+def test_index_says_not_testable_and_why(tmp_path):
+    (tmp_path / "fig9.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    bounded = experiment_headlines.ours_fig9(comparison(scenario="mmog-smoke", cls="avatar", threshold=0.1, bound=0.078),
+                                  "mmog-smoke", "avatar")
+    md_path, html_path = write_index(tmp_path, [Entry("fig9", images=["fig9.png"], headline=bounded)], {})
+    md = md_path.read_text()
+    assert "| 5.8.2 | not testable |" in md
+    assert "- **agrees:** not testable: the configured topology bounds E2E latency at 78 ms" in md
+    assert "not testable: the configured topology" in html_path.read_text()
 
 
 def test_entries_mark_absent_bench_json_as_missing(tmp_path, monkeypatch):
