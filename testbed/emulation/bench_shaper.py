@@ -23,6 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
+from testbed import procs
 from testbed.emulation.delayline import DEFAULT_RT_PRIORITY, Direction, command, ensure_built
 
 H1_IP = "10.99.0.1"
@@ -250,11 +251,6 @@ class LinkTopology:
             server.wait()
 
 
-def _percentile(values: list[float], p: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))]
-
-
 def bench_rtt(rtts_ms=(10, 40, 100, 200), probes: int = 100) -> list[dict]:
     rows = []
     with LinkTopology() as topo:
@@ -268,7 +264,7 @@ def bench_rtt(rtts_ms=(10, 40, 100, 200), probes: int = 100) -> list[dict]:
                     "configured_ms": rtt,
                     "median_ms": med,
                     "avg_ms": topo.last_ping_avg_ms,
-                    "p99_ms": _percentile(got, 99) if got else float("nan"),
+                    "p99_ms": procs.percentile(got, 0.99, "nearest") if got else float("nan"),
                     "error_ms": med - rtt,
                     "received": len(got),
                     "sent": probes,
@@ -365,7 +361,7 @@ def bench_timer_baseline(samples: int = 200) -> dict:
         late.append((time.perf_counter() - t0 - 0.005) * 1e3)
     return {
         "sleep_late_p50_ms": statistics.median(late),
-        "sleep_late_p99_ms": _percentile(late, 99),
+        "sleep_late_p99_ms": procs.percentile(late, 0.99, "nearest"),
         "sleep_late_max_ms": max(late),
     }
 

@@ -14,12 +14,10 @@ exists so callers need not special-case it.
 from __future__ import annotations
 
 import math
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed import procs
 from testbed.health import BUDGET
 
 SOURCE = Path(__file__).with_name("delayline.c")
@@ -51,30 +49,10 @@ def ensure_built() -> Path:
     Built lazily instead of at install time so a fresh checkout works as soon
     as gcc is present; the output lives in the gitignored ``_build`` folder.
     """
-    if not SOURCE.exists():
-        raise ShaperUnavailable(f"delay line source missing: {SOURCE}")
-    if BINARY.exists() and BINARY.stat().st_mtime >= SOURCE.stat().st_mtime:
-        return BINARY
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        raise ShaperUnavailable(
-            "gcc not found: it is needed to build the delay line (apt-get install -y gcc libc6-dev)"
-        )
-    BUILD_DIR.mkdir(parents=True, exist_ok=True)
-    tmp = BINARY.with_name(f".delayline.{os.getpid()}.tmp")  # parallel builders
-    proc = subprocess.run(
-        [gcc, "-O2", "-Wall", "-Wextra", "-o", str(tmp), str(SOURCE)],
-        capture_output=True,
-        text=True,
-    )
-    if proc.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        raise ShaperUnavailable(
-            f"building {SOURCE.name} failed (are the libc/kernel headers installed? "
-            f"apt-get install -y libc6-dev linux-libc-dev):\n{proc.stderr.strip()}"
-        )
-    tmp.replace(BINARY)  # atomic: a concurrent caller never runs half a file
-    return BINARY
+    try:
+        return procs.build_c(SOURCE, BINARY)
+    except procs.BuildError as error:
+        raise ShaperUnavailable(f"the delay line: {error}") from None
 
 
 @dataclass(frozen=True)

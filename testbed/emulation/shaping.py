@@ -15,10 +15,10 @@ import json
 import signal
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from dataclasses import dataclass, field
 
+from testbed import procs
 from testbed.topology import Shaping
 
 READY_TIMEOUT_S = 5.0
@@ -176,7 +176,7 @@ class DelayLineShaper(Shaper):
         log_path = self.log_dir / f"delayline-{link.index}.log"
         with log_path.open("ab") as log:
             relay = self.node.popen(argv, env=self.env, stdout=subprocess.PIPE, stderr=log, text=True)
-        line = _read_line(relay, READY_TIMEOUT_S)
+        line = procs.read_line(relay, READY_TIMEOUT_S)
         if line != "ready":
             relay.kill()
             relay.wait()
@@ -254,20 +254,6 @@ def _tail(path: Path, lines: int = 3) -> str:
 def _shaper_mac(index: int, end: int) -> str:
     """MACs of the veth ends the emulator owns; mininet wants both ends' addresses or neither."""
     return f"02:03:{(index >> 16) & 255:02x}:{(index >> 8) & 255:02x}:{index & 255:02x}:{end:02x}"
-
-
-def _read_line(process: subprocess.Popen, timeout: float) -> str | None:
-    """First stdout line of a child, or None after `timeout` seconds (the child may hang)."""
-    import select
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([process.stdout], [], [], 0.05)
-        if ready:
-            return process.stdout.readline().strip()
-        if process.poll() is not None:
-            return None
-    return None
 
 
 class RelayCounters:
