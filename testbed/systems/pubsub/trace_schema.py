@@ -16,8 +16,8 @@ COLUMNS = (
     ("send_time", "float64"),      # epoch seconds, the scheduled send (open loop)
     ("receive_time", "float64"),   # epoch seconds, at the consumer
     ("broker", "string"),          # the broker it came through
-    ("producer_site", "string"),
-    ("consumer_site", "string"),
+    ("producer_site", "string"),   # the producer's site at start (analysis adds producer_site_at_send from relinks)
+    ("consumer_site", "string"),   # the consumer's site at start (analysis adds consumer_site_at_receive)
 )
 FIELDS = tuple(name for name, _ in COLUMNS)
 #: A row without one of these is skipped by the reader (the others may be filled in or left null).
