@@ -35,12 +35,7 @@ OUT = Path("results/bench")
 
 
 def _drawn(fig, path: Path, title: str, xlabel: str, ylabel: str, series: list) -> dict:
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return {"path": str(path), "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series}
+    return figures.save(fig, path, title, xlabel, ylabel, series)
 
 
 # ------------------------------------------------------------------------------------------ Fig. 3b

@@ -98,12 +98,17 @@ def _finish(fig, ax, out: str | os.PathLike, title: str, xlabel: str, ylabel: st
         many = len(handles) > 12
         ax.legend(fontsize="x-small" if many else "small", ncol=2 if many else 1, title=legend_title,
                   loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return save(fig, out, title, xlabel, ylabel, labels)
+
+
+def save(fig, out: str | os.PathLike, title: str, xlabel: str, ylabel: str, series: list) -> dict:
+    """Write a finished figure (PNG, 120 dpi) and return what it shows, for the paper's index and tests."""
     fig.tight_layout()
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)
-    return {"path": str(path), "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": labels}
+    return {"path": str(path), "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series}
 
 
 def _shade_saturated(ax, saturated) -> None:
