@@ -167,6 +167,16 @@ def test_a_first_lookup_carrying_the_askers_coordinate_places_the_topic_near_it(
         far = asker_clients(ClientNC("uav2", coord_from_dict(coord(0.0))), "producer")
         assert asyncio.run(manager.resolve("beta", far))["broker"] == expected
 
+    # the producer and the consumer ask at once: one placement, one event
+    emitted.clear()
+    manager, meta = make_manager()
+
+    async def both_at_once():
+        return await asyncio.gather(manager.resolve("gamma", asker), manager.resolve("gamma", far))
+
+    first, second = asyncio.run(both_at_once())
+    assert first == second and [kind for kind, _ in emitted] == ["initial_placement"]
+
 
 def test_a_broker_reporting_in_another_reading_is_reported_once(monkeypatch):
     emitted = []

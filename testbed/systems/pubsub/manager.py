@@ -69,6 +69,7 @@ class TopicManager(LookupService):
         self.distance = get_distance(args.distance)
         self.initial = args.initial_placement
         self.mismatched: set[str] = set()  # brokers already reported for reporting in another reading
+        self.started: set[str] = set()  # topics placed at their first lookup (initial_placement events)
         self.known: dict[str, str] = {}  # last placement seen: finds topics orphaned by a dead broker
         self.last_reports: dict[str, TopicReport] = {}  # each topic's latest report from a live owner
         self.last_clients: dict[str, TopicClients] = {}  # and its clients' coordinates (AllPairs)
@@ -121,7 +122,8 @@ class TopicManager(LookupService):
             self.plan.pop(topic, None)
             if snapshot.brokers:
                 self.plan[topic] = self.choose(topic, snapshot, clients, asker)
-                if snapshot.report(topic) is None and topic not in self.known:
+                if snapshot.report(topic) is None and topic not in self.known and topic not in self.started:
+                    self.started.add(topic)  # once per topic, however many of its clients ask at once
                     emit("initial_placement", topic=topic, broker=self.plan[topic], initial=self.initial,
                          asker=[c.name for c in (*asker.producers, *asker.consumers)] if asker else None)
         if self.known.get(topic) not in (None, *snapshot.brokers):
