@@ -30,6 +30,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from testbed.policies import POLICIES  # noqa: E402
+
 STAT_NAMES = {"p50_s": "median", "p95_s": "p95", "max_s": "max"}
 PAPER_WAN_S = 0.040  # Fig. 7b's one-way WAN latency between the brokers and the Load Manager
 WORKFLOW_NAMES = {"enhanced": "ePulsar (enhanced)", "baseline": "Pulsar (baseline)"}
@@ -335,9 +337,9 @@ def fig7b(migrations, out, wan_one_way_s: float | None = None, note: str = "",
 
 # ------------------------------------------------------------------------------------------ policies side by side
 
-POLICY_NAMES = {"epulsar": "ePulsar", "allpairs": "AllPairs", "pulsar-hash": "Pulsar (hash)"}
-POLICY_COLORS = {"epulsar": "tab:green", "allpairs": "tab:blue", "pulsar-hash": "tab:red"}
-POLICY_ORDER = ("epulsar", "allpairs", "pulsar-hash")
+POLICY_NAMES = {name: policy.label for name, policy in POLICIES.items()}  # the registry's labels and order
+POLICY_ORDER = tuple(POLICIES)
+POLICY_COLORS = {"epulsar": "tab:green", "allpairs": "tab:blue", "pulsar-hash": "tab:red"}  # others: matplotlib's next
 
 
 def policy_name(policy) -> str:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from testbed.policies import POLICIES
+
 
 class MissingInput(ValueError):
     """The input exists but lacks the rows the headline needs."""
@@ -81,8 +83,8 @@ PAPER = {
                         "no such figure: the end-to-end runs use ePulsar only (5.8); the policies are compared "
                         "offline (Fig. 4, 5): hashing violates far more often, ePulsar about as often as AllPairs"),
 }
-POLICY_NAMES = {"epulsar": "ePulsar", "allpairs": "AllPairs", "pulsar-hash": "Pulsar (hash)"}
-POLICY_ORDER = ("epulsar", "allpairs", "pulsar-hash")
+POLICY_NAMES = {name: policy.label for name, policy in POLICIES.items()}  # the registry's labels and order
+POLICY_ORDER = tuple(POLICIES)
 
 
 def _span(values, fmt: str = "{:.1f}") -> str:
