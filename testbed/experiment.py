@@ -266,7 +266,7 @@ def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None 
                          call_s=round(event.duration_s, 4))
         while faults and faults[0].at <= elapsed:
             fault = faults.pop(0)
-            for role in roles:
+            for role in reversed(roles):  # as a crash would: the system's processes with the node's agent
                 for event in role.kill(fault.kill):
                     event["planned_at_s"] = fault.at
             session.say(f"fault: broker {fault.kill} killed for good at {elapsed:.1f}s")

@@ -176,3 +176,31 @@ def all_process_stats() -> dict[int, ProcessStat]:
             if stat is not None:
                 found[int(entry)] = stat
     return found
+
+
+class LineCounter:
+    """Counts the lines (or the lines holding `needle`) appended to growing files, reading only
+    what is new since the last call: cheap enough for a progress line every few seconds."""
+
+    def __init__(self, directory: Path, pattern: str, needle: bytes | None = None):
+        self.directory, self.pattern, self.needle = Path(directory), pattern, needle
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, bytes] = {}
+        self.total = 0
+
+    def count(self) -> int:
+        for path in sorted(self.directory.glob(self.pattern)):
+            try:
+                with path.open("rb") as handle:
+                    handle.seek(self.offsets.get(path, 0))
+                    data = self.partial.pop(path, b"") + handle.read()
+                    self.offsets[path] = handle.tell()
+            except OSError:
+                continue
+            complete, _, rest = data.rpartition(b"\n")
+            if rest:
+                self.partial[path] = rest
+            if complete or data.endswith(b"\n"):
+                lines = complete.split(b"\n") if complete else [b""]
+                self.total += sum(self.needle in line for line in lines) if self.needle else len(lines)
+        return self.total

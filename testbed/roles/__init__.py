@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from testbed.roles.base import Role, RunContext
 from testbed.roles.coordinates import Coordinates
-from testbed.roles.workload import PubSubRole, PubSubWorkload
+from testbed.roles.pubsub import PubSubRole
+from testbed.roles.workload import PubSubWorkload
 
 ROLES: tuple[type[Role], ...] = (Coordinates, PubSubRole, PubSubWorkload)
 

@@ -298,15 +298,16 @@ def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0) -> subp
 
 def start_agent(network, node: str, zk_hosts: str, log_dir: Path, site: str = "", cloud: bool = False,
                 period: float = 5.0, grace: float = 10.0, nc_period: float = 5.0, bandwidth: float = 100e6,
-                timeout: float = 20.0, report_clients: bool = False) -> subprocess.Popen:
+                timeout: float = 20.0, report_clients: bool = False, distance: str | None = None) -> subprocess.Popen:
     """The broker agent in `node` (next to its nats-server); returns once it is registered.
-    `report_clients`: also report every client's coordinate (what the AllPairs policy needs)."""
+    `report_clients`: also report every client's coordinate (what the AllPairs policy needs);
+    `distance`: the reading of d its E(t) and W(t) use (testbed.policies.distance; the manager's)."""
     log_dir = Path(log_dir)
     argv = [network.python, "-m", "testbed.systems.pubsub.broker", "--node", node, "--nats", nats_url(network.ip_of(node)),
             "--zk", zk_hosts, "--site", site, "--period", f"{period:g}", "--grace", f"{grace:g}",
             "--nc-period", f"{nc_period:g}", "--bandwidth", f"{bandwidth:g}",
             "--events", str(log_dir / f"broker-{node}.events.jsonl"), *(["--cloud"] if cloud else []),
-            *(["--report-clients"] if report_clients else [])]
+            *(["--report-clients"] if report_clients else []), *(["--distance", distance] if distance else [])]
     log = (log_dir / f"broker-{node}.log").open("ab")
     process = network.popen(node, argv, stdout=subprocess.PIPE, stderr=log, text=True)
     if read_line(process, timeout) != "ready":

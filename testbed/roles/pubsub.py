@@ -1,5 +1,6 @@
 """The pub/sub system under test, assembled in a running network: ZooKeeper in the cloud node,
 a nats-server and a broker agent in every broker and cloud node, the topic manager in the cloud.
+`PubSubSystem` is the assembly (runs, benchmarks and tests share it); `PubSubRole` is it as a run's role.
 
 Stops in the reverse order (manager and agents, then servers, then ZooKeeper), and restarts a
 nats-server or agent that died, reporting each restart as an event.
@@ -12,12 +13,14 @@ import time
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
-from testbed.procs import json_lines, stop_group, wait_or_kill
+from testbed.procs import LineCounter, json_lines, stop_group, wait_or_kill
+from testbed.roles.base import Role, RunContext
 from testbed.roles.launch import start_agent, start_nats, start_zookeeper
 from testbed.systems.pubsub.broker import nats_url
 from testbed.policies import DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DEFAULT_POLICY, Overload, get_policy
 
 BROKER_ROLES = ("cloud", "broker")
+WORKLOADS = {"uav-swarm", "mmog"}  # the scenario workloads this system serves
 
 
 @dataclass
@@ -80,7 +83,8 @@ class PubSubSystem:
         self.agents[name] = start_agent(self.network, name, self.zk.hosts, self.log_dir, site=node.site,
                                         cloud=node.role == "cloud", period=self.monitoring_period,
                                         nc_period=self.nc_period, bandwidth=node.access.bandwidth or 1e9,
-                                        report_clients=get_policy(self.manager.policy).needs_clients)
+                                        report_clients=get_policy(self.manager.policy).needs_clients,
+                                        distance=self.manager.distance)
 
     def _start_manager(self, timeout: float = 30.0) -> None:
         m = self.manager
@@ -136,3 +140,54 @@ class PubSubSystem:
         stop_group(self.servers.values())
         if self.zk is not None:
             self.zk.stop()
+
+
+class PubSubRole(Role):
+    """ePulsar on NATS (paper sections 3-4): ZooKeeper, a broker and its agent per broker node, the
+    topic manager; a scenario fault kills a broker node for good."""
+
+    name = "pubsub"
+
+    @classmethod
+    def wanted(cls, scenario) -> bool:
+        return scenario.workload.kind in WORKLOADS
+
+    def __init__(self, run: RunContext, others: list[Role] = ()):
+        super().__init__(run, list(others))
+        control = run.scenario.control
+        thresholds = {t.threshold for t in run.scenario.workload.topics}
+        self.system = PubSubSystem(
+            run.network, run.topology, run.logs,
+            ManagerOptions(policy=control.policy, workflow=control.migration.workflow,
+                           executors=control.migration.executors, period=control.monitoring_period,
+                           threshold=min(thresholds),
+                           overload=astuple(Overload.from_config(control.overload)),
+                           distance=control.distance, initial_placement=control.initial_placement),
+            monitoring_period=control.monitoring_period, nc_period=control.nc_report_period)
+        self.faults: list[dict] = []
+        self._migrations = LineCounter(run.logs, "manager.jsonl", b'"migration_end"')
+
+    def start(self) -> None:
+        self.system.start(say=self.run.say)
+
+    def kill(self, node: str) -> list[dict]:
+        if node not in self.system.brokers():
+            return []
+        self.faults.append(self.system.kill(node))
+        return [self.faults[-1]]
+
+    def supervise(self) -> list[dict]:
+        return self.system.supervise()
+
+    def progress(self) -> str:
+        return f"migrations {self._migrations.count()}"
+
+    def stop(self) -> None:
+        self.system.stop()
+
+    def events(self) -> list[dict]:
+        """Manager decisions and migrations, broker events, and the faults."""
+        found = list(self.system.manager_events()) + self.faults
+        for path in sorted(self.run.logs.glob("broker-*.events.jsonl")):
+            found.extend(json_lines(path))
+        return found

@@ -1,6 +1,5 @@
-"""The pub/sub roles of a run: the system under test (ZooKeeper, brokers with their agents, the
-topic manager) and the scenario's workload processes, plus the end-of-run summary (p50/p95/max
-latency per topic class, violation ratio, migrations, losses).
+"""The pub/sub workload role: the scenario's client processes, and the end-of-run summary (p50/p95/max
+latency per topic class, violation ratio, migrations, failed manager rounds, losses).
 """
 
 from __future__ import annotations
@@ -11,63 +10,9 @@ import time
 from pathlib import Path
 
 from testbed.policies.topics import topic_class
+from testbed.procs import LineCounter, json_lines, percentile, read_line
 from testbed.roles.base import Role, RunContext
-from testbed.procs import json_lines, percentile, read_line
-from testbed.roles.pubsub import ManagerOptions, PubSubSystem
-
-SUPPORTED = {"uav-swarm", "mmog"}
-
-
-class PubSubRole(Role):
-    """ePulsar on NATS (paper sections 3-4): ZooKeeper, a broker and its agent per broker node, the
-    topic manager; a scenario fault kills a broker node for good."""
-
-    name = "pubsub"
-
-    @classmethod
-    def wanted(cls, scenario) -> bool:
-        return scenario.workload.kind in SUPPORTED
-
-    def __init__(self, run: RunContext, others: list[Role] = ()):
-        super().__init__(run, list(others))
-        control = run.scenario.control
-        thresholds = {t.threshold for t in run.scenario.workload.topics}
-        self.system = PubSubSystem(
-            run.network, run.topology, run.logs,
-            ManagerOptions(policy=control.policy, workflow=control.migration.workflow,
-                           executors=control.migration.executors, period=control.monitoring_period,
-                           threshold=min(thresholds),
-                           overload=(control.overload.cpu, control.overload.memory, control.overload.network,
-                                     control.overload.output_rate),
-                           distance=control.distance, initial_placement=control.initial_placement),
-            monitoring_period=control.monitoring_period, nc_period=control.nc_report_period)
-        self.faults: list[dict] = []
-        self._migrations = LineCounter(run.logs, "manager.jsonl", b'"migration_end"')
-
-    def start(self) -> None:
-        self.system.start(say=self.run.say)
-
-    def kill(self, node: str) -> list[dict]:
-        if node not in self.system.brokers():
-            return []
-        self.faults.append(self.system.kill(node))
-        return [self.faults[-1]]
-
-    def supervise(self) -> list[dict]:
-        return self.system.supervise()
-
-    def progress(self) -> str:
-        return f"migrations {self._migrations.count()}"
-
-    def stop(self) -> None:
-        self.system.stop()
-
-    def events(self) -> list[dict]:
-        """Manager decisions and migrations, broker events, and the faults."""
-        found = list(self.system.manager_events()) + self.faults
-        for path in sorted(self.run.logs.glob("broker-*.events.jsonl")):
-            found.extend(json_lines(path))
-        return found
+from testbed.roles.pubsub import WORKLOADS, PubSubRole, PubSubSystem
 
 
 class PubSubWorkload(Role):
@@ -78,7 +23,7 @@ class PubSubWorkload(Role):
 
     @classmethod
     def wanted(cls, scenario) -> bool:
-        return scenario.workload.kind in SUPPORTED
+        return scenario.workload.kind in WORKLOADS
 
     def __init__(self, run: RunContext, others: list[Role] = ()):
         super().__init__(run, list(others))
@@ -225,38 +170,13 @@ class PubSubWorkload(Role):
                 f"failover: killed {', '.join(f['brokers_killed'])}; {f['topics_replaced']} topics re-placed; "
                 f"{f['clients_recovered']} of {f['clients_lost_broker']} clients back on a broker, downtime "
                 + (f"p50 {f['downtime_p50_s']:.2f} s, max {f['downtime_max_s']:.2f} s" if f["downtime_max_s"] else "-"))
+        if summary["rounds_failed"]:
+            lines.append(f"[red]the topic manager failed {summary['rounds_failed']} rounds "
+                         f"(round_failed in events.jsonl): the system under test did not work as designed[/red]")
         lines.append(f"migrations {summary['migrations']} (failed {summary['migrations_failed']}), violations "
                      f"detected {summary['violations_detected']}, deliveries {summary['delivered']} of "
                      f"{expected} expected ({lost} not delivered, including those in flight at the stop)")
         return lines
-
-
-class LineCounter:
-    """Counts the lines (or the lines holding `needle`) appended to growing files, reading only
-    what is new since the last call: cheap enough for a progress line every few seconds."""
-
-    def __init__(self, directory: Path, pattern: str, needle: bytes | None = None):
-        self.directory, self.pattern, self.needle = Path(directory), pattern, needle
-        self.offsets: dict[Path, int] = {}
-        self.partial: dict[Path, bytes] = {}
-        self.total = 0
-
-    def count(self) -> int:
-        for path in sorted(self.directory.glob(self.pattern)):
-            try:
-                with path.open("rb") as handle:
-                    handle.seek(self.offsets.get(path, 0))
-                    data = self.partial.pop(path, b"") + handle.read()
-                    self.offsets[path] = handle.tell()
-            except OSError:
-                continue
-            complete, _, rest = data.rpartition(b"\n")
-            if rest:
-                self.partial[path] = rest
-            if complete or data.endswith(b"\n"):
-                lines = complete.split(b"\n") if complete else [b""]
-                self.total += sum(self.needle in line for line in lines) if self.needle else len(lines)
-        return self.total
 
 
 def trace_rows(trace_dir: Path):
@@ -287,6 +207,7 @@ def summarize(trace_dir: Path, thresholds: dict[str, float], events: list[dict],
     summary = {"classes": classes, "migrations": len(migrations),
                "migrations_failed": sum(not m.get("ok") for m in migrations),
                "violations_detected": sum(e.get("type") == "violation_detected" for e in events),
+               "rounds_failed": sum(e.get("type") == "round_failed" for e in events),
                "published": sent, "delivered": received}
     if any(e.get("type") == "broker_killed" for e in events):
         summary["failover"] = failover(events)
