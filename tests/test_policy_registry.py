@@ -21,19 +21,8 @@ from testbed.nc.coordinate import Coordinate
 from testbed.scenario import model
 from testbed.scenario.loader import ScenarioError, load, parse_text
 from testbed.systems.pubsub import broker, manager
+from tests.texts import MINIMAL
 
-MINIMAL = """\
-name: t
-duration: 10s
-infrastructure:
-  mec_zones: {zones: 2, inter_site_rtt: 30ms}
-  cloud: {one_way: 40ms}
-workload:
-  kind: uav-swarm
-  rate: 200/s
-  topics:
-    - {name: follow_leader, threshold: 40ms}
-"""
 
 
 def test_each_family_is_one_module_named_after_it():

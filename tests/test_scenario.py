@@ -15,22 +15,11 @@ from testbed.scenario import cities, zones
 from testbed.scenario.loader import ScenarioError, load, parse_text
 from testbed.scenario.model import Scenario
 from testbed.topology import checked as check
+from tests.texts import MINIMAL
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted(glob.glob(str(ROOT / "scenarios" / "*.yaml")))
 
-MINIMAL = """\
-name: t
-duration: 10s
-infrastructure:
-  mec_zones: {zones: 2, inter_site_rtt: 30ms}
-  cloud: {one_way: 40ms}
-workload:
-  kind: uav-swarm
-  rate: 200/s
-  topics:
-    - {name: follow_leader, threshold: 40ms}
-"""
 
 
 @pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: Path(p).name)
