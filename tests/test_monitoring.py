@@ -14,7 +14,7 @@ from testbed.systems.pubsub import broker as broker_mod
 from testbed.systems.pubsub import manager as manager_mod
 from testbed.policies.snapshot import TopicClients
 from testbed.systems.pubsub.reports import ClientEntry, Owned, topic_clients, topic_report
-from testbed.policies import Overload, get_policy, perform_repartitioning
+from testbed.policies import Overload, get_distance, get_policy, hash_broker, perform_repartitioning
 
 ME = Coordinate(tuple([0.001] * 8), 0.5, 0.0, 0.0001)
 
@@ -74,7 +74,7 @@ def _report_size(report_clients: bool, topics: int, clients: int) -> tuple[int, 
 def test_topic_clients_lists_live_clients_with_a_coordinate():
     state = _owned(5)
     state.clients[("old", "producer")] = ClientEntry("producer", _coord(9), 1.0, time.time() - 100)
-    topic_report("t1", "b", ME, state, stale_s=15.0)  # drops the stale client
+    topic_report("t1", "b", ME, state, stale_s=15.0, distance=get_distance("one_way"))  # drops the stale client
     tc = topic_clients(state)
     assert [c.name for c in tc.producers] == ["client-0", "client-2", "client-4"]
     assert [c.name for c in tc.consumers] == ["client-1", "client-3"]
@@ -118,7 +118,7 @@ def test_manager_reads_the_clients_and_allpairs_runs_on_them():
     manager = manager_mod.TopicManager(manager_mod.argparse.Namespace(
         nats="nats://127.0.0.1:4222", zk="127.0.0.1:2181", default=None, node="cloud", policy="allpairs",
         workflow="enhanced", executors=4, period=5.0, mode="control", cpu=0.85, memory=0.85, network=0.85,
-        output_rate=1.5e6, threshold=1e-9))
+        output_rate=1.5e6, threshold=1e-9, distance="one_way", initial_placement="first_lookup"))
     manager.meta = FakeMeta()
     snapshot, clients = manager.state()
     assert set(clients) == {"topic0", "topic1"}
@@ -130,7 +130,7 @@ def test_manager_reads_the_clients_and_allpairs_runs_on_them():
     assert {m.topic for m in migrations} <= {"topic0", "topic1"}
     assert manager.choose("topic0", snapshot, clients) in ("bzone1", "bzone2")
     # not reported yet: the default broker (here not reporting, so placed by name)
-    assert manager.choose("unknown", snapshot, clients) == manager_mod.hash_broker("unknown", snapshot.brokers)
+    assert manager.choose("unknown", snapshot, clients) == hash_broker("unknown", snapshot.brokers)
     # the owner's list wins over a stale one from another broker
     other = {"clients": {"topic0": {"producers": [], "consumers": []}}}
     assert len(manager_mod.clients_from_reports({"bzone1": data, "bzone2": other},
