@@ -22,6 +22,7 @@ import time
 import pytest
 
 from testbed.nc.coordinate import Coordinate
+from analysis import bench_figures
 from testbed.bench import assessment
 from testbed.bench.assessment import (Infrastructure, TopicSpec, assess, evaluate, infrastructure, load_inputs,
                                        mmog_topics, per_placement, percentile, summarize, uav_topics)
@@ -271,14 +272,14 @@ def test_figures_are_drawn(tmp_path):
                 rows.append({"kind": kind, "topology": f"{kind}{size}", "size": size, "policy": policy,
                              "evaluated_on": "estimate", "placements": 3, "worst_max_s": 0.05 * size,
                              "worst_p95_s": 0.04 * size, "violation_ratio_mean": 0.1})
-    for path in (assessment.plot_fig4(rows, tmp_path / "fig4.png"), assessment.plot_fig5(rows, tmp_path / "fig5.png")):
+    for path in (bench_figures.fig4(rows, tmp_path / "fig4.png"), bench_figures.fig5(rows, tmp_path / "fig5.png")):
         assert path.exists() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
     with pytest.raises(ValueError):
-        assessment.plot_fig4(rows, tmp_path / "none.png", evaluated_on="configured")
+        bench_figures.fig4(rows, tmp_path / "none.png", evaluated_on="configured")
     # both readings: one row of panels each (rows without a distance are the default reading's)
     both = rows + [{**r, "distance": "rtt", "worst_max_s": 2 * r["worst_max_s"]} for r in rows]
-    single = assessment.plot_fig4(rows, tmp_path / "single.png")
-    double = assessment.plot_fig4(both, tmp_path / "both.png")
+    single = bench_figures.fig4(rows, tmp_path / "single.png")
+    double = bench_figures.fig4(both, tmp_path / "both.png")
     from PIL import Image
 
     with Image.open(single) as one, Image.open(double) as two:

@@ -29,6 +29,7 @@ import sys
 import time
 from pathlib import Path
 
+from analysis import bench_figures
 from testbed.bench import assessment
 
 PLACEMENT_COLUMNS = ("kind", "topology", "size", "policy", "seed", "evaluated_on", "distance", "worst_e2e_s", "pairs",
@@ -129,8 +130,8 @@ def figures(rows: list[dict], directory: Path) -> list[Path]:
     drawn = []
     for kind, name in (("mmog", "fig4"), ("uav", "fig5")):
         if any(r["kind"] == kind for r in rows):
-            drawn.append(assessment.plot_assessment(rows, kind, directory / f"{name}.png", "estimate"))
-            drawn.append(assessment.plot_assessment(rows, kind, directory / f"{name}_configured.png", "configured"))
+            drawn.append(bench_figures.placement(rows, kind, directory / f"{name}.png", "estimate"))
+            drawn.append(bench_figures.placement(rows, kind, directory / f"{name}_configured.png", "configured"))
     return drawn
 
 
