@@ -59,16 +59,7 @@ class PubSubWorkload(Role):
         for node in self.topology.nodes.values():
             if node.role != "uav-swarm":
                 continue
-            argv = [self.network.python, "-m", "testbed.systems.pubsub.workloads", "uav", "--node", node.name,
-                    "--members", str(node.members), "--rate", f"{rate:g}", "--size", f"{scenario.workload.message_size:.0f}",
-                    "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),
-                    "--events", str(self.out / "logs" / f"clients-{node.name}.jsonl"), "--run-id", self.run_id,
-                    "--site", node.site, "--coord", "proxy" if node.mobile else "serf",
-                    "--nc-period", f"{scenario.control.nc_report_period:g}",
-                    "--health", str(self.out / "logs" / f"health-{node.name}.jsonl")]
-            log = (self.out / "logs" / f"workload-{node.name}.log").open("ab")
-            self.processes[node.name] = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log,
-                                                           text=True)
+            self._launch(node, "uav", ["--members", str(node.members)], rate)
         self._wait_attached()
         self.say(f"workload: {len(self.processes)} swarm processes publishing at {rate:g} msg/s per UAV")
 
@@ -88,17 +79,8 @@ class PubSubWorkload(Role):
         plan_path.write_text(json.dumps(plan))
         start_path.unlink(missing_ok=True)
         for name in servers:
-            node = self.topology.nodes[name]
-            argv = [self.network.python, "-m", "testbed.systems.pubsub.workloads", "mmog", "--node", name,
-                    "--plan", str(plan_path), "--start-file", str(start_path),
-                    "--rate", f"{rate:g}", "--size", f"{scenario.workload.message_size:.0f}",
-                    "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),
-                    "--events", str(self.out / "logs" / f"clients-{name}.jsonl"), "--run-id", self.run_id,
-                    "--site", node.site, "--coord", "proxy" if node.mobile else "serf",
-                    "--nc-period", f"{scenario.control.nc_report_period:g}",
-                    "--health", str(self.out / "logs" / f"health-{name}.jsonl")]
-            log = (self.out / "logs" / f"workload-{name}.log").open("ab")
-            self.processes[name] = self.network.popen(name, argv, stdout=subprocess.PIPE, stderr=log, text=True)
+            self._launch(self.topology.nodes[name], "mmog", ["--plan", str(plan_path), "--start-file", str(start_path)],
+                         rate)
         self._wait_attached()
         start = time.time() + 1.0
         partial = start_path.with_suffix(".tmp")
@@ -110,6 +92,20 @@ class PubSubWorkload(Role):
         self.say(f"workload: {len(servers)} game servers, {len(plan['serving'])} avatars in "
                  f"{scenario.workload.groups} groups publishing at {rate:g} msg/s each, "
                  f"{len(plan['changes'])} group changes planned")
+
+    def _launch(self, node, kind: str, own: list[str], rate: float) -> None:
+        """One workload process in `node` (`python -m testbed.systems.pubsub.workloads <kind>`): its
+        own arguments, then what every workload process takes (rate, lookup, traces, events, health)."""
+        logs = self.out / "logs"
+        argv = [self.network.python, "-m", "testbed.systems.pubsub.workloads", kind, "--node", node.name, *own,
+                "--rate", f"{rate:g}", "--size", f"{self.scenario.workload.message_size:.0f}",
+                "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),
+                "--events", str(logs / f"clients-{node.name}.jsonl"), "--run-id", self.run_id,
+                "--site", node.site, "--coord", "proxy" if node.mobile else "serf",
+                "--nc-period", f"{self.scenario.control.nc_report_period:g}",
+                "--health", str(logs / f"health-{node.name}.jsonl")]
+        log = (logs / f"workload-{node.name}.log").open("ab")
+        self.processes[node.name] = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log, text=True)
 
     def _wait_attached(self) -> None:
         for name, process in self.processes.items():
