@@ -49,24 +49,26 @@ def _labelled(traces: DataFrame, runs: DataFrame) -> DataFrame:
     return jobs.with_latency(traces).join(F.broadcast(runs), ["run_id", "topic_class"])
 
 
-def policy_violations(traces: DataFrame, runs: DataFrame, accuracy: int = jobs.ACCURACY) -> DataFrame:
+def policy_violations(traces: DataFrame, runs: DataFrame, accuracy: int = jobs.ACCURACY,
+                      per_run: bool = False) -> DataFrame:
     """Per scenario, policy and topic class over all its runs: how often and how far the threshold is exceeded.
 
     Columns: scenario, policy, topic_class, threshold_s, runs, topics, messages, p50_s, p95_s, max_s,
-    violations, violation_ratio (violations / messages).
+    violations, violation_ratio (violations / messages). With `per_run`, one row per run as well (a
+    run_id column first): the samples of the confidence intervals over repeats (`analysis.stats`).
     """
     rows = _labelled(traces, runs)
     above = (F.col("latency_s") > F.col("threshold_s")).cast("long")
     quantiles = F.percentile_approx("latency_s", [0.5, 0.95], accuracy)
-    return (rows.groupBy("scenario", "policy", "topic_class", "threshold_s")
+    keys = (["run_id"] if per_run else []) + ["scenario", "policy", "topic_class", "threshold_s"]
+    return (rows.groupBy(*keys)
             .agg(F.countDistinct("run_id").alias("runs"), F.countDistinct("topic").alias("topics"),
                  F.count(F.lit(1)).alias("messages"), quantiles.getItem(0).alias("p50_s"),
                  quantiles.getItem(1).alias("p95_s"), F.max("latency_s").alias("max_s"),
                  F.sum(above).alias("violations"))
             .withColumn("violation_ratio", F.col("violations") / F.col("messages"))
-            .select("scenario", "policy", "topic_class", "threshold_s", "runs", "topics", "messages", "p50_s",
-                    "p95_s", "max_s", "violations", "violation_ratio")
-            .orderBy("scenario", "topic_class", "policy"))
+            .select(*keys, "runs", "topics", "messages", "p50_s", "p95_s", "max_s", "violations", "violation_ratio")
+            .orderBy("scenario", "topic_class", "policy", *(["run_id"] if per_run else [])))
 
 
 def policy_latency_over_time(traces: DataFrame, runs: DataFrame, bucket_s: float = 1.0,

@@ -83,6 +83,22 @@ def _harness_rows(usable: list[dict], all_messages, kept) -> list[dict]:
     return rows
 
 
+INTERVAL_COLUMNS = ("violation_ratio", "p50_s", "p95_s")
+
+
+def with_intervals(pooled: list[dict], per_run: list[dict]) -> None:
+    """Give each pooled row (scenario, policy, topic class) a 95 % interval of the mean over its runs
+    for INTERVAL_COLUMNS (`analysis.stats.mean_ci`; each repeat has its own seed): `<column>_ci`."""
+    from analysis.stats import mean_ci
+
+    key = ("scenario", "policy", "topic_class")
+    for row in pooled:
+        mine = [r for r in per_run if all(r[k] == row[k] for k in key)]
+        for column in INTERVAL_COLUMNS:
+            values = [r[column] for r in mine if r.get(column) is not None]
+            row[f"{column}_ci"] = mean_ci(values).as_dict() if values else None
+
+
 def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str = "p95_s", say=print) -> dict:
     """Reduce the runs, write the per-policy tables and figures into `out`; returns what was drawn and the rows."""
     out = Path(out)
@@ -118,12 +134,14 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
             panel["missing"] = "no run"
         if panel.get("missing"):
             missing.append({"workload": kind, "policy": policy, "reason": panel["missing"]})
-        panels.setdefault(kind, []).append(panel)
+        if not entry.get("repeat"):  # the time-series figures show each policy's first repeat
+            panels.setdefault(kind, []).append(panel)
 
     result = {"runs": [{k: v for k, v in u.items() if k != "run"} | {"run_id": u["run"].get("run_id")}
                        for u in usable],
               "missing": missing,
-              "figures": {}, "violations": [], "latency": [], "recovery": [], "handovers": [], "reactions": []}
+              "figures": {}, "violations": [], "run_violations": [], "latency": [], "recovery": [], "handovers": [],
+              "reactions": []}
     if usable:
         labels = compare.runs_frame(spark, [u["run"] for u in usable])
         trace_df = spark.read.parquet(*[join(u["dir"], "traces.parquet") for u in usable])
@@ -134,6 +152,7 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
         reaction = max((u["reaction_s"] for u in usable if u["reaction_s"]), default=bounds.PAPER_REACTION_S)
         result["reaction_s"] = reaction
         frames = {"violations": compare.policy_violations(trace_df, labels),
+                  "run_violations": compare.policy_violations(trace_df, labels, per_run=True),
                   "latency": compare.policy_latency_over_time(trace_df, labels, bucket_s, events),
                   "recovery": compare.policy_recovery(trace_df, events, labels),
                   "handovers": compare.policy_handovers(trace_df, events, labels, reaction),
@@ -142,6 +161,7 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
             target = out / "tables" / f"policy_{name}.parquet"
             frame.coalesce(1).write.mode("overwrite").parquet(str(target))
             result[name] = [row.asDict() for row in spark.read.parquet(str(target)).collect()]
+        with_intervals(result["violations"], result["run_violations"])
     for kind_panels in panels.values():  # a missing panel still shows its scenario's threshold
         known = next((p["threshold_s"] for p in kind_panels if p.get("threshold_s")), None)
         for panel in kind_panels:

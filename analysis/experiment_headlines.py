@@ -10,6 +10,7 @@ run in the result's `runs`): then no placement could have failed it.
 
 from __future__ import annotations
 
+from analysis import stats
 from analysis.headlines import POLICY_NAMES, POLICY_ORDER, WITHIN_SHARE, Headline, require
 
 
@@ -41,6 +42,18 @@ def _untestable(comparison: dict, scenario: str, thresholds: list[float]) -> str
             f"{1e3 * min(thresholds):g} ms: no placement can exceed the threshold")
 
 
+def _with_ci(row: dict, column: str, scale: float, unit: str, fmt: str = "{:.1f}") -> str:
+    """The pooled value of `column` (all messages of the policy's runs), then the 95 % interval of
+    the mean over its runs when `compare_runs` gave one (`<column>_ci`, one sample per repeat)."""
+    text = fmt.format(row[column] * scale) + unit
+    interval = stats.from_dict(row.get(f"{column}_ci"))
+    if interval is None:
+        return text
+    if not interval.has_interval:
+        return text + f" (n={interval.n} run)"
+    return text + f" (runs' mean {interval.text(fmt, scale, unit)})"
+
+
 def _policy_parts(by: dict, comparison: dict, scenario: str) -> list[str]:
     migrations: dict = {}
     for r in comparison.get("runs") or []:
@@ -50,8 +63,8 @@ def _policy_parts(by: dict, comparison: dict, scenario: str) -> list[str]:
     parts = []
     for policy in _ordered(by):
         r = by[policy]
-        part = (f"{POLICY_NAMES.get(policy, policy)} {100 * r['violation_ratio']:.1f} % above "
-                f"{1e3 * r['threshold_s']:g} ms (p50 {1e3 * r['p50_s']:.0f}, p95 {1e3 * r['p95_s']:.0f} ms)")
+        part = (f"{POLICY_NAMES.get(policy, policy)} {_with_ci(r, 'violation_ratio', 100, ' %')} above "
+                f"{1e3 * r['threshold_s']:g} ms (p50 {1e3 * r['p50_s']:.0f} ms, p95 {_with_ci(r, 'p95_s', 1e3, ' ms', '{:.0f}')})")
         rec = recovery.get(policy)
         if rec and rec.get("relinks"):
             part += f", median {rec['median_s']:.1f} s above after a zone change ({rec['relinks']} changes)"
@@ -62,7 +75,8 @@ def _policy_parts(by: dict, comparison: dict, scenario: str) -> list[str]:
 
 
 def _numbers(by: dict) -> dict:
-    return {p: {"violation_ratio": r["violation_ratio"], "p50_s": r["p50_s"], "p95_s": r["p95_s"]}
+    return {p: {"violation_ratio": r["violation_ratio"], "p50_s": r["p50_s"], "p95_s": r["p95_s"],
+                **{k: r[k] for k in ("violation_ratio_ci", "p95_s_ci", "runs") if r.get(k) is not None}}
             for p, r in by.items()}
 
 

@@ -41,13 +41,16 @@ def _fail_input(error: Exception) -> typer.Exit:
     return typer.Exit(EXIT_BAD_INPUT)
 
 
-def _load(path: Path, scale: Optional[float] = None) -> tuple[Scenario, topo_mod.Topology]:
+def _load(path: Path, scale: Optional[float] = None, seed: Optional[int] = None) -> tuple[Scenario, topo_mod.Topology]:
     """Load and validate, including the checks that need the data (zones vs towers, site names);
-    the topology those checks built comes along, so a run builds it (and its k-means) once."""
+    the topology those checks built comes along, so a run builds it (and its k-means) once. A seed
+    given here replaces the file's before the topology is built (zones and placements follow it)."""
     try:
         scenario = load(path)
         if scale is not None:
             scenario = scenario.with_scale(scale)
+        if seed is not None:
+            scenario = scenario.model_copy(update={"seed": seed})
         return scenario, topo_mod.checked(scenario, str(path))
     except ScenarioError as error:
         raise _fail_input(error) from None
@@ -209,6 +212,8 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
         duration: Optional[str] = typer.Option(None, help="Override the scenario's duration, e.g. 20s."),
         policy: Optional[str] = typer.Option(None, help=f"Override control.policy: {' | '.join(POLICIES)}."),
+        seed: Optional[int] = typer.Option(None, min=0, max=2**32 - 1,
+                                           help="Override the scenario's seed (mobility, zones, link jitter): a repeat."),
         results: Path = typer.Option(Path("results"), help="Directory for run results."),
         strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a load beyond the measured capacity."),
         capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity).")
@@ -223,7 +228,7 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     """
     from testbed import experiment
 
-    scenario, topology = _load(path, scale)
+    scenario, topology = _load(path, scale, seed)
     if policy is not None:
         try:
             scenario = with_policy(scenario, policy)
@@ -344,7 +349,7 @@ def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run director
     """
     if paper:
         paper_command(out=Path("results/paper"), reuse=False, reuse_runs=False, scale="smoke", quick=False,
-                      policies=",".join(POLICY_CHOICES), master=master)
+                      policies=",".join(POLICY_CHOICES), repeats=2, comparable=True, master=master)
     if not runs:
         runs = sorted(p.parent for p in results.glob("*/run.json"))
     if not runs:
@@ -366,6 +371,11 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
                                             "(uav.yaml, mmog.yaml: 10 min each)"),
                   quick: bool = typer.Option(False, "--quick", help="Microbenchmarks that run use their --quick sweep."),
                   policies: str = typer.Option(",".join(POLICY_CHOICES), help="Comma-separated policies to run."),
+                  repeats: int = typer.Option(2, min=1, max=20, help="Runs per scenario and policy, each with its own "
+                                              "seed; the index gives 95 % intervals over them."),
+                  comparable: bool = typer.Option(True, "--comparable/--no-comparable", help="Also run the UAV case "
+                                                  "as the paper did (8x8 UAVs, 50 m/s, 10 min) at the rate this "
+                                                  "machine holds (ePulsar, one run, ~14 min)."),
                   master: Optional[str] = typer.Option(None, help="Spark master (default local[*]).")) -> None:
     """Run every experiment at this machine's scale, render every figure, write an index beside the paper's numbers.
 
@@ -387,7 +397,8 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
     command = "testbed paper" + "".join(f" {a}" for a in sys.argv[2:]) if sys.argv[1:2] == ["paper"] else \
         "testbed figures --paper"
     options = paper_mod.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
-                                policies=chosen, master=master, command=command)
+                                policies=chosen, repeats=repeats, comparable=comparable, master=master,
+                                command=command)
     raise typer.Exit(paper_mod.main(options))
 
 

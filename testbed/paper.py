@@ -5,10 +5,15 @@ Steps, each shown as [i/N] with what is left; a failing step is recorded and the
   microbenchmarks  bench nc (Fig. 3b), placement (Fig. 4, 5), monitoring (Fig. 6), migration (Fig. 7a, 7b):
                    `python -m testbed.bench.<name>` writing results/bench/<name>.json and PNGs; with
                    --reuse and the JSON present, only the figures are redrawn from it
-  experiments      the UAV and MMOG scenarios once per policy (`testbed run --policy P`), smoke scale by
-                   default, --scale full for uav.yaml/mmog.yaml; runs land in <out>/runs/<scenario>-<id>/
-  comparison       PySpark over the runs' traces: fig8.png, fig9.png (one row per policy), fig8-p95.png,
-                   fig9-p95.png, violations.png (`analysis.compare_runs`)
+  experiments      the UAV and MMOG scenarios --repeats N times per policy (`testbed run --policy P --seed S`,
+                   seed = the file's + repeat), smoke scale by default, --scale full for uav.yaml/mmog.yaml;
+                   runs land in <out>/runs/<scenario>-<id>/. The smokes check the mechanism; they are not
+                   comparable with the paper (600 m/s, 60 s)
+  comparable       the UAV case as the paper ran it (8 swarms of 8 UAVs, 50 m/s, 10 min) at the rate this
+                   machine holds (scenarios/uav-comparable.yaml), ePulsar once: Fig. 8's verdict
+  comparison       PySpark over the runs' traces: fig8.png, fig9.png (one row per policy, first repeat),
+                   fig8-p95.png, fig9-p95.png, violations.png (`analysis.compare_runs`); every table with a
+                   95 % interval over the repeats (`analysis.stats`); the comparable run into comparable/
   index            <out>/index.md and index.html: each figure, our headline number, the paper's, the scale
                    and a verdict by a rule tied to the paper's mechanism (analysis.headlines): yes, no, or
                    "not testable" when the rule could not have failed (e.g. the configured topology bounds
@@ -38,6 +43,7 @@ BENCH_DIR = REPO / "results" / "bench"
 POLICIES = tuple(REGISTRY)  # every registered policy (testbed.policies.registry), in its order
 SCALES = {"smoke": {"uav-swarm": "scenarios/uav-smoke.yaml", "mmog": "scenarios/mmog-smoke.yaml"},
           "full": {"uav-swarm": "scenarios/uav.yaml", "mmog": "scenarios/mmog.yaml"}}
+COMPARABLE = "scenarios/uav-comparable.yaml"   # Fig. 8 as the paper ran it, at this machine's rate
 PAPER_SCALE = {"uav-swarm": "paper: 4 zones, 8 swarms of 8 UAVs, 200 msg/s of 1 KB each, 50 m/s, 10 min",
                "mmog": "paper: 5 cities, 64 avatars, 300 msg/s of 998 B, group change after U(30 s, 60 s), 10 min"}
 
@@ -62,9 +68,9 @@ BENCHES = (
     Microbenchmark("monitoring", "testbed.bench.monitoring", ("fig6",), ("fig6.png",), "--figures-only"),
     Microbenchmark("migration", "testbed.bench.migration", ("fig7a", "fig7b"), ("fig7a.png", "fig7b.png"), "--figures-only"),
 )
-FIGURE_IMAGES = {"fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
+FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
                  "fig5": ["fig5.png", "fig5_configured.png"], "fig6": ["fig6.png"], "fig7a": ["fig7a.png"],
-                 "fig7b": ["fig7b.png"], "fig8": ["fig8.png", "fig8-p95.png"], "fig9": ["fig9.png", "fig9-p95.png"],
+                 "fig7b": ["fig7b.png"], "fig8": ["fig8-comparable.png", "fig8-comparable-p95.png"], "fig9": ["fig9.png", "fig9-p95.png"],
                  "violations": ["violations.png"]}
 
 
@@ -85,6 +91,8 @@ class Options:
     scale: str = "smoke"
     quick: bool = False               # benchmarks that do run: their --quick sweep
     policies: tuple[str, ...] = POLICIES
+    repeats: int = 2                  # runs per scenario and policy, seeds file seed + 0..repeats-1
+    comparable: bool = True           # also run COMPARABLE (ePulsar, once)
     master: str | None = None
     command: str = "testbed paper"
 
@@ -93,8 +101,10 @@ class Options:
 class State:
     options: Options
     steps: list[Step] = field(default_factory=list)
-    runs: list[dict] = field(default_factory=list)     # {workload, policy, dir, missing}
+    runs: list[dict] = field(default_factory=list)     # {workload, policy, repeat, seed, dir, missing}
     comparison: dict | None = None
+    comparable_runs: list[dict] = field(default_factory=list)
+    comparable: dict | None = None                     # the comparison of the comparable run
 
 
 def machine() -> str:
@@ -111,7 +121,7 @@ def machine() -> str:
 def scenario_facts(path: Path) -> dict:
     """name, workload, description, duration of a scenario file (plain YAML: no emulation imports)."""
     data = yaml.safe_load(path.read_text()) or {}
-    return {"name": data.get("name"), "workload": (data.get("workload") or {}).get("kind"),
+    return {"name": data.get("name"), "workload": (data.get("workload") or {}).get("kind"), "seed": data.get("seed", 1),
             "description": data.get("description", ""), "duration": str(data.get("duration", "?"))}
 
 
@@ -119,8 +129,13 @@ def scale_statement(options: Options, benches_reused: list[str]) -> str:
     experiments = []
     for kind, rel in SCALES[options.scale].items():
         facts = scenario_facts(REPO / rel)
-        experiments.append(f"{rel} ({facts['description']}; {facts['duration']}) once per policy "
-                           f"({', '.join(options.policies)}); {PAPER_SCALE[kind]}")
+        experiments.append(f"{rel} ({facts['description']}; {facts['duration']}) {options.repeats} run(s) per "
+                           f"policy ({', '.join(options.policies)}), seeds {facts['seed']}.."
+                           f"{facts['seed'] + options.repeats - 1}; {PAPER_SCALE[kind]}")
+    if options.comparable:
+        facts = scenario_facts(REPO / COMPARABLE)
+        experiments.append(f"{COMPARABLE} ({facts['description']}; {facts['duration']}) once, ePulsar: "
+                           "Fig. 8 as the paper ran it")
     benches = ("microbenchmarks redrawn from their JSON as measured earlier: " + ", ".join(benches_reused)
                if benches_reused else "")
     ran = [b.name for b in BENCHES if b.name not in benches_reused]
@@ -173,8 +188,8 @@ def _policy_of(run_dir: Path) -> str | None:
         return None
 
 
-def reusable_run(runs_dir: Path, name: str, policy: str) -> Path | None:
-    """The newest complete run of this scenario and policy that has traces."""
+def reusable_run(runs_dir: Path, name: str, policy: str, seed: int | None = None) -> Path | None:
+    """The newest complete run of this scenario and policy (and seed, when given) that has traces."""
     import json
 
     found = []
@@ -182,6 +197,8 @@ def reusable_run(runs_dir: Path, name: str, policy: str) -> Path | None:
         try:
             meta = json.loads((run_dir / "run.json").read_text())
         except (OSError, ValueError):
+            continue
+        if seed is not None and meta.get("seed") != seed:
             continue
         if meta.get("complete") and _policy_of(run_dir) == policy and any((run_dir / "traces").glob("*")):
             found.append((meta.get("started") or 0, run_dir))
@@ -203,23 +220,33 @@ def harness_notes(rows: list[dict], scenario: str) -> list[str]:
     return notes
 
 
-def run_step(kind: str, scenario: str, policy: str, state: State) -> Step:
+def _smoke_fig8(options: Options) -> str:
+    """The smoke UAV runs' index entry: Fig. 8 itself only when no comparable run is made."""
+    return "fig8-smoke" if options.comparable else "fig8"
+
+
+def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 0, into: list | None = None,
+             figures: tuple[str, ...] | None = None) -> Step:
+    """One `testbed run` of `scenario` under `policy`, the file's seed + `repeat`; its entry goes into
+    `into` (default: the runs the smoke comparison reads)."""
     options = state.options
     runs_dir = options.out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    name = scenario_facts(REPO / scenario)["name"]
-    step = Step(f"run {scenario} --policy {policy}", figures=("fig8" if kind == "uav-swarm" else "fig9", "violations"))
-    entry = {"workload": kind, "policy": policy, "dir": None}
-    state.runs.append(entry)
+    facts = scenario_facts(REPO / scenario)
+    name, seed = facts["name"], facts["seed"] + repeat
+    step = Step(f"run {scenario} --policy {policy} --seed {seed}",
+                figures=figures or (_smoke_fig8(options) if kind == "uav-swarm" else "fig9", "violations"))
+    entry = {"workload": kind, "policy": policy, "repeat": repeat, "seed": seed, "dir": None}
+    (state.runs if into is None else into).append(entry)
     if options.reuse_runs:
-        found = reusable_run(runs_dir, name, policy)
+        found = reusable_run(runs_dir, name, policy, seed)
         if found is not None:
             entry["dir"] = str(found)
             step.status, step.detail = "ok", f"reused {_rel(found)}"
             return step
     before = _run_dirs(runs_dir, name)
     code = _subprocess([sys.executable, "-m", "testbed.cli", "run", scenario, "--policy", policy,
-                        "--results", str(runs_dir)])
+                        "--seed", str(seed), "--results", str(runs_dir)])
     new = sorted(_run_dirs(runs_dir, name) - before, key=lambda p: p.stat().st_mtime)
     if new:
         entry["dir"] = str(new[-1])
@@ -230,8 +257,11 @@ def run_step(kind: str, scenario: str, policy: str, state: State) -> Step:
     return step
 
 
-def compare_step(state: State) -> Step:
-    step = Step("PySpark comparison across the runs (fig8, fig9, violations)", figures=("fig8", "fig9", "violations"))
+def compare_step(state: State, comparable: bool = False) -> Step:
+    """The PySpark comparison of the smoke runs into OUT, or of the comparable run into OUT/comparable."""
+    figures = ("fig8",) if comparable else (_smoke_fig8(state.options), "fig9", "violations")
+    step = Step(f"PySpark comparison of the {'comparable run' if comparable else 'runs'} ({', '.join(figures)})",
+                figures=figures)
     from analysis.compare_runs import compare_runs
     from analysis.spark import java_available, session
 
@@ -239,9 +269,16 @@ def compare_step(state: State) -> Step:
         step.status, step.detail = "failed", "Spark needs a Java runtime (make setup installs default-jre-headless)"
         return step
     spark = session(state.options.master)
-    state.comparison = compare_runs(spark, state.runs, state.options.out)
-    drawn = sorted(state.comparison["figures"])
-    missing = state.comparison["missing"]
+    if comparable:
+        out = state.options.out / "comparable"
+        state.comparable = result = compare_runs(spark, state.comparable_runs, out)
+        for name in ("fig8.png", "fig8-p95.png"):
+            if (out / name).exists():
+                shutil.copy2(out / name, state.options.out / name.replace("fig8", "fig8-comparable"))
+    else:
+        state.comparison = result = compare_runs(spark, state.runs, state.options.out)
+    drawn = sorted(result["figures"])
+    missing = result["missing"]
     step.status = "ok" if drawn and not missing else "failed"
     step.detail = f"drew {', '.join(drawn) or 'nothing'}" + (
         "; missing " + ", ".join(f"{m['workload']}/{m['policy']} ({m['reason']})" for m in missing) if missing else "")
@@ -282,27 +319,15 @@ def entries(state: State):
                     entry.missing.append(f"{_rel(bench.json)}: {error}")
             out.append(entry)
     comparison = state.comparison or {}
-    run_ids = {r["workload"]: [] for r in state.runs}
-    for r in comparison.get("runs", []):
-        run_ids.setdefault(r["workload"], []).append(f"{r['policy']}: {_rel(Path(r['dir']))}")
-    for kind, fig in (("uav-swarm", "fig8"), ("mmog", "fig9")):
-        scenario = SCALES[state.options.scale][kind]
-        facts = scenario_facts(REPO / scenario)
-        scale = f"{facts['name']} ({facts['description']}; {facts['duration']}) on {machine()}"
-        entry = Entry(fig, images=FIGURE_IMAGES[fig], failed=failed.get(fig, []), scale=scale,
-                      source="; ".join(run_ids.get(kind) or []) or "no runs")
-        entry.missing += [f"{m['policy']} run: {m['reason']}" for m in comparison.get("missing", [])
-                          if m["workload"] == kind]
-        if state.comparison is None:
-            entry.missing.append("no comparison (the PySpark step did not run or failed)")
-        else:
-            try:
-                entry.headline = experiment_headlines.EXPERIMENT_HEADLINES[fig](
-                    comparison, facts["name"], _first_class(REPO / scenario), scale)
-            except headlines.MissingInput as error:
-                entry.missing.append(str(error))
-            entry.missing += harness_notes(comparison.get("harness") or [], facts["name"])
-        out.append(entry)
+    smoke = {"uav-swarm": _smoke_fig8(state.options), "mmog": "fig9"}
+    for kind, fig in smoke.items():
+        out.append(_experiment_entry(fig, kind, SCALES[state.options.scale][kind], state.comparison, failed,
+                                     images=FIGURE_IMAGES["fig8-smoke" if kind == "uav-swarm" else fig],
+                                     note="" if fig == "fig9" else "mechanism check, not comparable with the paper "
+                                     "(faster flight, shorter run); "))
+    if state.options.comparable:
+        out.append(_experiment_entry("fig8", "uav-swarm", COMPARABLE, state.comparable, failed,
+                                     images=FIGURE_IMAGES["fig8"], note="the paper's flight and length; "))
     entry = Entry("violations", images=FIGURE_IMAGES["violations"], failed=failed.get("violations", []),
                   source=f"{_rel(state.options.out / 'tables' / 'policy_violations.parquet')}, "
                          f"{_rel(state.options.out / 'compare.json')}",
@@ -315,6 +340,33 @@ def entries(state: State):
     return out
 
 
+def _experiment_entry(fig: str, kind: str, scenario: str, comparison: dict | None, failed: dict,
+                      images: list[str], note: str = ""):
+    """Fig. 8 or 9 from one comparison: its headline by `analysis.experiment_headlines`, the runs it
+    rests on, what is missing and what the saturation guard left out."""
+    from analysis import experiment_headlines, headlines
+    from analysis.paper_index import Entry
+
+    facts = scenario_facts(REPO / scenario)
+    runs = [r for r in (comparison or {}).get("runs", []) if r["workload"] == kind]
+    scale = (f"{note}{facts['name']} ({facts['description']}; {facts['duration']}); "
+             f"{len(runs)} run(s) on {machine()}")
+    entry = Entry(fig, images=images, failed=failed.get(fig, []), scale=scale,
+                  source="; ".join(f"{r['policy']} seed {r.get('seed', '?')}: {_rel(Path(r['dir']))}" for r in runs)
+                  or "no runs")
+    if comparison is None:
+        entry.missing.append("no comparison (the PySpark step did not run or failed)")
+        return entry
+    entry.missing += [f"{m['policy']} run: {m['reason']}" for m in comparison.get("missing", []) if m["workload"] == kind]
+    try:
+        entry.headline = experiment_headlines.EXPERIMENT_HEADLINES[fig.removesuffix("-smoke")](
+            comparison, facts["name"], _first_class(REPO / scenario), scale)
+    except headlines.MissingInput as error:
+        entry.missing.append(str(error))
+    entry.missing += harness_notes(comparison.get("harness") or [], facts["name"])
+    return entry
+
+
 def _first_class(path: Path) -> str | None:
     topics = ((yaml.safe_load(path.read_text()) or {}).get("workload") or {}).get("topics") or []
     return topics[0].get("name") if topics else None
@@ -325,11 +377,17 @@ def _first_class(path: Path) -> str | None:
 def plan(options: Options) -> list[tuple[str, Callable[[State], Step]]]:
     out = options.out
     todo = [(f"bench {b.name}", lambda state, b=b: bench_step(b, options, out)) for b in BENCHES]
-    for kind, scenario in SCALES[options.scale].items():
-        for policy in options.policies:
-            todo.append((f"run {scenario} --policy {policy}",
-                         lambda state, k=kind, s=scenario, p=policy: run_step(k, s, p, state)))
+    for repeat in range(options.repeats):  # repeat-major: an interrupted paper still has every policy once
+        for kind, scenario in SCALES[options.scale].items():
+            for policy in options.policies:
+                todo.append((f"run {scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
+                             lambda state, k=kind, s=scenario, p=policy, r=repeat: run_step(k, s, p, state, r)))
     todo.append(("PySpark comparison", compare_step))
+    if options.comparable:
+        todo.append((f"run {COMPARABLE} --policy epulsar",
+                     lambda state: run_step("uav-swarm", COMPARABLE, "epulsar", state, 0, state.comparable_runs,
+                                            ("fig8",))))
+        todo.append(("PySpark comparison of the comparable run", lambda state: compare_step(state, comparable=True)))
     return todo
 
 

@@ -150,7 +150,7 @@ def test_fig8_rule_passes_fails_and_is_not_testable():
     assert fig8.ours.startswith("follow_leader messages: ePulsar 10.0 % above 40 ms")
     assert fig8.ours.index("ePulsar") < fig8.ours.index("AllPairs") < fig8.ours.index("Pulsar (hash)")
     assert "median 2.5 s above after a zone change (5 changes), 10 migrations;" in fig8.ours
-    assert "AllPairs 12.0 % above 40 ms (p50 20, p95 80 ms), 0 migrations;" in fig8.ours
+    assert "AllPairs 12.0 % above 40 ms (p50 20 ms, p95 80 ms), 0 migrations;" in fig8.ours
     assert "5 handovers, longest window 6.5 s (0 over 10 s, 1 cut short before 10 s)" in fig8.ours
     assert "97.0 % of 900 messages within their threshold outside the windows" in fig8.ours
     assert fig8.verdict == "yes"
@@ -165,6 +165,24 @@ def test_fig8_rule_passes_fails_and_is_not_testable():
     assert experiment_headlines.ours_fig8(no_epulsar, "uav-smoke").verdict == "-"
     with pytest.raises(headlines.MissingInput):
         experiment_headlines.ours_fig8(comparison(), "mmog-smoke")
+
+
+def test_experiment_headlines_give_the_interval_over_repeats():
+    """Each repeat is one sample: the pooled ratio first, then the runs' mean with its 95 % t interval."""
+    from analysis.compare_runs import with_intervals
+
+    result = comparison()
+    per_run = [{**r, "run_id": f"{r['policy']}-{i}", "violation_ratio": r["violation_ratio"] + delta,
+                "p95_s": r["p95_s"] + delta}
+               for r in result["violations"] for i, delta in enumerate((-0.02, 0.02))]
+    with_intervals(result["violations"], per_run)
+    fig8 = experiment_headlines.ours_fig8(result, "uav-smoke", "follow_leader", "smoke")
+    # two samples 10 +- 2 %: mean 10.0, half-width t(0.975, 1) * 2.83 / 1.41 = 25.4 points
+    assert "ePulsar 10.0 % (runs' mean 10.0 % [-15.4, 35.4] (n=2)) above 40 ms" in fig8.ours
+    assert fig8.numbers["epulsar"]["violation_ratio_ci"]["n"] == 2
+    single = comparison()
+    with_intervals(single["violations"], [{**r, "run_id": "x"} for r in single["violations"]])
+    assert "ePulsar 10.0 % (n=1 run) above" in experiment_headlines.ours_fig8(single, "uav-smoke", "follow_leader").ours
 
 
 def test_fig9_rule_passes_fails_and_is_not_testable():
@@ -239,12 +257,17 @@ def test_entries_mark_absent_bench_json_as_missing(tmp_path, monkeypatch):
     state = paper.State(paper.Options(out=tmp_path / "paper"))
     state.steps.append(paper.Step("bench monitoring (fig6)", "failed", detail="exit 1", figures=("fig6",)))
     by_fig = {e.figure: e for e in paper.entries(state)}
-    assert list(by_fig) == ["fig3b", "fig4", "fig5", "fig6", "fig7a", "fig7b", "fig8", "fig9", "violations"]
+    assert list(by_fig) == ["fig3b", "fig4", "fig5", "fig6", "fig7a", "fig7b", "fig8-smoke", "fig9", "fig8",
+                            "violations"]
     assert by_fig["fig3b"].headline is not None and not by_fig["fig3b"].missing
     assert by_fig["fig4"].headline is None and "placement.json (make bench-placement)" in by_fig["fig4"].missing[0]
     assert by_fig["fig6"].failed == ["bench monitoring (fig6) (exit 1)"]
     assert "no Fig. 7a rows" in by_fig["fig7a"].missing[0]
     assert any("PySpark" in m for m in by_fig["fig8"].missing) and by_fig["violations"].missing
+    assert by_fig["fig8-smoke"].scale.startswith("mechanism check, not comparable")
+    assert by_fig["fig8"].images == ["fig8-comparable.png", "fig8-comparable-p95.png"]
+    alone = {e.figure: e for e in paper.entries(paper.State(paper.Options(out=tmp_path / "p2", comparable=False)))}
+    assert "fig8-smoke" not in alone and alone["fig8"].images == ["fig8.png", "fig8-p95.png"]
 
 
 # ---------------------------------------------------------------------------------------- --policy
@@ -260,12 +283,29 @@ def test_policy_override_is_validated_and_lands_in_the_run_metadata(tmp_path):
     run_dir = tmp_path / "uav-smoke-abc123"
     run_dir.mkdir()
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump(changed.model_dump(mode="json"), sort_keys=False))
-    (run_dir / "run.json").write_text(json.dumps({"run_id": "abc123", "complete": True, "started": 5.0}))
+    (run_dir / "run.json").write_text(json.dumps({"run_id": "abc123", "complete": True, "started": 5.0, "seed": 4}))
     assert traces.run_metadata(run_dir)["policy"] == "pulsar-hash"
     (run_dir / "traces").mkdir()
     (run_dir / "traces" / "t.jsonl").write_text("{}\n")
     assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash") == run_dir
     assert paper.reusable_run(tmp_path, "uav-smoke", "epulsar") is None
+    assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4) == run_dir
+    assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=3) is None  # another repeat
+
+
+def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat():
+    names = [name for name, _ in paper.plan(paper.Options(repeats=2, policies=("epulsar", "allpairs")))]
+    runs = [n for n in names if n.startswith("run scenarios/uav-smoke.yaml") or n.startswith("run scenarios/mmog-smoke")]
+    assert len(runs) == 2 * 2 * 2 and all("(repeat 1/2)" in n for n in runs[:4])
+    assert names[-2:] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run"]
+    assert "uav-comparable" not in " ".join(n for n, _ in paper.plan(paper.Options(repeats=1, comparable=False)))
+
+
+def test_run_seed_overrides_the_scenario_and_its_topology():
+    from testbed.cli import _load
+
+    scenario, topology = _load(REPO / "scenarios" / "uav-smoke.yaml", seed=9)
+    assert scenario.seed == 9 and load(REPO / "scenarios" / "uav-smoke.yaml").seed == 3
 
 
 def test_cli_rejects_bad_policy_and_scale_before_running_anything():
