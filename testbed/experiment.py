@@ -24,7 +24,7 @@ from testbed.logs import route_library_logs
 from testbed.monitor import HealthMonitor
 from testbed.scenario.model import Scenario
 
-SNAPSHOT_PERIOD_S = 30.0
+SNAPSHOT_PERIOD_S = 5.0  # E(t) through the run (analysis.estimates); one RPC per agent
 
 
 class BadRunInput(ValueError):
@@ -228,13 +228,10 @@ def _coordinates(roles: list):
 
 
 def _settle(session: Session, roles: list, events) -> None:
-    """Let the coordinates converge for `control.settle`, recording snapshots (marked unconverged)."""
-    from testbed.roles.settle import settle
-
+    """Let the coordinates converge on `control.settle`'s criterion or its cap, recording snapshots."""
     coordinates = _coordinates(roles)
     if coordinates is not None:
-        settle(coordinates.snapshot, session.scenario.control.settle, say=session.say,
-               sink=lambda event: _write_event(events, **event), supervise=coordinates.supervise)
+        coordinates.settle(sink=lambda event: _write_event(events, **event))
 
 
 def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None = None) -> int:

@@ -75,3 +75,110 @@ def test_nothing_to_settle(clock):
     said = []
     assert settle(lambda: None, 60, say=said.append).snapshots == [] and said == []
     assert settle(snapshots(lambda n: True), 0).snapshots == [] and clock.sleeps == []
+
+
+def test_a_held_wait_closes_with_a_settle_end_event_that_says_whether_it_settled(clock):
+    sink, said = [], []
+    settle(snapshots(lambda n: n >= 2), 60, hold=4, poll=2, sink=sink.append, say=said.append)
+    end = sink[-1]
+    assert end["type"] == "settle_end" and end["settled"] and end["converged_at_s"] == 4 and end["waited_s"] == 8
+    assert said[-1].startswith("settle: converged after 8s (held 4s): median error 2.0 ms (10.0%)")
+
+
+def test_the_cap_ends_the_wait_unsettled_with_the_errors_at_that_moment(clock):
+    def stuck():
+        return {"type": "nc_snapshot", "agents": 4, "expected": 4, "converged": False, "median_error_ms": 3.0,
+                "median_relative": 0.04, "same_site_pairs": 2, "same_site_max_error_ms": 21.5,
+                "unmet": ["same-site worst 21.5 ms > 5 ms"]}
+    sink, said = [], []
+    settle(stuck, 15, hold=5, poll=2, sink=sink.append, say=said.append)
+    end = sink[-1]
+    assert not end["settled"] and end["waited_s"] == 15 and end["same_site_max_error_ms"] == 21.5
+    assert end["unmet"] == ["same-site worst 21.5 ms > 5 ms"]
+    assert said[-1] == ("settle: UNSETTLED at the 15s cap (same-site worst 21.5 ms > 5 ms): median error 3.0 ms "
+                        "(4.0%), same-site worst 21.5 ms over 2 pairs; the workload starts anyway")
+
+
+# -- the criterion (testbed.nc.snapshots), on fake coordinates and a fake topology ---------------------
+
+class Site:
+    def __init__(self, site):
+        self.site = site
+
+
+class Topology:
+    """Two sites 30 ms apart (RTT), 1 ms access links: same-site RTT 4 ms, cross-site 34 ms."""
+
+    def __init__(self, sites):
+        self.nodes = {name: Site(site) for name, site in sites.items()}
+
+    def node_rtt(self, a, b):
+        return 0.004 + (0.030 if self.nodes[a].site != self.nodes[b].site else 0.0)
+
+
+def coordinates(positions_ms):
+    """node -> Coordinate at (x, y) ms in Serf's 8 dimensions."""
+    from testbed.nc.coordinate import Coordinate
+
+    return {name: Coordinate(vec=[x / 1e3, y / 1e3] + [0.0] * 6, height=1e-5, error=0.1, adjustment=0.0)
+            for name, (x, y) in positions_ms.items()}
+
+
+TOPOLOGY = Topology({"b1": "z1", "p1": "z1", "b2": "z2", "p2": "z2"})
+
+
+def test_the_same_site_bound_catches_what_the_all_pairs_median_hides():
+    from testbed.nc.snapshots import Criterion, snapshot
+
+    # Cross-site pairs within 16 %, but each zone's broker and proxy estimated 20 ms apart (4 ms).
+    coords = coordinates({"b1": (0, 0), "p1": (0, 20), "b2": (34, 0), "p2": (34, 20)})
+    loose, strict = Criterion(median_relative=0.5), Criterion(median_relative=0.5, same_site_s=0.005)
+    snap = snapshot(coords, TOPOLOGY, 4, loose)
+    assert snap["same_site_pairs"] == 2 and snap["same_site_max_error_ms"] == pytest.approx(16.0, abs=0.1)
+    assert snap["converged"] and snap["unmet"] == []
+    judged = snapshot(coords, TOPOLOGY, 4, strict)
+    assert not judged["converged"] and judged["unmet"] == ["same-site worst 16.0 ms > 5 ms"]
+
+
+def test_the_criterion_counts_agents_and_the_median():
+    from testbed.nc.snapshots import Criterion, snapshot
+
+    exact = coordinates({"b1": (0, 0), "p1": (0, 4), "b2": (34, 0), "p2": (34, 4)})
+    assert snapshot(exact, TOPOLOGY, 4, Criterion(same_site_s=0.005))["converged"]
+    assert snapshot(exact, TOPOLOGY, 5)["unmet"] == ["4/5 agents"]
+    far = coordinates({"b1": (0, 0), "p1": (0, 4), "b2": (80, 0), "p2": (80, 4)})  # 80 ms for 34 ms
+    assert snapshot(far, TOPOLOGY, 4)["unmet"] == ["median error 135.4% >= 6.0%"]
+    assert snapshot({}, TOPOLOGY, 0)["unmet"] == ["no pairs"]
+
+
+# -- control.settle in the scenario ---------------------------------------------------------------
+
+def _control(settle_text):
+    from testbed.scenario.loader import parse_text
+    from tests.texts import MINIMAL
+
+    return parse_text(MINIMAL + f"control: {{settle: {settle_text}}}\n", "s.yaml").control.settle
+
+
+def test_a_bare_duration_is_the_cap_with_the_default_bounds():
+    rule = _control("150s")
+    assert (rule.max, rule.same_site, rule.median_error, rule.hold) == (150, 0.005, 0.06, 5)
+    rule = _control("{max: 3m, same_site: 3ms, median_error: 8%, hold: 10s}")
+    assert (rule.max, rule.same_site, rule.median_error, rule.hold) == (180, 0.003, 0.08, 10)
+    assert _control("2s").hold == 5  # a cap shorter than the default hold: the cap decides
+
+
+@pytest.mark.parametrize("text, message", [
+    ("abc", "s.yaml:11: control.settle.max: 'abc' is not a duration such as '40ms'"),
+    ("{max: 10s, hold: 20s}", "s.yaml:11: control.settle: hold (20s) must be shorter than max (10s)"),
+    ("{max: 150s, same_site: 5}", "control.settle.same_site: 5 is not a duration such as '40ms' (the unit is missing)"),
+    ("{max: 150s, median_error: 0%}", "control.settle: median_error must be above 0%"),
+    ("{max: 150s, median_error: 150%}", "control.settle.median_error: '150%' is not between 0% and 100%"),
+    ("{max: 150s, within: 5ms}", "control.settle.within: unknown key 'within'; allowed: max, same_site, median_error, hold"),
+])
+def test_settle_errors_name_file_line_and_field(text, message):
+    from testbed.scenario.loader import ScenarioError
+
+    with pytest.raises(ScenarioError) as error:
+        _control(text)
+    assert message in str(error.value)

@@ -2,6 +2,10 @@
 client and NC proxy; the NC proxy service in one proxy per site (the one on the site's anycast NC
 address); in every mobile client the coordinate loop that asks its zone's proxy every
 `nc_report_period`.
+
+Before the workload the coordinates settle on the scenario's criterion (`control.settle`, waited
+for by testbed.roles.settle); every snapshot, in the settle and through the run, is measured against
+the configured RTTs under the same criterion, so the run's E(t) is in its events (analysis.estimates).
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from testbed.nc.proxy import NC_ANYCAST_IP
 from testbed.procs import json_lines, read_line, stop_group
 from testbed.roles.launch import SerfAgents, agent_nodes
 from testbed.roles.base import Role, RunContext
+from testbed.roles.settle import Settled, describe_end, settle
+
+SETTLE_POLL_S = 2.0  # a snapshot costs one RPC per agent; 2 s lets a 5 s hold be seen three times
 
 
 class RoleError(RuntimeError):
@@ -30,6 +37,9 @@ class Coordinates(Role):
         self.agents: SerfAgents | None = None
         self.proxies: dict[str, subprocess.Popen] = {}
         self.reporters: dict[str, subprocess.Popen] = {}
+        rule = self.scenario.control.settle
+        self.criterion = snapshots.Criterion(median_relative=rule.median_error, same_site_s=rule.same_site)
+        self.settled: dict | None = None
 
     def python(self) -> list[str]:
         return [self.network.python, "-m"]
@@ -76,7 +86,26 @@ class Coordinates(Role):
     def snapshot(self) -> dict | None:
         if not self.agents:
             return None
-        return snapshots.snapshot(self.agents.coordinates(), self.topology, len(self.agents.agents))
+        return snapshots.snapshot(self.agents.coordinates(), self.topology, len(self.agents.agents), self.criterion)
+
+    def settle(self, sink) -> Settled:
+        """Wait for the scenario's criterion (or its cap) before the workload; `sink` records each
+        snapshot, restart and the closing `settle_end` event, which the summary keeps too."""
+        rule = self.scenario.control.settle
+
+        def keep(event: dict) -> None:
+            if event.get("type") == "settle_end":
+                self.settled = {k: v for k, v in event.items() if k not in ("type", "time")}
+            sink(event)
+
+        return settle(self.snapshot, rule.max, hold=rule.hold, poll=SETTLE_POLL_S, say=self.say, sink=keep,
+                      supervise=self.supervise, criterion=self.criterion.describe())
+
+    def summary(self, events: list[dict]) -> dict:
+        return {"settle": self.settled} if self.settled else {}
+
+    def end_screen(self, summary: dict) -> list:
+        return [describe_end(summary["settle"])] if summary.get("settle") else []
 
     def supervise(self) -> list[dict]:
         """Restart what died; every restart is an event, never a silent gap."""

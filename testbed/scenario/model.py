@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
 
 from testbed import units
+from testbed.nc.snapshots import CONVERGED_RELATIVE_ERROR, SAME_SITE_ERROR_S
 from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES
 from testbed.policies.initial import DEFAULT_INITIAL_PLACEMENT, INITIAL_PLACEMENTS
 from testbed.policies.overload import Overload as OverloadThresholds
@@ -317,6 +318,33 @@ class Overload(Strict):
     output_rate: Rate = _OVERLOAD.output_rate
 
 
+class Settle(Strict):
+    """How long a run waits for the network coordinates before its workload (testbed.roles.settle):
+    until the all-pairs median error is below `median_error` and every same-site pair (a zone's
+    broker and NC proxy, whose configured RTT is a few ms) is estimated within `same_site` of its
+    configured RTT, held for `hold`; or at most `max`, after which the run starts unsettled and says
+    so. A bare duration (`settle: 150s`) is the cap with the default bounds (testbed.nc.snapshots)."""
+
+    max: Duration = 60.0
+    same_site: PositiveDuration = SAME_SITE_ERROR_S
+    median_error: Fraction = CONVERGED_RELATIVE_ERROR
+    hold: Duration = 5.0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_cap(cls, value):
+        return value if isinstance(value, dict) else {"max": value}
+
+    @model_validator(mode="after")
+    def _reachable(self) -> Settle:
+        if self.median_error <= 0:
+            raise ValueError("median_error must be above 0% (no estimate is exact), e.g. 6%")
+        if "hold" in self.model_fields_set and 0 < self.max <= self.hold:
+            raise ValueError(f"hold ({self.hold:g}s) must be shorter than max ({self.max:g}s), "
+                             "or the cap always ends the wait first")
+        return self
+
+
 class Control(Strict):
     """The control plane. `distance`: how d is read from Serf's RTT estimate (`one_way` halves it,
     `rtt` takes it as the paper writes d; testbed.policies.distance). `initial_placement`: where a
@@ -328,7 +356,7 @@ class Control(Strict):
     initial_placement: InitialPlacement = DEFAULT_INITIAL_PLACEMENT
     monitoring_period: PositiveDuration = 5.0
     nc_report_period: PositiveDuration = 5.0
-    settle: Duration = 60.0
+    settle: Settle = Settle()
     migration: Migration = Migration()
     overload: Overload = Overload()
 
