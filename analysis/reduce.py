@@ -15,6 +15,9 @@ run.parquet. Each table is one Parquet directory `<out>/<name>.parquet`:
   losses       per producer and topic: expected, received, lost, duplicates, reordered
   migrations   Fig. 7: per topic migration: migration time, worst client downtime
   aoi          Fig. 9: per avatar in one consumer's AoI and time bucket (MMOG runs, or --consumer)
+
+and, for a local run with coordinate snapshots, `analysis.estimates`' E(t) tables (estimates,
+estimate_pairs) and its figure estimates.png (estimated vs configured RTT, the settle's end marked).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from analysis import jobs, traces
+from analysis import estimates, jobs, traces
 from analysis.spark import is_uri, join
 
 TABLES = ("summary", "e2e", "relinks", "time_above", "violations", "losses", "migrations", "aoi")
@@ -74,9 +77,12 @@ def reduce_run(spark, location, out=None, bucket_s: float = 1.0, consumer: str |
         target = join(out, f"{name}.parquet")
         frame.coalesce(1).write.mode("overwrite").parquet(target)
         written[name] = target
+    measured = None if is_uri(location) or is_uri(out) else estimates.reduce(location, out)
+    if measured:
+        written.update(measured["tables"])
     summary_rows = [row.asDict() for row in spark.read.parquet(written["summary"]).orderBy("topic_class").collect()]
     result = {"run": run, "tables": written, "summary": summary_rows, "consumer": consumer, "bucket_s": bucket_s,
-              "conversion": None if conversion is None else conversion.meta}
+              "conversion": None if conversion is None else conversion.meta, "estimates": measured}
     if not is_uri(out):
         Path(out, "reduce.json").write_text(json.dumps(
             {k: v for k, v in result.items() if k != "conversion"}, indent=2, default=str))
@@ -100,6 +106,7 @@ def format_summary(result: dict) -> str:
                      f"{ms(row['p95_s'])} {ms(row['max_s'])} {thr} {ratio}")
     if not result["summary"]:
         lines.append("(no trace rows)")
+    lines.extend(estimates.format_lines(result.get("estimates")))
     where = result["tables"]["summary"].rsplit("/", 1)[0]
     lines.append("tables: " + ", ".join(sorted(result["tables"])) + f" in {where}")
     return "\n".join(lines)
