@@ -68,6 +68,17 @@ def mean_ci(values: Sequence[float], level: float = LEVEL) -> Interval:
     return Interval(mean, mean - half, mean + half, len(xs), level)
 
 
+def mean_ci_from(mean: float, sd: float | None, n: int, level: float = LEVEL) -> Interval:
+    """The same t interval from a summary (mean, sample standard deviation, n): for tables that
+    kept the moments, not the samples (e.g. 1000 placements reduced by Spark)."""
+    from scipy import stats
+
+    if n < 2 or sd is None:
+        return Interval(mean, None, None, n, level)
+    half = stats.t.ppf((1 + level) / 2, n - 1) * sd / math.sqrt(n)
+    return Interval(mean, mean - half, mean + half, n, level)
+
+
 def bootstrap_ci(values: Sequence[float], statistic: Callable = None, level: float = LEVEL,
                  seed: int = 0) -> Interval:
     """`statistic` (default the median) with a percentile-bootstrap interval: for medians and
@@ -100,4 +111,4 @@ def from_dict(data: dict | None) -> Interval | None:
     return Interval(data["value"], data.get("low"), data.get("high"), data.get("n", 0), data.get("level", LEVEL))
 
 
-__all__ = ["Interval", "mean_ci", "median_ci", "bootstrap_ci", "from_dict", "LEVEL"]
+__all__ = ["Interval", "mean_ci", "mean_ci_from", "median_ci", "bootstrap_ci", "from_dict", "LEVEL"]

@@ -53,14 +53,17 @@ def monitoring_json(epulsar_16=5000.0):
     return {"time": 3.0, "rows": rows}
 
 
-def migration_json():
-    rows = [{"figure": "7a", "topics": 32, "executors": 16, "wan_ms": w, "workflow": wf,
-             "downtime_median_s": d / 1000, "completion_median_s": 1.0}
-            for w, e, b in ((10, 51, 91), (80, 59, 511)) for wf, d in (("enhanced", e), ("baseline", b))]
+def migration_json(enhanced_80_ms: float = 59, baseline_80_ms: float = 511):
+    """testbed.bench.migration's rows: medians with 95 % intervals (here +-5 %) per configuration."""
+    ci = lambda v: {"value": v, "low": 0.95 * v, "high": 1.05 * v, "n": 128, "level": 0.95}  # noqa: E731
+    rows = [{"figure": "7a", "topics": 128, "executors": 16 if wf == "enhanced" else 1, "wan_ms": w, "workflow": wf,
+             "downtime": ci(d / 1000), "reconnect": ci(0.8 * d / 1000), "completion": ci(1.0),
+             "harness": {"valid": True}}
+            for w, e, b in ((10, 51, 91), (80, enhanced_80_ms, baseline_80_ms)) for wf, d in (("enhanced", e), ("baseline", b))]
     rows += [{"figure": "7b", "topics": n, "wan_ms": 40, "workflow": "enhanced", "executors": e,
-              "completion_median_s": n * 0.17 / e, "downtime_median_s": 0.05} for n in (8, 128) for e in (1, 4, 16)]
+              "completion": ci(n * 0.17 / e), "downtime": ci(0.05)} for n in (8, 128) for e in (1, 4, 16)]
     rows += [{"figure": "7b", "topics": n, "wan_ms": 40, "workflow": "baseline", "executors": 1,
-              "completion_median_s": n * 0.127, "downtime_median_s": 0.27} for n in (8, 128)]
+              "completion": ci(n * 0.127), "downtime": ci(0.27)} for n in (8, 128)]
     return {"time": 4.0, "rows": rows}
 
 
@@ -80,10 +83,13 @@ def test_headlines_from_the_bench_json_shapes():
     assert headlines.ours_fig6(monitoring_json(epulsar_16=9000.0)).agrees is False  # grows with clients
 
     fig7a = headlines.ours_fig7a(migration_json())
-    assert fig7a.agrees is True and "ePulsar 51/59 ms, Pulsar 91/511 ms" in fig7a.ours
-    assert fig7a.scale.startswith("32 topics at once (paper: 128)")
+    assert fig7a.agrees is True and "ePulsar 10 ms 51 ms [48, 54] (n=128); 80 ms 59 ms" in fig7a.ours
+    assert "to reconnected (paper): ePulsar 10 ms 41 ms" in fig7a.ours and "Pulsar 10 ms 91 ms" in fig7a.ours
+    assert fig7a.scale == "128 topics at once (as the paper), 16 executors"
+    assert headlines.ours_fig7a(migration_json(enhanced_80_ms=495)).agrees is False  # intervals overlap at 80 ms
+    assert headlines.ours_fig7a(migration_json(baseline_80_ms=95)).agrees is False  # apart, but the gap shrinks
     fig7b = headlines.ours_fig7b(migration_json())
-    assert fig7b.agrees is True and "128 topics" in fig7b.ours and "1.4 s (16 executors)" in fig7b.ours
+    assert fig7b.agrees is True and "128 topics" in fig7b.ours and "1.36 s [1.29, 1.43] (n=128) (16 executors)" in fig7b.ours
     assert fig7b.numbers["baseline_s"] == pytest.approx(16.256)
 
 
@@ -327,3 +333,24 @@ def test_figures_paper_is_the_paper_command(monkeypatch):
     alias, direct = seen
     assert alias.out == Path("results/paper") and alias.policies == paper.POLICIES and not alias.reuse
     assert direct.reuse and direct.policies == ("epulsar", "pulsar-hash") and direct.scale == "smoke"
+
+
+def test_bench_headlines_give_their_intervals():
+    """Fig. 3b: bootstrap over pair errors; Fig. 4/5: t over placements; Fig. 6: t over report periods."""
+    from analysis.stats import mean_ci, median_ci
+
+    nc = nc_json()
+    for r in nc["accuracy"]:
+        r["median_error_ms_ci"] = median_ci([r["median_error_ms"] * f for f in (0.8, 1.0, 1.2)]).as_dict()
+        r["median_relative_ci"] = median_ci([r["median_relative"] * f for f in (0.8, 1.0, 1.2)]).as_dict()
+    assert "(largest: 2.90 ms [2.32, 3.48] (n=3) at 32 nodes" in headlines.ours_fig3b(nc).ours
+    placement = placement_json()
+    for r in placement["summary"]:
+        r.update(placements=1000, violation_ratio_std=0.1)
+    # hash at 12 cities: 35 % +- 1.96 * 10 / sqrt(1000) = 0.62 points
+    assert "Pulsar (hash) 35.0 % [34.4, 35.6] (n=1000)" in headlines.ours_fig4(placement).ours
+    monitoring = monitoring_json()
+    for r in monitoring["rows"]:
+        r["zk_wire_net_Bps_ci"] = mean_ci([r["zk_wire_net_Bps"] - 100, r["zk_wire_net_Bps"] + 100]).as_dict()
+    assert "at 16 clients, mean over report periods: ePulsar 5,000 B/s [3,729, 6,271] (n=2)" in \
+        headlines.ours_fig6(monitoring).ours

@@ -35,7 +35,7 @@ from testbed.bench import assessment
 PLACEMENT_COLUMNS = ("kind", "topology", "size", "policy", "seed", "evaluated_on", "distance", "worst_e2e_s", "pairs",
                      "violations", "violation_ratio")
 SUMMARY_COLUMNS = ("kind", "topology", "size", "policy", "evaluated_on", "distance", "placements", "worst_max_s",
-                   "worst_p95_s", "violation_ratio_mean")
+                   "worst_p95_s", "violation_ratio_mean", "violation_ratio_std")
 
 
 def spark_session(master: str = "local[*]", app: str = "epulsar-assessment", shuffle_partitions: int = 8):
@@ -80,7 +80,8 @@ def run(spark, infras: list[assessment.Infrastructure], seeds: int, out: Path, t
     summary = (placements.groupBy("kind", "topology", "size", "policy", "evaluated_on", "distance")
                .agg(F.count("*").alias("placements"), F.max("worst_e2e_s").alias("worst_max_s"),
                     F.expr("percentile(worst_e2e_s, 0.95)").alias("worst_p95_s"),
-                    F.avg("violation_ratio").alias("violation_ratio_mean"))
+                    F.avg("violation_ratio").alias("violation_ratio_mean"),
+                    F.stddev_samp("violation_ratio").alias("violation_ratio_std"))
                .orderBy("kind", "size", "topology", "policy", "evaluated_on", "distance")
                .cache())
     summary.write.mode("overwrite").parquet(str(out / "summary.parquet"))
@@ -123,6 +124,7 @@ def read_summary(path: str | Path) -> list[dict]:
         r["size"], r["placements"] = int(r["size"]), int(r["placements"])
         for c in ("worst_max_s", "worst_p95_s", "violation_ratio_mean"):
             r[c] = float(r[c])
+        r["violation_ratio_std"] = float(r["violation_ratio_std"]) if r.get("violation_ratio_std") else None
     return rows
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -282,9 +283,11 @@ def summarize(placements: Iterable[dict]) -> list[dict]:
     out = []
     for key, items in sorted(groups.items()):
         worst = [p["worst_e2e_s"] for p in items]
+        ratios = [p["violation_ratio"] for p in items]
         out.append({**dict(zip(SUMMARY_KEY, key)), "placements": len(items), "worst_max_s": max(worst),
                     "worst_p95_s": percentile(worst, 0.95),
-                    "violation_ratio_mean": sum(p["violation_ratio"] for p in items) / len(items)})
+                    "violation_ratio_mean": statistics.fmean(ratios),
+                    "violation_ratio_std": statistics.stdev(ratios) if len(ratios) > 1 else None})
     return out
 
 

@@ -153,10 +153,14 @@ def _window(network, meta, reports: int, period: float) -> dict:
     `reports`-th next (the loop's period drifts a little, so a fixed-length window would catch one
     report more or less)."""
     _after_write(meta, 3 * period)
-    a = _sample(network)
+    samples = [_sample(network)]
     for _ in range(reports):
         _after_write(meta, 3 * period)
-    return _rates(a, _sample(network))
+        samples.append(_sample(network))
+    rates = _rates(samples[0], samples[-1])
+    # One wire rate per report period: the samples of the interval the headline gives (analysis.stats).
+    rates["zk_wire_Bps_periods"] = [_rates(a, b)["zk_wire_Bps"] for a, b in zip(samples, samples[1:])]
+    return rates
 
 
 def _report_bytes(meta) -> tuple[int, dict]:
@@ -165,6 +169,7 @@ def _report_bytes(meta) -> tuple[int, dict]:
 
 
 def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, periods: int, say) -> list[dict]:
+    from analysis.stats import mean_ci
     from testbed.experiment import Session
     from testbed.roles.launch import node_metadata
     from testbed.procs import read_line
@@ -211,6 +216,8 @@ def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, p
                 listed = sum(len(c["producers"]) + len(c["consumers"]) for c in report.get("clients", {}).values())
                 row = {"policy": policy, "topics": topics, "clients_per_topic": per_topic, "period_s": period,
                        **rates, "zk_wire_net_Bps": rates["zk_wire_Bps"] - idle["zk_wire_Bps"],
+                       "zk_wire_net_Bps_ci": mean_ci([v - idle["zk_wire_Bps"]
+                                                      for v in rates["zk_wire_Bps_periods"]]).as_dict(),
                        "iface_tx_net_Bps": rates["iface_tx_Bps"] - idle["iface_tx_Bps"],
                        "report_bytes": size, "report_Bps": size / period,
                        "idle_zk_wire_Bps": idle["zk_wire_Bps"], "idle_iface_tx_Bps": idle["iface_tx_Bps"],

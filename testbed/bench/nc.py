@@ -27,6 +27,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from analysis.stats import median_ci
 from testbed.experiment import Session
 from testbed.nc import snapshots
 from testbed.procs import cpu_seconds
@@ -88,6 +89,10 @@ def accuracy(nodes: int, rtt_ms: float, log_dir: Path) -> dict:
             "convergence_s": round(converged_at, 1) if converged_at is not None else None,
             "median_error_ms": round(stats["median_error_ms"], 3), "p95_error_ms": round(stats["p95_error_ms"], 3),
             "median_relative": round(stats["median_relative"], 4), "pairs": stats["pairs"], "history": history,
+            # 95 % bootstrap intervals over the pooled pair errors (pairs of one snapshot share its
+            # coordinates, so the interval is a lower bound on the run-to-run spread).
+            "median_error_ms_ci": median_ci([e["error_s"] * 1e3 for e in errors]).as_dict() if errors else None,
+            "median_relative_ci": median_ci([e["relative"] for e in errors]).as_dict() if errors else None,
             # The paper bounds the error by 3.5 ms in its node sweep and by 6 % of the RTT in its RTT sweep.
             "ok": (converged_at is not None and stats["median_relative"] < PAPER["median_relative"]
                    and (rtt_ms > 50 or stats["median_error_ms"] < PAPER["median_error_ms"]))}
