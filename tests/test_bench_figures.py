@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis import bench_figures
+from analysis.stats import median_ci
 from testbed.bench import overload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,16 +33,20 @@ def monitoring_json():
     return {"rows": rows}
 
 
-def migration_json():
-    config = lambda fig, n, wan, wf, ex: {"figure": fig, "n_topics": n, "wan_one_way_s": wan,  # noqa: E731
-                                          "workflow": wf, "executors": ex}
-    downtimes = [{**config("7a", 32, wan / 1e3, wf, 16), "downtime_s": (0.05 if wf == "enhanced" else 0.1) + i / 100}
-                 for wan in (10, 20, 40, 80) for wf in ("enhanced", "baseline") for i in range(5)]
-    migrations = [{**config("7b", n, 0.040, wf, ex), "migration_time_s": 0.05, "completion_s": 0.05 * n / ex + i / 100}
-                  for n in (1, 8, 32, 128) for wf, ex in (("enhanced", 1), ("enhanced", 16), ("baseline", 1))
-                  for i in range(3)]
-    migrations.append({**config("7b", 8, 0.040, "enhanced", 4), "migration_time_s": 0.05, "completion_s": None})
-    return {"rows": [], "downtimes": downtimes, "migrations": migrations}
+def migration_json(enhanced_topics: int = 128):
+    """Rows as testbed.bench.migration writes them: per configuration the medians with 95 % intervals."""
+    ci = lambda center: median_ci([center * (1 + i / 20) for i in range(-5, 6)]).as_dict()  # noqa: E731
+    row = lambda fig, n, wan, wf, ex, **data: {"figure": fig, "topics": n, "wan_ms": wan, "workflow": wf,  # noqa: E731
+                                                "executors": ex, "harness": {"valid": True}, **data}
+    rows = [row("7a", 128, wan, wf, 16 if wf == "enhanced" else 1,
+                downtime=ci((0.03 if wf == "enhanced" else 0.1 * wan / 10)),
+                reconnect=ci((0.02 if wf == "enhanced" else 0.09 * wan / 10)), completion=ci(1.0))
+            for wan in (10, 20, 40, 80) for wf in ("enhanced", "baseline")]
+    rows += [row("7b", n, 40, wf, ex, completion=ci(0.05 * n / ex), downtime=ci(0.05))
+             for n in (1, 8, 32, 128) for wf, ex in (("enhanced", 1), ("enhanced", 16), ("baseline", 1))]
+    rows.append(row("7b", 8, 40, "enhanced", 4, completion=None, downtime=None))  # nothing measured: not drawn
+    rows[-2]["harness"] = {"valid": False}
+    return {"rows": rows, "downtimes": [], "migrations": []}
 
 
 def overload_json():
@@ -78,14 +83,18 @@ def test_fig3b_6_and_overload_keep_their_names_numbers_and_units(tmp_path):
     assert len(drawn["series"]) == 4  # two sizes on each path
 
 
-def test_fig7_goes_through_the_runs_renderers(tmp_path):
+def test_fig7_draws_both_downtimes_and_intervals_from_the_rows(tmp_path):
     fig7a, fig7b = bench_figures.draw("migration", migration_json(), tmp_path)
     assert png(fig7a) == "fig7a.png" and fig7a["title"].startswith("Fig. 7a")
-    assert "32 topics at once, 16 executors" in fig7a["title"]
-    assert fig7a["series"] == ["Pulsar (baseline)", "ePulsar (enhanced)"]
-    assert png(fig7b) == "fig7b.png" and "40 ms" in fig7b["title"]
+    assert "128 topics at once, 16 executors" in fig7a["title"] and "saturated" not in fig7a["title"]
+    assert fig7a["series"] == ["Pulsar (baseline), until reconnected (paper)",
+                               "Pulsar (baseline), until traffic through the new broker (ours)",
+                               "ePulsar (enhanced), until reconnected (paper)",
+                               "ePulsar (enhanced), until traffic through the new broker (ours)"]
+    assert "95 % CI" in fig7a["ylabel"] and "(ms)" in fig7a["ylabel"]
+    assert png(fig7b) == "fig7b.png" and "40 ms" in fig7b["title"] and "saturated in 1 of 12" in fig7b["title"]
     assert "from the decision" in fig7b["ylabel"] and "(ms)" in fig7b["ylabel"]
-    # a migration whose round was not seen has no time from the decision: left out, not drawn as zero
+    # a configuration with nothing measured is left out, not drawn as zero
     assert fig7b["series"] == ["Pulsar (baseline)", "ePulsar (enhanced), 1 executor", "ePulsar (enhanced), 16 executors"]
 
 

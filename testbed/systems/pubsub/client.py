@@ -4,8 +4,14 @@ follow migrations, report coordinates, and record what the experiment measures.
 A topic lives on the nats-server of the broker that owns it (`t.<topic>`). Clients follow control
 messages on `_ep.ctl.<topic>`: `redirect` (enhanced workflow: connect to the given address at once,
 make-before-break) or `disconnect` (baseline: drop the connection, look the topic up again; a
-publisher holds what it produces meanwhile, as Pulsar's producer queue does). Downtime is the time
-from the control message to the first message through the new broker.
+publisher holds what it produces meanwhile, as Pulsar's producer queue does). Each downtime is
+recorded twice, from the control message (or the lost connection): until the client is connected to
+the new broker (`reconnect_s`, the paper's definition in 5.7) and until the new broker carries its
+traffic (`downtime_s`, ours). Both workflows end a move by the same step (`_switch`): a publisher
+sends what it held, if anything, and a flush round trip confirms the new broker has it; a subscriber's
+downtime ends at its first message delivered through the new broker. (Closing a publisher's downtime
+at its next publish instead charged the enhanced client up to one message interval that the baseline,
+flushing its queue at once, did not pay.)
 
 Publishing is open loop: message i is due at start + i/rate and carries its scheduled time, so
 latency = receive_time - scheduled send time includes any time the client spent late (every node
@@ -174,6 +180,8 @@ class TopicClient:
 
         ep = Endpoint(broker, address, await connect_nats(address, timeout=timeout, disconnected_cb=dropped))
         attached.append(ep)
+        if self.downtime is not None and "reconnected" not in self.downtime:
+            self.downtime["reconnected"] = time.time()  # the paper's end of the downtime (5.7)
         ep.subs.append(await ep.nc.subscribe(f"_ep.ctl.{self.topic}", cb=functools.partial(self._on_ctl, ep)))
         await self._on_attach(ep)
         if self.role == "consumer":  # make before break: subscribed at the new broker before leaving the old
@@ -244,8 +252,7 @@ class TopicClient:
                 if self.lookup_url:
                     self._spawn(self._relookup(old))
                 return
-            self.current = new
-            await self._before_detach(old, new)
+            await self._switch(old, new)
             self._spawn(self._detach(old))
             self.events.add("relinked", topic=self.topic, client=self.name, role=self.role, frm=old.broker, to=broker)
 
@@ -269,9 +276,15 @@ class TopicClient:
                                     error=f"{type(error).__name__}: {error}")
                     await asyncio.sleep(pause)
                     pause = min(RELOOKUP_PAUSE_MAX_S, pause * 2)
-            await self._before_detach(old, new)
-            self.current = new
+            await self._switch(old, new)
             self.events.add("relinked", topic=self.topic, client=self.name, role=self.role, frm=old.broker, to=broker)
+
+    async def _switch(self, old: Endpoint, new: Endpoint) -> None:
+        """`new` becomes the endpoint in use: the one step both workflows end a move with, so that
+        their downtimes end by the same event. Pending work moves first (`_before_detach`), while
+        `current` still holds what the open loop produces."""
+        await self._before_detach(old, new)
+        self.current = new
 
     async def _before_detach(self, old: Endpoint, new: Endpoint) -> None:
         """Subclasses move their pending work to `new` here."""
@@ -282,9 +295,12 @@ class TopicClient:
             ep.used = True
             if self.downtime is not None and ep is not self.downtime["endpoint"]:
                 now = time.time()
+                start = self.downtime["start"]
+                reconnected = self.downtime.get("reconnected", now)
                 self.events.add("downtime", topic=self.topic, client=self.name, role=self.role,
                                 reason=self.downtime["reason"], frm=self.downtime["from"], to=ep.broker,
-                                start=self.downtime["start"], end=now, downtime_s=now - self.downtime["start"])
+                                start=start, end=now, downtime_s=now - start,
+                                reconnected=reconnected, reconnect_s=reconnected - start)
                 self.downtime = None
 
     # -- NC reports -------------------------------------------------------------------------------
@@ -366,10 +382,20 @@ class Publisher(TopicClient):
         self._through(ep)
 
     async def _before_detach(self, old: Endpoint, new: Endpoint) -> None:
-        # Until `new` becomes current, what the open loop produces keeps joining the queue: drain it all.
-        while self.held:
-            await new.nc.publish(f"t.{self.topic}", self.held.popleft())
-            self._through(new)
+        """What was held goes to `new`, then a flush: once the new broker answers it has every held
+        message, and the downtime ends, at once in both workflows (the enhanced client, which holds
+        nothing, does not wait for its next due message). Until `new` becomes current, what the open
+        loop produces keeps joining the queue: drain it all."""
+        while True:
+            while self.held:
+                await new.nc.publish(f"t.{self.topic}", self.held.popleft())
+            try:
+                await new.nc.flush(timeout=5)
+            except Exception:  # noqa: BLE001 - a new broker that does not answer: its next message tells
+                return
+            if not self.held:
+                break
+        self._through(new)
 
     async def run(self, duration: float | None = None, count: int | None = None, start: float | None = None) -> int:
         """Publish open loop until `duration` seconds or `count` messages; returns messages produced."""

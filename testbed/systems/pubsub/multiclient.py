@@ -15,25 +15,34 @@ import time
 from pathlib import Path
 
 from testbed.systems.pubsub.client import EventLog, Publisher, run_precise
+from testbed.systems.pubsub.clienthealth import ClientHealth
 
 
 async def _main(args) -> int:
     events = EventLog(args.events)
+    health = ClientHealth(args.health)  # how late the publishers send and how long the loop blocks, per second
     publishers = [Publisher(f"{args.prefix}{i}", f"{args.name}-{i}", args.rate, args.size, precise_s=0.0,
-                            lookup_url=args.lookup, site=args.site, run_id=args.run_id, events=events)
+                            lookup_url=args.lookup, site=args.site, run_id=args.run_id, events=events,
+                            health=health)
                   for i in range(1, args.topics + 1)]
     await asyncio.gather(*(publisher.start() for publisher in publishers))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    work = [asyncio.create_task(p.run(duration=args.duration)) for p in publishers]
+    # Staggered over one message interval: started together, the publishers' messages would all fall
+    # due at once, and each burst blocked the shared loop (and the next control message) for ~n sends.
+    start = time.time()
+    work = [asyncio.create_task(p.run(duration=args.duration, start=start + i / (args.rate * len(publishers))))
+            for i, p in enumerate(publishers)]
+    work.append(asyncio.create_task(health.run()))
     await asyncio.sleep(0.2)  # "ready" means publishing: downtime is measured from here on
     print(json.dumps({"ready": True, "topics": len(publishers), "time": time.time()}), flush=True)
     waiter = asyncio.create_task(stop.wait())
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
     for task in [*work, waiter]:
         task.cancel()
+    health.close()
     for publisher in publishers:
         await publisher.close()
     print(json.dumps({"done": True, "sent": sum(p.sent for p in publishers)}), flush=True)
@@ -52,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", default="")
     parser.add_argument("--run-id", default="")
     parser.add_argument("--events", type=Path)
+    parser.add_argument("--health", type=Path, help="per-second publisher lateness and loop lag, JSON lines")
     return run_precise(_main(parser.parse_args(argv)))
 
 
