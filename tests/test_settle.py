@@ -182,3 +182,56 @@ def test_settle_errors_name_file_line_and_field(text, message):
     with pytest.raises(ScenarioError) as error:
         _control(text)
     assert message in str(error.value)
+
+
+# -- live: the coordinates role's settle on real Serf agents (root; ~20 s) ----------------------------
+
+LIVE_ZONES = """
+name: settlez
+duration: 1m
+infrastructure:
+  mec_zones: {zones: 2, inter_site_rtt: 30ms}
+  cloud: {one_way: 20ms}
+  links: {access: {delay: 4ms}, local: {delay: 1ms}}
+control: {settle: {max: 8s, hold: 2s}}
+emulation: {backend: mininet}
+"""
+
+
+def _live_marks(test):
+    import os
+    import shutil
+
+    from testbed.emulation import installed
+
+    for mark in (pytest.mark.root,
+                 pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
+                 pytest.mark.skipif(not installed.mininet_importable()[0], reason="Mininet is not installed"),
+                 pytest.mark.skipif(not shutil.which("serf"), reason="serf is not installed (apt-get install serf)")):
+        test = mark(test)
+    return test
+
+
+@_live_marks
+def test_live_settle_records_the_same_site_pairs_and_a_settle_end(tmp_path):
+    from testbed.experiment import Session
+    from testbed.roles import RunContext
+    from testbed.roles.coordinates import Coordinates
+    from testbed.scenario.loader import parse_text
+
+    scenario = parse_text(LIVE_ZONES)
+    with Session(scenario) as session:
+        (tmp_path / "logs").mkdir()
+        role = Coordinates(RunContext(session.network, session.topology, scenario, tmp_path, session.run_id))
+        role.start()
+        sink = []
+        try:
+            settled = role.settle(sink.append)
+        finally:
+            role.stop()
+    end = sink[-1]
+    assert end["type"] == "settle_end" and end["same_site_pairs"] == 2 and end["agents"] == 5
+    assert end["settled"] == (settled.converged_at is not None)
+    assert end["waited_s"] <= 8 + 2 and (end["settled"] or end["unmet"])  # the cap, or held before it
+    assert all(s["phase"] == "settle" and s["same_site_max_error_ms"] is not None for _, s in settled.snapshots)
+    assert role.summary([])["settle"]["same_site_pairs"] == 2
