@@ -385,17 +385,16 @@ class Publisher(TopicClient):
         """What was held goes to `new`, then a flush: once the new broker answers it has every held
         message, and the downtime ends, at once in both workflows (the enhanced client, which holds
         nothing, does not wait for its next due message). Until `new` becomes current, what the open
-        loop produces keeps joining the queue: drain it all."""
-        while True:
-            while self.held:
-                await new.nc.publish(f"t.{self.topic}", self.held.popleft())
-            try:
-                await new.nc.flush(timeout=5)
-            except Exception:  # noqa: BLE001 - a new broker that does not answer: its next message tells
-                return
-            if not self.held:
-                break
-        self._through(new)
+        loop produces keeps joining the queue: drain it all, also what arrived during the flush."""
+        while self.held:
+            await new.nc.publish(f"t.{self.topic}", self.held.popleft())
+        try:
+            await new.nc.flush(timeout=5)
+            self._through(new)
+        except Exception:  # noqa: BLE001 - a new broker that does not answer: its next message tells
+            pass
+        while self.held:
+            await new.nc.publish(f"t.{self.topic}", self.held.popleft())
 
     async def run(self, duration: float | None = None, count: int | None = None, start: float | None = None) -> int:
         """Publish open loop until `duration` seconds or `count` messages; returns messages produced."""
