@@ -125,7 +125,8 @@ def cmd_figures(args) -> int:
                                "(not an MMOG run, or no traces; --consumer picks one)")
             else:
                 drawn.append(figures.fig9(aoi, out / f"fig9-{name}.png", threshold_s=thresholds.get(first_class, 0.100),
-                                          stat=args.stat, note=note, saturated=saturated))
+                                          stat=args.stat, note=note, saturated=saturated,
+                                          marks=tables.get("aoi_marks")))
         if wanted & {"fig7a", "fig7b"} and tables.get("migrations") is not None:
             migrations.extend(tables["migrations"].to_pylist())
     wanted_any = set(only) if only else set().union(*(_wanted(traces.read_run(r), None) for r in runs))

@@ -191,9 +191,10 @@ def fig8(e2e, out, relinks=None, threshold_s: float | None = 0.040, stat: str = 
 
 # ------------------------------------------------------------------------------------------ Fig. 9
 
-def _draw_aoi(ax, aoi, threshold_s: float | None, stat: str, saturated=None) -> tuple[list, float, str | None]:
+def _draw_aoi(ax, aoi, threshold_s: float | None, stat: str, saturated=None, marks=None) -> tuple[list, float, str | None]:
     """Fig. 9's content on one axis: a line per avatar in the consumer's AoI, the threshold, saturated
-    intervals shaded."""
+    intervals shaded; with `marks` (`jobs.aoi_marks`), the consumer's group changes and the
+    migrations of the topics it received as vertical lines."""
     _shade_saturated(ax, saturated)
     table = columns(aoi)
     labels = []
@@ -208,17 +209,24 @@ def _draw_aoi(ax, aoi, threshold_s: float | None, stat: str, saturated=None) -> 
             x, y = _gapped(table["t_s"][mask], table[stat][mask] * 1000, bucket)
             ax.plot(x, y, linewidth=1.0, color=cmap(i % cmap.N), label=str(producer))
             labels.append(str(producer))
+    marked = columns(marks) if marks is not None else {}
+    for kind, style in (("group_change", {"color": "black", "linestyle": "-", "label": "group change"}),
+                        ("migration", {"color": "grey", "linestyle": ":", "label": "migration"})):
+        times = [t for k, t in zip(marked.get("kind", []), marked.get("t_s", [])) if k == kind]
+        for i, t in enumerate(times):
+            ax.axvline(t, linewidth=1.0, alpha=0.7, **{**style, "label": style["label"] if i == 0 else None})
     _threshold_line(ax, threshold_s)
     ax.set_ylim(bottom=0)
     return labels, bucket, consumer
 
 
 def fig9(aoi, out, threshold_s: float | None = 0.100, stat: str = "p95_s", consumer: str | None = None,
-         note: str = "", saturated=None) -> dict:
-    """Fig. 9: AoI latency over time for one client, one line per avatar in its AoI; threshold;
-    the harness's saturated intervals shaded."""
+         note: str = "", saturated=None, marks=None) -> dict:
+    """Fig. 9: AoI latency over time for one player (paper 5.8.2: one representative avatar), one line
+    per avatar in its AoI; threshold; its group changes and its topics' migrations (`marks`); the
+    harness's saturated intervals shaded."""
     fig, ax = plt.subplots(figsize=(10, 5))
-    labels, bucket, seen_by = _draw_aoi(ax, aoi, threshold_s, stat, saturated)
+    labels, bucket, seen_by = _draw_aoi(ax, aoi, threshold_s, stat, saturated, marks)
     consumer = consumer or seen_by
     who = f" seen by {consumer}" if consumer else ""
     title = f"Fig. 9: E2E area-of-interest latency{who}" + (f"\n({note})" if note else "")

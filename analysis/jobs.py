@@ -135,6 +135,19 @@ def aoi_latency(traces: DataFrame, consumer: str, bucket_s: float = 1.0, events:
             .select("run_id", "consumer", "producer", "topics", "bucket", "t_s", "messages", "p50_s", "p95_s", "max_s"))
 
 
+def aoi_marks(traces: DataFrame, events: DataFrame, consumer: str) -> DataFrame:
+    """Fig. 9's marks for one consumer: its own group changes and the migrations of the topics it
+    received. Columns: run_id, kind (group_change | migration), t_s, topic (migrations)."""
+    starts = run_starts(traces, events)
+    topics = traces.where(F.col("consumer") == consumer).select("run_id", "topic").distinct()
+    changes = (events.where((F.col("type") == "group_change") & (F.col("client") == consumer))
+               .select("run_id", F.lit("group_change").alias("kind"), "time", F.lit(None).cast("string").alias("topic")))
+    moves = (events.where(F.col("type") == "migration_end").join(F.broadcast(topics), ["run_id", "topic"])
+             .select("run_id", F.lit("migration").alias("kind"), "time", "topic"))
+    return (changes.unionByName(moves).join(F.broadcast(starts), "run_id")
+            .select("run_id", "kind", (F.col("time") - F.col("t0")).alias("t_s"), "topic").orderBy("t_s"))
+
+
 def representative_consumer(traces: DataFrame) -> DataFrame:
     """Consumers ranked for Fig. 9: most distinct producers first, then most messages, then by name."""
     return (traces.groupBy("run_id", "consumer")

@@ -14,7 +14,9 @@ run.parquet. Each table is one Parquet directory `<out>/<name>.parquet`:
   violations   violation ratio per run (policy, workflow) and topic class
   losses       per producer and topic: expected, received, lost, duplicates, reordered
   migrations   Fig. 7: per topic migration: migration time, worst client downtime
-  aoi          Fig. 9: per avatar in one consumer's AoI and time bucket (MMOG runs, or --consumer)
+  aoi          Fig. 9: per avatar in one consumer's AoI and time bucket (MMOG runs: the player that saw
+               the most avatars; or --consumer)
+  aoi_marks    Fig. 9: that consumer's group changes and the migrations of the topics it received
 
 and, for a local run with coordinate snapshots, `analysis.estimates`' E(t) tables (estimates,
 estimate_pairs) and its figure estimates.png (estimated vs configured RTT, the settle's end marked).
@@ -28,7 +30,15 @@ from pathlib import Path
 from analysis import estimates, jobs, traces
 from analysis.spark import is_uri, join
 
-TABLES = ("summary", "e2e", "relinks", "time_above", "violations", "losses", "migrations", "aoi")
+TABLES = ("summary", "e2e", "relinks", "time_above", "violations", "losses", "migrations", "aoi", "aoi_marks")
+
+
+def _players(location: str) -> list[str]:
+    """The MMOG run's players (its mmog-plan.json), or none (a URI, or a run without a plan)."""
+    path = Path(location, "mmog-plan.json")
+    if is_uri(location) or not path.exists():
+        return []
+    return list(json.loads(path.read_text()).get("players", []))
 
 
 def run_thresholds(spark, run: dict):
@@ -68,10 +78,13 @@ def reduce_run(spark, location, out=None, bucket_s: float = 1.0, consumer: str |
         "migrations": jobs.migration_downtime(events, runs),
     }
     if consumer is None and run.get("workload") == "mmog":
-        best = jobs.representative_consumer(trace_df).first()
+        players = _players(location)  # Fig. 9 is one avatar's view (paper 5.8.2), not a game server's
+        ranked = trace_df.where(trace_df.consumer.isin(players)) if players else trace_df
+        best = jobs.representative_consumer(ranked).first()
         consumer = best["consumer"] if best else None
     if consumer:
         frames["aoi"] = jobs.aoi_latency(trace_df, consumer, bucket_s, events)
+        frames["aoi_marks"] = jobs.aoi_marks(trace_df, events, consumer)
     written = {}
     for name, frame in frames.items():
         target = join(out, f"{name}.parquet")

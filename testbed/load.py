@@ -43,35 +43,32 @@ def _swarms(topology: Topology) -> list[int]:
 
 
 def mmog_subscriptions(scenario: Scenario, topology: Topology) -> int:
-    """(game server, avatar topic) subscriptions at the start: every server's area of interest under
-    the run's own plan (same seed, same servers). Group changes move avatars between groups of the
-    same sizes on average, so the start is representative of the run."""
+    """(subscriber, avatar topic) subscriptions at the start, under the run's own plan (same seed, same
+    nodes): every player's area of interest, plus each avatar's game server. Group changes move
+    avatars between groups of the same sizes on average, so the start is representative of the run."""
     from testbed.mobility import group_changes
-    from testbed.systems.pubsub.workloads import area_of_interest, mmog_plan
+    from testbed.systems.pubsub.workloads import area_of_interest
 
-    servers = [n.name for n in topology.nodes.values() if n.role == "game-server"]
-    if not servers:
-        return 0
-    plan = mmog_plan(servers, *group_changes(scenario))
-    return sum(len(area_of_interest(s, plan["serving"], plan["groups"])) for s in servers)
+    players = topology.placed("avatar")
+    groups, _ = group_changes(scenario, len(players))
+    return sum(len(area_of_interest(a, groups)) for a in range(len(players))) + len(players)
 
 
 def published_per_s(scenario: Scenario, topology: Topology) -> float:
     """Messages/s handed to brokers: every UAV publishes (the leader follow_leader, each follower
-    sensor_data); in the MMOG case every avatar's topic is published by its game server."""
+    sensor_data); in the MMOG case every player publishes its avatar's topic."""
     kind, rate = scenario.workload.kind, rate_per_publisher(scenario)
     if kind == "uav-swarm":
         return rate * sum(_swarms(topology))
     if kind == "mmog":
-        servers = any(n.role == "game-server" for n in topology.nodes.values())
-        return rate * scenario.workload.avatars if servers else 0.0
+        return rate * len(topology.placed("avatar"))
     return 0.0
 
 
 def deliveries_per_s(scenario: Scenario, topology: Topology) -> float:
     """Messages/s handed to subscribers (messages x subscribers of their topic). UAV, per swarm of m
     (paper 5.1.1): the leader's follow_leader reaches m-1 followers, and m-1 followers' sensor_data
-    reaches the leader, so 2(m-1) x rate. MMOG: rate x the subscriptions of every area of interest."""
+    reaches the leader, so 2(m-1) x rate. MMOG: rate x the subscriptions (areas of interest and game servers)."""
     kind, rate = scenario.workload.kind, rate_per_publisher(scenario)
     if kind == "uav-swarm":
         return rate * sum(2 * (m - 1) for m in _swarms(topology))

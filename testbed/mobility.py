@@ -88,11 +88,13 @@ def random_waypoint(scenario: Scenario, topology: Topology) -> tuple[dict[str, s
     return initial, handovers
 
 
-def group_changes(scenario: Scenario) -> tuple[list[int], list[GroupChange]]:
-    """Initial group of every avatar and each change after U(stay.min, stay.max) in its group."""
+def group_changes(scenario: Scenario, avatars: int | None = None) -> tuple[list[int], list[GroupChange]]:
+    """Initial group of every avatar and each change after U(stay.min, stay.max) in its group.
+    `avatars`: how many there are in the run (its player nodes, which the scale may change); by
+    default the workload's `avatars`."""
     workload, stay = scenario.workload, scenario.mobility.stay
     rng = random.Random(scenario.seed)
-    groups = [rng.randrange(workload.groups) for _ in range(workload.avatars)]
+    groups = [rng.randrange(workload.groups) for _ in range(workload.avatars if avatars is None else avatars)]
     changes: list[GroupChange] = []
     for avatar, group in enumerate(groups):
         t = rng.uniform(stay.min, stay.max)

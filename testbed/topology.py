@@ -83,6 +83,10 @@ class Topology:
                 return link
         return None
 
+    def placed(self, role: str) -> list[tuple[str, str]]:
+        """(node, site) of every node with this role, in topology order."""
+        return [(n.name, n.site) for n in self.nodes.values() if n.role == role]
+
     def site_one_way(self, a: str, b: str) -> float:
         """Configured one-way delay between two sites (direct link; routing uses direct links only)."""
         if a == b:
@@ -210,6 +214,23 @@ def sites_of(scenario: Scenario) -> list[str]:
     return list(topo.sites)
 
 
+def _check_mmog(scenario: Scenario, built: Topology, report) -> None:
+    """The MMOG case (paper 5.8.2) needs players (role avatar), one per avatar, each in a city with
+    a game server (an edge site) to attach to."""
+    players = [i for i, g in enumerate(scenario.nodes.clients) if g.role == "avatar"]
+    if not players:
+        report(("nodes", "clients"), "the mmog workload needs player nodes (role: avatar)")
+        return
+    count = sum(scenario.nodes.clients[i].count for i in players)
+    if count != scenario.workload.avatars:
+        report(("workload", "avatars"), f"{scenario.workload.avatars} avatars but {count} player nodes (role avatar)")
+    edges = {site for _, site in built.placed("game-server")}
+    for name, site in built.placed("avatar"):
+        if site not in edges:
+            report(("nodes", "clients", players[0], "site"), f"{name} is at {site}, which has no game server")
+            return
+
+
 def checked(scenario: Scenario, path: str) -> Topology:
     """Build the topology of a schema-valid scenario, checking what needs the data or the whole
     graph (zones vs towers, site names, name clashes, faults on brokers); every problem names the
@@ -247,6 +268,8 @@ def checked(scenario: Scenario, path: str) -> Topology:
     except ValueError as error:
         report(("nodes",), str(error))
         raise ScenarioError(problems) from None
+    if scenario.workload.kind == "mmog":
+        _check_mmog(scenario, built, report)
     brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
     for i, fault in enumerate(scenario.faults):
         if fault.kill not in brokers:

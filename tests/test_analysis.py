@@ -387,6 +387,19 @@ def test_aoi_latency_follows_the_avatars_in_the_area_of_interest(spark):
     assert {p: sorted(b) for p, b in buckets.items()} == {"avatar2": [0, 1, 2], "avatar3": [2, 3, 4]}
 
 
+def test_aoi_marks_are_the_consumer_s_group_changes_and_its_topics_migrations(spark):
+    from analysis import jobs
+
+    rows = [row("avatar-2", "avatar2", "avatar1", i, T0 + i / 10, 0.030) for i in range(30)]
+    rows += [row("avatar-3", "avatar3", "avatar4", i, T0 + i / 10, 0.030) for i in range(30)]
+    events = [event("run_start", T0), event("group_change", T0 + 1.5, client="avatar1"),
+              event("group_change", T0 + 1.7, client="avatar4"),
+              event("migration_end", T0 + 2.0, topic="avatar-2"), event("migration_end", T0 + 2.5, topic="avatar-3")]
+    out = [r.asDict() for r in jobs.aoi_marks(trace_frame(spark, rows), event_frame(spark, events), "avatar1").collect()]
+    assert [(r["kind"], round(r["t_s"], 6), r["topic"]) for r in out] == [
+        ("group_change", 1.5, None), ("migration", 2.0, "avatar-2")]  # not avatar4's, not a topic it never got
+
+
 def test_cli_reduce_and_figures_on_a_partial_run(spark, tmp_path, capsys):
     from analysis.__main__ import main
 

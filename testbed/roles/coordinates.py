@@ -1,6 +1,6 @@
 """The network-coordinate role (paper section 4): Serf agents in every broker, cloud node, static
-client and NC proxy; the NC proxy service in one proxy per site (the one on the site's anycast NC
-address); in every mobile client the coordinate loop that asks its zone's proxy every
+client and NC proxy; the NC proxy service in every NC proxy (a site's first one also on the site's
+anycast NC address); in every mobile client the coordinate loop that asks its zone's proxy every
 `nc_report_period`.
 
 Before the workload the coordinates settle on the scenario's criterion (`control.settle`, waited
@@ -57,10 +57,11 @@ class Coordinates(Role):
     def _start_proxies(self) -> None:
         serving: set[str] = set()
         for node in self.topology.nodes.values():
-            if node.role != "nc-proxy" or node.site in serving:
+            if node.role != "nc-proxy":
                 continue
-            serving.add(node.site)
-            self.network.add_anycast(node.name, NC_ANYCAST_IP)
+            if node.site not in serving:  # a site's first proxy holds its anycast address; every proxy
+                serving.add(node.site)    # serves on its own (an MMOG edge site's players ask theirs)
+                self.network.add_anycast(node.name, NC_ANYCAST_IP)
             argv = [*self.python(), "testbed.nc.proxy", "--node", node.name]
             log = (self.log_dir / f"ncproxy-{node.name}.log").open("ab")
             process = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log, text=True)

@@ -16,7 +16,7 @@ from testbed.roles.pubsub import WORKLOADS, PubSubRole, PubSubSystem
 
 
 class PubSubWorkload(Role):
-    """The scenario's clients: one process per swarm (uav-swarm) or game server (mmog), publishing
+    """The scenario's clients: one process per swarm (uav-swarm) or player and game server (mmog), publishing
     and subscribing through the pub/sub role's lookup service."""
 
     name = "workload"
@@ -49,7 +49,7 @@ class PubSubWorkload(Role):
         return f"{(delivered - before) / max(1e-3, now - then):,.0f} deliveries/s"
 
     def start_clients(self) -> None:
-        """One workload process per swarm (uav-swarm) or game-server (mmog) node; returns when every
+        """One workload process per swarm (uav-swarm), player or game-server (mmog) node; returns when every
         client has attached (mmog: and the common start time is written)."""
         if self.scenario.workload.kind == "mmog":
             self._start_mmog()
@@ -64,23 +64,27 @@ class PubSubWorkload(Role):
         self.say(f"workload: {len(self.processes)} swarm processes publishing at {rate:g} msg/s per UAV")
 
     def _start_mmog(self) -> None:
-        """One process per game server; they share a plan (avatar -> server, groups, group changes)
-        and start publishing together at the time written to logs/mmog-start once all are ready."""
+        """One process per player and per game server (paper 5.8.2); they share a plan (each player's
+        edge site, game server and NC proxy; groups; group changes) and start publishing together at
+        the time written to logs/mmog-start once all are ready."""
         from testbed.mobility import group_changes
         from testbed.systems.pubsub.workloads import mmog_plan
 
         scenario = self.scenario
         rate = scenario.workload.rate * scenario.scale
-        servers = [n.name for n in self.topology.nodes.values() if n.role == "game-server"]
-        if not servers:
-            raise RuntimeError("mmog workload: the scenario has no game-server nodes")
-        plan = mmog_plan(servers, *group_changes(scenario))
+        players, servers = self.topology.placed("avatar"), self.topology.placed("game-server")
+        if not players or not servers:
+            raise RuntimeError("mmog workload: the scenario needs player (role avatar) and game-server nodes")
+        plan = mmog_plan(players, servers, self.topology.placed("nc-proxy"), *group_changes(scenario, len(players)))
         plan_path, start_path = self.out / "mmog-plan.json", self.out / "logs" / "mmog-start"
         plan_path.write_text(json.dumps(plan))
         start_path.unlink(missing_ok=True)
-        for name in servers:
-            self._launch(self.topology.nodes[name], "mmog", ["--plan", str(plan_path), "--start-file", str(start_path)],
-                         rate)
+        own = ["--plan", str(plan_path), "--start-file", str(start_path)]
+        for name, edge in zip(plan["players"], plan["edges"]):
+            where = ["--proxy-ip", self.network.ip_of(edge["proxy"])] if edge["proxy"] else []
+            self._launch(self.topology.nodes[name], "mmog", own + where, rate)
+        for name in plan["servers"]:
+            self._launch(self.topology.nodes[name], "mmog", own, rate)
         self._wait_attached()
         start = time.time() + 1.0
         partial = start_path.with_suffix(".tmp")
@@ -89,8 +93,9 @@ class PubSubWorkload(Role):
         # The run's clock (its run_start event) starts just before the first message, so that message
         # lands in the first time bucket; the group changes are timed from `start`, 50 ms later.
         time.sleep(max(0.0, start - time.time() - 0.05))
-        self.say(f"workload: {len(servers)} game servers, {len(plan['serving'])} avatars in "
-                 f"{scenario.workload.groups} groups publishing at {rate:g} msg/s each, "
+        edges = len({e["edge"] for e in plan["edges"]})
+        self.say(f"workload: {len(plan['players'])} players on {edges} edge sites ({len(plan['servers'])} game "
+                 f"servers) in {scenario.workload.groups} groups publishing at {rate:g} msg/s each, "
                  f"{len(plan['changes'])} group changes planned")
 
     def _launch(self, node, kind: str, own: list[str], rate: float) -> None:

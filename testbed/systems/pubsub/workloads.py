@@ -5,17 +5,18 @@ every follower subscribes to; every follower publishes `sensor_data-<swarm>`, wh
 subscribes to; each UAV at the scenario's rate and message size. The swarm's coordinate comes from
 its zone's NC proxy. One trace file per subscriber.
 
-mmog: one process per game-server node (paper 5.1.2, 5.8.2): avatar a's topic `avatar-<a>` is
-published (producer `a<a>`) by the game server serving a's client; every game server subscribes to
-the topics of the avatars in the groups of the avatars it serves (its area of interest), except its
-own, and unsubscribes/subscribes as the plan's group changes happen (times since the common start,
-which the experiment writes to --start-file once every game server is ready). Game servers are
-static: their coordinate comes from their own Serf agent. One trace file per (server, avatar topic).
+mmog: one process per player node and per game-server node (paper 5.1.2, 5.8.2). Player p is a
+mobile client attached to an edge site of its city: it publishes its avatar's topic `avatar-<p>`
+and subscribes to the topics of the other avatars of its group (its area of interest), moving those
+subscriptions at every group change of the plan (times since the common start, which the experiment
+writes to --start-file once every client is ready); its coordinate comes from its edge site's NC
+proxy (--proxy-ip). A game server is a static client with its own Serf agent that subscribes to the
+topics of its edge site's players. One trace file per (subscriber, avatar topic).
 
     python -m testbed.systems.pubsub.workloads uav --node swarm1 --members 8 --rate 200 --size 1000 \
         --lookup nats://IP:4222 --trace-dir DIR --events FILE --run-id ID --site zone1
-    python -m testbed.systems.pubsub.workloads mmog --node gs1 --plan PLAN.json --start-file FILE --rate 300 \
-        --size 998 --lookup nats://IP:4222 --trace-dir DIR --events FILE --run-id ID --site nyc --coord serf
+    python -m testbed.systems.pubsub.workloads mmog --node player3 --plan PLAN.json --start-file FILE --rate 300 \
+        --size 998 --lookup nats://IP:4222 --trace-dir DIR --events FILE --run-id ID --site nyc --proxy-ip IP
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source, run_precise
+from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source, run_precise, shared_query
 from testbed.systems.pubsub.clienthealth import ClientHealth
 
 
@@ -85,37 +86,52 @@ async def _main(args) -> int:
 
 
 # -- mmog ------------------------------------------------------------------------------------------
-def mmog_plan(servers: list[str], groups: list[int], changes: list) -> dict:
-    """The MMOG run's plan, shared by every game server's process: which server serves each avatar
-    (round-robin over the game-server nodes in topology order), every avatar's initial group and the
-    group changes (seconds since the workload's start). The harness draws `groups` and `changes`
-    from the scenario's seed (`testbed.mobility.group_changes`) and writes the plan to a file."""
-    return {"servers": list(servers), "serving": [servers[a % len(servers)] for a in range(len(groups))],
-            "groups": groups, "changes": [[c.time, c.avatar, c.from_group, c.to_group] for c in changes]}
+def mmog_plan(players: list[tuple[str, str]], servers: list[tuple[str, str]], proxies: list[tuple[str, str]],
+              groups: list[int], changes: list) -> dict:
+    """The MMOG run's plan (paper 5.8.2), shared by every player's and game server's process.
+
+    `players`, `servers`, `proxies`: (node, city) in topology order. A city's edge sites are its game
+    servers, the k-th paired with the city's k-th NC proxy (round-robin when there are fewer proxies);
+    a city's players are dealt round-robin over its edge sites. Avatar i is player i: `groups[i]` its
+    initial group, `changes` the group changes (seconds since the workload's start) that the harness
+    draws from the scenario's seed (`testbed.mobility.group_changes`)."""
+    edges: dict[str, list[tuple[str, str | None]]] = {}
+    for name, city in servers:
+        mine = [p for p, c in proxies if c == city]
+        edges.setdefault(city, []).append((name, mine[len(edges.get(city, [])) % len(mine)] if mine else None))
+    dealt: dict[str, int] = {}
+    placed = []
+    for name, city in players:
+        if city not in edges:
+            raise ValueError(f"mmog: player {name} is in {city}, which has no game server (edge site)")
+        k = dealt.get(city, 0)
+        dealt[city] = k + 1
+        server, proxy = edges[city][k % len(edges[city])]
+        placed.append({"site": city, "edge": f"{city}-{k % len(edges[city]) + 1}", "server": server, "proxy": proxy})
+    return {"players": [name for name, _ in players], "edges": placed, "servers": [name for name, _ in servers],
+            "groups": list(groups), "changes": [[c.time, c.avatar, c.from_group, c.to_group] for c in changes]}
 
 
-def area_of_interest(server: str, serving: list[str], groups: list[int]) -> set[int]:
-    """Avatars whose topics `server` subscribes to: every avatar in a group of one of the avatars it
-    serves, except its own avatars."""
-    own = {a for a, s in enumerate(serving) if s == server}
-    wanted = {groups[a] for a in own}
-    return {a for a, g in enumerate(groups) if g in wanted and a not in own}
+def area_of_interest(avatar: int, groups: list[int]) -> set[int]:
+    """Avatars whose topics player `avatar` subscribes to: the others in its group (paper 5.1.2)."""
+    return {a for a, g in enumerate(groups) if g == groups[avatar] and a != avatar}
 
 
-def avatar_topic(avatar: int) -> str:
-    return f"avatar-{avatar}"
+def served(server: str, plan: dict) -> set[int]:
+    """Avatars whose topics a game server subscribes to: the players attached to its edge site (the
+    server keeps their game state; it is a stationary client of the pub/sub system, paper 5.8.2)."""
+    return {a for a, edge in enumerate(plan["edges"]) if edge["server"] == server}
 
 
-def avatar_name(avatar: int) -> str:
-    """The producer name of an avatar's updates (what Fig. 9's lines are labelled with)."""
-    return f"a{avatar}"
+def avatar_topic(player: str) -> str:
+    """A player's avatar topic: its actions, published by the player (object-based, paper 5.1.2)."""
+    return f"avatar-{player}"
 
 
 def phase(index: int, count: int, rate: float) -> float:
-    """Seconds by which publisher `index` of `count` sharing a process starts after the common start:
-    spread evenly over one period, as independent devices would be, so the process does not have all
-    of its messages due at the same instant (a herd that made the last of 8 publishers late by the
-    cost of the 7 sends before it)."""
+    """Seconds by which publisher `index` of `count` sharing a start starts after it: spread evenly
+    over one period, as independent devices would be, so not all messages are due at one instant (a
+    herd that made the last of 8 publishers in one process late by the cost of the 7 sends before it)."""
     return (index % count) / (count * rate) if count > 0 and rate > 0 else 0.0
 
 
@@ -126,27 +142,34 @@ def _due_between(start: float, rate: float, low: float, high: float) -> int:
     return max(0, last - first)
 
 
-class GameServer:
-    """One game server: publishes its avatars' topics, subscribes to its area of interest, and
-    follows the group changes by unsubscribing and subscribing."""
+class MmogClient:
+    """One MMOG node's client: a player publishes its avatar's topic and subscribes to its area of
+    interest, moving those subscriptions at every group change (unsubscribe the old group's topics,
+    subscribe to the new one's); a game server subscribes to the topics of its edge site's players."""
 
-    def __init__(self, args, events: EventLog, plan: dict, health: ClientHealth | None = None):
+    def __init__(self, args, events: EventLog, plan: dict, coord, health: ClientHealth | None = None):
         self.args, self.events, self.plan = args, events, plan
         self.node, self.trace_dir = args.node, Path(args.trace_dir)
         self.common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
-                       "coord": coordinate_source(args.coord, self.node), "nc_period": args.nc_period}
+                       "coord": coord, "nc_period": args.nc_period}
+        self.players = plan["players"]
+        self.avatar = self.players.index(self.node) if self.node in self.players else None
+        if self.avatar is None and self.node not in plan["servers"]:
+            raise ValueError(f"mmog: {self.node} is neither a player nor a game server of the plan")
         self.groups = list(plan["groups"])
-        self.own = [a for a, s in enumerate(plan["serving"]) if s == self.node]
-        self.publishers = [Publisher(avatar_topic(a), avatar_name(a), args.rate, args.size, precise_s=0.0,
-                                     health=health, **self.common) for a in self.own]
+        self.publishers = ([Publisher(avatar_topic(self.node), self.node, args.rate, args.size, precise_s=0.0,
+                                      health=health, **self.common)] if self.avatar is not None else [])
         self.subscribers: dict[int, Subscriber] = {}
         self.opened: dict[int, float] = {}  # avatar -> when its current subscription was ready
         self.windows: list[tuple[int, float, float]] = []  # closed subscriptions (avatar, ready, closed)
         self.received_closed = 0
         self.start = None
 
+    def wanted(self) -> set[int]:
+        return area_of_interest(self.avatar, self.groups) if self.avatar is not None else served(self.node, self.plan)
+
     async def subscribe(self, avatar: int) -> None:
-        topic = avatar_topic(avatar)
+        topic = avatar_topic(self.players[avatar])
         sub = Subscriber(topic, self.node, trace=self.trace_dir / f"{topic}.{self.node}.jsonl", keep_latencies=False,
                          **self.common)
         self.subscribers[avatar] = sub
@@ -168,23 +191,22 @@ class GameServer:
             if delay > 0:
                 await asyncio.sleep(delay)
             self.groups[avatar] = new
-            if avatar in self.own:
-                self.events.add("group_change", avatar=avatar, server=self.node, from_group=old, to_group=new,
+            if avatar == self.avatar:
+                self.events.add("group_change", avatar=self.node, client=self.node, from_group=old, to_group=new,
                                 planned_at_s=at)
-            wanted = area_of_interest(self.node, self.plan["serving"], self.groups)
             current = set(self.subscribers)
+            wanted = self.wanted()
             added, removed = sorted(wanted - current), sorted(current - wanted)
             if not added and not removed:
                 continue
-            self.events.add("aoi_change", client=self.node, avatar=avatar, planned_at_s=at,
-                            subscribed=[avatar_topic(a) for a in added], unsubscribed=[avatar_topic(a) for a in removed])
+            self.events.add("aoi_change", client=self.node, avatar=self.players[avatar], planned_at_s=at,
+                            subscribed=[avatar_topic(self.players[a]) for a in added],
+                            unsubscribed=[avatar_topic(self.players[a]) for a in removed])
             await asyncio.gather(*(self.unsubscribe(a) for a in removed), *(self.subscribe(a) for a in added))
 
     def phase(self, avatar: int) -> float:
-        """Avatar `avatar`'s publisher's offset from the common start (`phase` among its server's avatars)."""
-        server = self.plan["serving"][avatar]
-        mine = [a for a, s in enumerate(self.plan["serving"]) if s == server]
-        return phase(mine.index(avatar), len(mine), self.args.rate)
+        """Avatar `avatar`'s publisher's offset from the common start (players spread over a period)."""
+        return phase(avatar, len(self.players), self.args.rate)
 
     def expected(self, stopped: float) -> int:
         windows = self.windows + [(avatar, ready, stopped) for avatar, ready in self.opened.items()]
@@ -192,8 +214,30 @@ class GameServer:
                    for avatar, low, high in windows)
 
 
+def mmog_coordinate(args):
+    """A player asks its edge site's NC proxy (`--proxy-ip`); a game server its own Serf agent."""
+    if args.proxy_ip:
+        from testbed.nc import proxy
+
+        return shared_query(lambda: proxy.query(args.proxy_ip)["coordinate"])
+    return coordinate_source(args.coord, args.node)
+
+
+async def attach(args, events: EventLog, edge: dict) -> None:
+    """A player's first question to its edge site's NC proxy, as an event (`player_attached`: which
+    proxy answered, the access latency it measured), so the run shows whom each player asked."""
+    from testbed.nc import proxy
+
+    try:
+        answer = await asyncio.to_thread(proxy.query, args.proxy_ip)
+        events.add("player_attached", client=args.node, edge=edge["edge"], proxy=answer["proxy"],
+                   access_s=answer["access_s"])
+    except (TimeoutError, OSError, ValueError) as error:
+        events.add("player_attached", client=args.node, edge=edge["edge"], proxy=None, miss=str(error))
+
+
 async def _wait_start(path: Path, stop: asyncio.Event, timeout: float = 300.0) -> float | None:
-    """The common start time (epoch s) the experiment writes once every game server is ready."""
+    """The common start time (epoch s) the experiment writes once every MMOG client is ready."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not stop.is_set():
         try:
@@ -208,41 +252,39 @@ async def _main_mmog(args) -> int:
     events = EventLog(args.events)
     plan = json.loads(Path(args.plan).read_text())
     health = ClientHealth(args.health)
-    server = GameServer(args, events, plan, health)
+    client = MmogClient(args, events, plan, mmog_coordinate(args), health)
+    if args.proxy_ip:
+        await attach(args, events, plan["edges"][client.avatar])
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    for avatar in sorted(area_of_interest(args.node, plan["serving"], server.groups)):
-        await server.subscribe(avatar)
-    for publisher in server.publishers:
+    for avatar in sorted(client.wanted()):
+        await client.subscribe(avatar)
+    for publisher in client.publishers:
         await publisher.start()
-    print(json.dumps({"ready": True, "avatars": server.own, "publishers": len(server.publishers),
-                      "subscribers": len(server.subscribers)}), flush=True)
-    if args.start_file:
-        server.start = await _wait_start(Path(args.start_file), stop)
-        if server.start is None:
-            server.start = time.time() + 0.5
-    else:
-        server.start = time.time() + 0.5
+    print(json.dumps({"ready": True, "avatar": client.avatar, "publishers": len(client.publishers),
+                      "subscribers": len(client.subscribers)}), flush=True)
+    client.start = await _wait_start(Path(args.start_file), stop) if args.start_file else None
+    if client.start is None:
+        client.start = time.time() + 0.5
     gc.freeze()
-    work = [asyncio.create_task(p.run(duration=args.duration, start=server.start + server.phase(a)))
-            for a, p in zip(server.own, server.publishers)]
-    work.append(asyncio.create_task(server.follow_groups()))
+    work = [asyncio.create_task(p.run(duration=args.duration, start=client.start + client.phase(client.avatar)))
+            for p in client.publishers]
+    follow = asyncio.create_task(client.follow_groups())
     waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
-    publishing = [t for t in work[:-1]] or [waiter]
-    await asyncio.wait({*publishing, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
     stopped = time.time()
-    for task in [*work, waiter, probe]:
+    for task in [*work, follow, waiter, probe]:
         task.cancel()
     health.close()
     await asyncio.sleep(0.5)  # messages in flight reach the subscribers
-    received = server.received_closed + sum(s.received for s in server.subscribers.values())
-    summary = {"node": args.node, "avatars": server.own, "sent": sum(p.sent for p in server.publishers),
-               "expected": server.expected(stopped), "received": received,
-               "subscriptions": len(server.windows) + len(server.subscribers)}
-    for client in server.publishers + list(server.subscribers.values()):
-        await client.close()
+    received = client.received_closed + sum(s.received for s in client.subscribers.values())
+    summary = {"node": args.node, "avatar": client.avatar, "sent": sum(p.sent for p in client.publishers),
+               "expected": client.expected(stopped), "received": received,
+               "subscriptions": len(client.windows) + len(client.subscribers)}
+    for c in client.publishers + list(client.subscribers.values()):
+        await c.close()
     print(json.dumps(summary), flush=True)
     return 0
 
@@ -265,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--health", type=Path, help="per-second publisher lateness and loop lag, JSON lines")
     parser.add_argument("--plan", type=Path, help="mmog: the plan (servers, serving, groups, changes) as JSON")
     parser.add_argument("--start-file", type=Path, help="mmog: wait for the common start time (epoch s) in this file")
+    parser.add_argument("--proxy-ip", help="mmog player: its edge site's NC proxy (else --coord)")
     args = parser.parse_args(argv)
     if args.kind == "mmog":
         if not args.plan:
