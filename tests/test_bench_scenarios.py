@@ -65,6 +65,20 @@ def test_migration_sweeps_the_wan_latency_only():
     assert changed.model_copy(update={"infrastructure": base.infrastructure}) == base
 
 
+@pytest.mark.parametrize("quick", [False, True])
+def test_migration_plan_runs_fig7a_at_the_papers_128_topics(quick):
+    from testbed.bench.migration import plan
+
+    configs = plan(quick)
+    fig7a = [c for c in configs if c[0] == "7a"]
+    wans = {wan for _, _, wan, _, _ in fig7a}
+    assert {(n, wf, ex) for _, n, _, wf, ex in fig7a} == {(128, "enhanced", 16), (128, "baseline", 1)}
+    assert len(fig7a) == 2 * len(wans) and 40 in wans and len(wans) == (2 if quick else 4)
+    fig7b = [c for c in configs if c[0] == "7b"]
+    assert {wan for _, _, wan, _, _ in fig7b} == {40} and max(n for _, n, _, _, _ in fig7b) == 128
+    assert {ex for _, _, _, wf, ex in configs if wf == "baseline"} == {1}  # Pulsar migrates sequentially
+
+
 @pytest.mark.parametrize("nodes", [8, 64])
 def test_nc_star_at_an_rtt_shipped_or_not(nodes):
     from testbed.bench.nc import _star

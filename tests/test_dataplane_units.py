@@ -195,3 +195,55 @@ def test_resource_sampler_counts_its_own_process_from_proc():
         math.sqrt(2.0)
     second = sampler.sample()
     assert first["cpu"] == 0.0 and second["cpu"] > 0 and 0 < second["memory"] < 1
+
+
+class FakeNats:
+    """What a client calls on a NATS connection, recorded."""
+
+    def __init__(self):
+        self.published: list[tuple[str, bytes]] = []
+        self.flushes = 0
+
+    async def publish(self, subject, data):
+        self.published.append((subject, data))
+
+    async def flush(self, timeout=10):
+        self.flushes += 1
+
+    async def subscribe(self, subject, cb=None):
+        return SimpleNamespace(subject=subject)
+
+
+@pytest.mark.parametrize("workflow", ["enhanced", "baseline"])
+def test_both_workflows_end_a_downtime_at_the_switch_with_both_definitions(monkeypatch, workflow):
+    """Paper 5.7: downtime until reconnected (the paper's) and until the new broker has the traffic
+    (ours). The enhanced client holds nothing: it must not wait for its next due message when the
+    baseline, holding, flushes at once; both end at the switch's flush."""
+    from testbed.systems.pubsub import client
+
+    new_nc = FakeNats()
+
+    async def connect(address, **kwargs):
+        return new_nc
+
+    monkeypatch.setattr(client, "connect_nats", connect)
+
+    async def scenario():
+        pub = Publisher("t", "p", rate=1.0, size=100, owner=("old", "nats://old:1"))
+        old = Endpoint("old", "nats://old:1", FakeNats())
+        pub.current = old
+        pub._open_downtime("redirect" if workflow == "enhanced" else "disconnect", old, "new")
+        if workflow == "baseline":
+            pub.current = None
+            await pub._send(b"held")  # produced while detached: held
+        new = await pub._attach("new", "nats://new:1")
+        await pub._switch(old, new)
+        return pub, new
+
+    pub, new = asyncio.run(scenario())
+    (down,) = [e for e in pub.events.items if e["type"] == "downtime"]
+    assert pub.current is new and pub.downtime is None and new_nc.flushes == 1
+    assert 0 <= down["reconnect_s"] <= down["downtime_s"] < 1.0  # not a message interval (1 s) later
+    assert down["to"] == "new" and down["reconnected"] <= down["end"]
+    data = [d for s, d in new_nc.published if s == "t.t"]
+    assert data == ([b"held"] if workflow == "baseline" else [])
