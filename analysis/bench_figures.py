@@ -31,7 +31,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from analysis import figures  # noqa: E402
+from analysis import figures, stats  # noqa: E402
 from analysis.headlines import PLACEMENT_THRESHOLD_S  # noqa: E402
 from analysis.stats import from_dict  # noqa: E402
 from testbed.policies import DEFAULT_DISTANCE, DISTANCES, POLICIES  # noqa: E402
@@ -57,6 +57,12 @@ def fig3b(data: dict, out: Path) -> dict:
                       yerr=[[0] * len(by_n), [r["p95_error_ms"] - r["median_error_ms"] for r in by_n]],
                       marker="o", capsize=3, label="median per-pair error (bar: p95)")
         series.append("median per-pair error (bar: p95)")
+        spans = [(r["nodes"], stats.from_dict(r.get("median_error_ms_ci"))) for r in by_n]
+        spans = [(n, i) for n, i in spans if i is not None and i.has_interval]
+        if spans:
+            ax_n.vlines([n for n, _ in spans], [i.low for _, i in spans], [i.high for _, i in spans], color="black",
+                        linewidth=4, alpha=0.5, label="95 % CI of the median")
+            series.append("95 % CI of the median")
     ax_n.axhline(paper["median_error_ms"], color="red", linestyle="--",
                  label=f"paper's bound: {paper['median_error_ms']:g} ms")
     ax_n.set_xscale("log", base=2)
@@ -103,9 +109,12 @@ def fig6(data: dict, out: Path) -> dict:
                             key=lambda r: r["topics"])
             line, marker, label = styles[policy]
             # hollow markers shrinking with the client count: lines that coincide (ePulsar's) stay visible
-            ax.plot([r["topics"] for r in points], [max(1.0, r["zk_wire_net_Bps"]) for r in points],
-                    linestyle=line, marker=marker, markersize=10 - 2.5 * k, markerfacecolor="none",
-                    label=f"{label}, {per_topic} clients/topic")
+            spans = [stats.from_dict(r.get("zk_wire_net_Bps_ci")) for r in points]
+            low = [r["zk_wire_net_Bps"] - i.low if i and i.has_interval else 0 for r, i in zip(points, spans)]
+            high = [i.high - r["zk_wire_net_Bps"] if i and i.has_interval else 0 for r, i in zip(points, spans)]
+            ax.errorbar([r["topics"] for r in points], [max(1.0, r["zk_wire_net_Bps"]) for r in points],
+                        yerr=[low, high], capsize=3, linestyle=line, marker=marker, markersize=10 - 2.5 * k,
+                        markerfacecolor="none", label=f"{label}, {per_topic} clients/topic")
             series.append(f"{label}, {per_topic} clients/topic")
     period = rows[0]["period_s"] if rows else 5
     ax.set_xscale("log", base=2)
@@ -113,7 +122,7 @@ def fig6(data: dict, out: Path) -> dict:
     ticks = sorted({r["topics"] for r in rows})
     ax.set_xticks(ticks, [str(t) for t in ticks])
     xlabel = "topics hosted by the broker"
-    ylabel = "monitoring traffic to ZooKeeper (bytes/s, wire,\nminus the idle agent's)"
+    ylabel = "monitoring traffic to ZooKeeper (bytes/s, wire,\nminus the idle agent's; bar: 95 % CI over periods)"
     title = f"Fig. 6: monitoring traffic of one broker (report every {period:g} s)"
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -341,8 +350,11 @@ def placement(summary: Iterable[dict], kind: str, path: str | Path, evaluated_on
                         label=f"{label} (p95)")
             ax_lat.plot(sizes, [float(r["worst_max_s"]) * 1e3 for r in mine], color=color, marker=marker,
                         linestyle="--", alpha=0.6, label=f"{label} (max)")
-            ax_vio.plot(sizes, [float(r["violation_ratio_mean"]) * 100 for r in mine], color=color, marker=marker,
-                        label=label)
+            spans = [stats.mean_ci_from(float(r["violation_ratio_mean"]), r.get("violation_ratio_std"),
+                                        int(r.get("placements") or 0)) for r in mine]
+            ax_vio.errorbar(sizes, [100 * i.value for i in spans], color=color, marker=marker, capsize=3, label=label,
+                            yerr=[[100 * (i.value - i.low) if i.has_interval else 0 for i in spans],
+                                  [100 * (i.high - i.value) if i.has_interval else 0 for i in spans]])
         ax_lat.axhline(threshold_ms, color="black", linestyle=":", label=f"threshold {threshold_ms:g} ms")
         ax_lat.set_xlabel(xlabel)
         ax_lat.set_ylabel(f"worst-case E2E latency (ms, d = {reading})")
@@ -351,7 +363,7 @@ def placement(summary: Iterable[dict], kind: str, path: str | Path, evaluated_on
         ax_lat.legend(fontsize=7)
         ax_vio.set_xlabel(xlabel)
         ax_vio.set_ylabel("violation ratio (% of pairs)")
-        ax_vio.set_title(f"(b) violation ratio (mean over placements), d = {reading}", fontsize=10)
+        ax_vio.set_title(f"(b) violation ratio (mean over placements, 95 % CI), d = {reading}", fontsize=10)
         ax_vio.set_ylim(bottom=0)
         ax_vio.legend(fontsize=7)
         for ax in (ax_lat, ax_vio):

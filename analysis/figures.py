@@ -30,6 +30,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from analysis import stats  # noqa: E402
 from testbed.policies import POLICIES  # noqa: E402
 
 STAT_NAMES = {"p50_s": "median", "p95_s": "p95", "max_s": "max"}
@@ -443,10 +444,23 @@ def policy_over_time(rows, out, title: str, stat: str = "p95_s", topic_class: st
     return _finish(fig, ax, out, title, "time since run start (s)", ylabel, labels, legend_title="policy")
 
 
+def _interval_bar(ax, x: float, table: dict, column: str, i: int, scale: float) -> None:
+    """The 95 % interval over a policy's runs (`compare_runs.with_intervals`) as a black error bar."""
+    if column not in table:
+        return
+    value = table[column][i]
+    interval = stats.from_dict(value) if isinstance(value, dict) else None
+    if interval is not None and interval.has_interval:
+        ax.errorbar([x], [interval.value * scale], yerr=[[(interval.value - interval.low) * scale],
+                                                         [(interval.high - interval.value) * scale]],
+                    color="black", capsize=3, linewidth=1)
+
+
 def policy_violations(rows, out, scenario_titles: dict[str, str] | None = None) -> dict:
     """Per scenario (columns): violation ratio (top) and p50/p95 latency with the threshold (bottom), per policy.
 
-    Rows of `compare.policy_violations`; bars are grouped by topic class, one bar per policy.
+    Rows of `compare.policy_violations`; bars are grouped by topic class, one bar per policy; a black
+    error bar is the 95 % interval of the mean over the policy's runs (repeats with their own seeds).
     """
     table = columns(rows)
     present = set(table["scenario"]) if _rows(table) else set()
@@ -470,8 +484,10 @@ def policy_violations(rows, out, scenario_titles: dict[str, str] | None = None) 
                 label = policy_name(policy) if k == 0 else None
                 ratio = float(table["violation_ratio"][i]) * 100
                 top.bar(x, ratio, width, color=POLICY_COLORS.get(policy), label=label)
+                _interval_bar(top, x, table, "violation_ratio_ci", i, 100)
                 top.annotate(f"{ratio:.1f}%", (x, ratio), ha="center", va="bottom", fontsize=7)
                 bottom.bar(x, float(table["p95_s"][i]) * 1000, width, color=POLICY_COLORS.get(policy), label=label)
+                _interval_bar(bottom, x, table, "p95_s_ci", i, 1000)
                 bottom.plot([x], [float(table["p50_s"][i]) * 1000], marker="_", markersize=14, color="black",
                             label="p50" if (j == 0 and k == 0) else None)
         for k, cls in enumerate(classes):
