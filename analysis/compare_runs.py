@@ -57,6 +57,30 @@ def _migrations(run_dir: Path) -> int | None:
         return None
 
 
+def _distance(run_dir: Path) -> str:
+    """The run's reading of d (control.distance in its scenario.yaml; the default when absent)."""
+    import yaml
+
+    from testbed.policies import DEFAULT_DISTANCE
+
+    try:
+        control = (yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}).get("control") or {}
+    except (OSError, yaml.YAMLError):
+        control = {}
+    return control.get("distance") or DEFAULT_DISTANCE
+
+
+def label_readings(usable: list[dict]) -> None:
+    """Runs of one scenario under different readings of d are different experiments: their scenario
+    label gets ` (d=<reading>)` so no table pools them. Runs under one reading keep the plain name."""
+    readings: dict = {}
+    for u in usable:
+        readings.setdefault(u["run"].get("scenario"), set()).add(u["distance"])
+    for u in usable:
+        if len(readings[u["run"].get("scenario")]) > 1:
+            u["run"]["scenario"] = u["scenario"] = f"{u['run'].get('scenario')} (d={u['distance']})"
+
+
 def _note(run: dict) -> str:
     parts = [f"run {run.get('run_id')}"]
     if run.get("partial"):
@@ -126,6 +150,7 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
                              e2e=tables.get("e2e"), relinks=tables.get("relinks"), aoi=tables.get("aoi"))
                 limits = bounds.run_limits(run_dir)
                 usable.append({**entry, "dir": str(run_dir), "run": run, "migrations": _migrations(run_dir),
+                               "distance": _distance(run_dir),
                                "scenario": run.get("scenario"), "reaction_s": limits.reaction_s,
                                "latency_bound_s": limits.bound.seconds if limits.bound else None,
                                "bound_path": limits.bound.path if limits.bound else None})
@@ -137,6 +162,7 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
         if not entry.get("repeat"):  # the time-series figures show each policy's first repeat
             panels.setdefault(kind, []).append(panel)
 
+    label_readings(usable)
     result = {"runs": [{k: v for k, v in u.items() if k != "run"} | {"run_id": u["run"].get("run_id")}
                        for u in usable],
               "missing": missing,

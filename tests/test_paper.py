@@ -354,3 +354,15 @@ def test_bench_headlines_give_their_intervals():
         r["zk_wire_net_Bps_ci"] = mean_ci([r["zk_wire_net_Bps"] - 100, r["zk_wire_net_Bps"] + 100]).as_dict()
     assert "at 16 clients, mean over report periods: ePulsar 5,000 B/s [3,729, 6,271] (n=2)" in \
         headlines.ours_fig6(monitoring).ours
+
+
+def test_runs_under_two_readings_of_d_are_not_pooled():
+    from analysis.compare_runs import label_readings
+
+    def run(scenario, distance):
+        return {"scenario": scenario, "distance": distance, "run": {"scenario": scenario}}
+
+    mixed = [run("mmog-smoke", "one_way"), run("mmog-smoke", "rtt"), run("uav-smoke", "one_way")]
+    label_readings(mixed)
+    assert [u["run"]["scenario"] for u in mixed] == ["mmog-smoke (d=one_way)", "mmog-smoke (d=rtt)", "uav-smoke"]
+    assert mixed[1]["scenario"] == "mmog-smoke (d=rtt)"
