@@ -147,7 +147,8 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
                 first_class = next(iter(thresholds), None)
                 panel.update(threshold_s=thresholds.get(first_class), topic_class=first_class, note=_note(run),
                              saturated=run.get("harness_saturated"),
-                             e2e=tables.get("e2e"), relinks=tables.get("relinks"), aoi=tables.get("aoi"))
+                             e2e=tables.get("e2e"), relinks=tables.get("relinks"), aoi=tables.get("aoi"),
+                             marks=tables.get("aoi_marks"))
                 limits = bounds.run_limits(run_dir)
                 usable.append({**entry, "dir": str(run_dir), "run": run, "migrations": _migrations(run_dir),
                                "distance": _distance(run_dir),

@@ -410,13 +410,13 @@ def fig8_policies(panels: list[dict], out, stat: str = "p95_s", topic_class: str
 
 
 def fig9_policies(panels: list[dict], out, stat: str = "p95_s") -> dict:
-    """Fig. 9 once per policy (one row each): panels are {policy, aoi, threshold_s, note, missing}."""
+    """Fig. 9 once per policy (one row each): panels are {policy, aoi, marks, threshold_s, note, missing}."""
     def draw(ax, panel):
         labels, bucket, _consumer = _draw_aoi(ax, panel.get("aoi"), panel.get("threshold_s"), stat,
-                                              panel.get("saturated"))
+                                              panel.get("saturated"), panel.get("marks"))
         return labels, bucket
 
-    title = "Fig. 9: E2E area-of-interest latency of one client, per broker selection policy"
+    title = "Fig. 9: E2E area-of-interest latency of one player, per broker selection policy"
     return _panels(sorted(panels, key=lambda p: policy_key(p["policy"])), out, title,
                    lambda bucket: f"E2E AoI latency, {STAT_NAMES.get(stat, stat)}\nper {bucket:g} s (ms)", draw,
                    legend_title="avatar")
