@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -127,6 +128,12 @@ def cmd_figures(args) -> int:
                 drawn.append(figures.fig9(aoi, out / f"fig9-{name}.png", threshold_s=thresholds.get(first_class, 0.100),
                                           stat=args.stat, note=note, saturated=saturated,
                                           marks=tables.get("aoi_marks")))
+        estimates = run_dir / "tables" / "estimates.png"  # E(t) against the configured RTTs (analysis.estimates)
+        if estimates.exists():
+            out.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(estimates, out / f"estimates-{name}.png")
+            drawn.append({"path": str(out / f"estimates-{name}.png"),
+                          "title": f"coordinates' estimated vs configured RTT over {name}"})
         if wanted & {"fig7a", "fig7b"} and tables.get("migrations") is not None:
             migrations.extend(tables["migrations"].to_pylist())
     wanted_any = set(only) if only else set().union(*(_wanted(traces.read_run(r), None) for r in runs))
