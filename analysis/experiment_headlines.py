@@ -129,8 +129,16 @@ def ours_fig9(comparison: dict, scenario: str, topic_class: str | None = None, s
     text += (f". ePulsar: {reactions['migrations_after_change']} of {reactions['migrations']} migrations within "
              f"{comparison.get('reaction_s', 0):g} s of a group change that moved the topic's subscribers "
              f"({reactions['changes']} AoI changes); AoI p95 {1e3 * ep['p95_s']:.0f} ms")
-    agrees = None if why else (reactions["migrations_after_change"] > 0 and ep["p95_s"] < ep["threshold_s"])
-    return Headline(text, agrees, scale, numbers, why)
+    followed = reactions["migrations_after_change"] > 0
+    if not why:
+        return Headline(text, followed and ep["p95_s"] < ep["threshold_s"], scale, numbers)
+    # Bounded topology: the latency half holds by construction; the migrations can still be judged
+    # when the control loop acted at all (with one-way distances it never estimates a violation).
+    if reactions["migrations"] == 0:
+        return Headline(text, None, scale, numbers, why + "; and ePulsar never migrated, so neither half can fail")
+    text += f"; AoI latency below the threshold by construction ({why.split(' (')[0].removeprefix('the ')}), only " \
+            "the migrations judged"
+    return Headline(text, followed, scale, numbers)
 
 
 EXPERIMENT_HEADLINES = {"fig8": ours_fig8, "fig9": ours_fig9}

@@ -200,8 +200,13 @@ def test_fig9_rule_passes_fails_and_is_not_testable():
     assert ok.verdict == "yes" and "3 of 5 migrations within 10 s of a group change" in ok.ours
     assert fig9(ep_p95=0.05, bound=0.15, after_change=0).verdict == "no"  # no migration follows a group change
     assert fig9(ep_p95=0.10, bound=0.15).verdict == "no"                   # p95 at the threshold is not below it
-    bounded = fig9(ep_p95=0.05, bound=0.078)
-    assert bounded.verdict == "not testable" and "78 ms" in bounded.untestable and bounded.agrees is None
+    bounded = fig9(ep_p95=0.05, bound=0.078)  # latency bounded: the verdict rests on the migrations
+    assert bounded.verdict == "yes" and "below the threshold by construction" in bounded.ours
+    assert fig9(ep_p95=0.05, bound=0.078, after_change=0).verdict == "no"
+    still = comparison(scenario="mmog-smoke", cls="avatar", threshold=0.1, ep_p95=0.05, bound=0.078)
+    still["reactions"][0].update(migrations=0, migrations_after_change=0)
+    never = experiment_headlines.ours_fig9(still, "mmog-smoke", "avatar")
+    assert never.verdict == "not testable" and "78 ms" in never.untestable and "never migrated" in never.untestable
 
 
 def test_pooled_violations_rule_passes_fails_and_is_not_testable():
@@ -247,8 +252,9 @@ def test_index_lists_missing_inputs_and_failures(tmp_path):
 
 def test_index_says_not_testable_and_why(tmp_path):
     (tmp_path / "fig9.png").write_bytes(b"\x89PNG\r\n\x1a\n")
-    bounded = experiment_headlines.ours_fig9(comparison(scenario="mmog-smoke", cls="avatar", threshold=0.1, bound=0.078),
-                                  "mmog-smoke", "avatar")
+    still = comparison(scenario="mmog-smoke", cls="avatar", threshold=0.1, bound=0.078)
+    still["reactions"][0].update(migrations=0, migrations_after_change=0)
+    bounded = experiment_headlines.ours_fig9(still, "mmog-smoke", "avatar")
     md_path, html_path = write_index(tmp_path, [Entry("fig9", images=["fig9.png"], headline=bounded)], {})
     md = md_path.read_text()
     assert "| 5.8.2 | not testable |" in md
