@@ -389,7 +389,7 @@ class Publisher(TopicClient):
         while self.held:
             await new.nc.publish(f"t.{self.topic}", self.held.popleft())
         try:
-            await new.nc.flush(timeout=5)
+            await new.nc.flush(timeout=30)  # nats-py: a flush that timed out breaks the read loop at its PONG
             self._through(new)
         except Exception:  # noqa: BLE001 - a new broker that does not answer: its next message tells
             pass
