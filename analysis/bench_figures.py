@@ -149,6 +149,13 @@ def _errorbar(ax, xs: list, intervals: list, **style) -> None:
     ax.errorbar(xs, values, yerr=[low, high], capsize=4, linewidth=1.5, **style)
 
 
+def _labelled(fig, ax, out: Path, title: str, xlabel: str, ylabel: str, series: list) -> dict:
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    return _drawn(fig, out, title, xlabel, ylabel, series)
+
+
 def _saturation_note(rows: list[dict]) -> str:
     bad = [r for r in rows if not (r.get("harness") or {}).get("valid", True)]
     return f"; harness saturated in {len(bad)} of {len(rows)} configurations" if bad else ""
@@ -184,8 +191,8 @@ def fig7a(rows: list[dict], out: Path) -> dict:
     setup = ", ".join(sorted({f"{r['topics']} topics at once" for r in rows}) +
                       sorted({f"{r['executors']} executors" for r in rows if r["workflow"] == "enhanced"}))
     title = f"Fig. 7a: Client downtime vs one-way WAN latency\n({setup}{_saturation_note(rows)})"
-    return _drawn(fig, out, title, "one-way WAN latency, broker to topic manager (ms)",
-                  "client downtime, median and 95 % CI (ms)", series)
+    return _labelled(fig, ax, out, title, "one-way WAN latency, broker to topic manager (ms)",
+                     "client downtime, median and 95 % CI (ms)", series)
 
 
 def fig7b(rows: list[dict], out: Path) -> dict:
@@ -209,8 +216,8 @@ def fig7b(rows: list[dict], out: Path) -> dict:
     ax.legend(fontsize=8)
     title = (f"Fig. 7b: Median per-topic migration time\n(one-way WAN latency {'/'.join(f'{w:g}' for w in wans)} ms"
              f"{_saturation_note(rows)})")
-    return _drawn(fig, out, title, "topics migrated at once", "per-topic migration time from the decision,\n"
-                  "incl. waiting for an executor: median and 95 % CI (ms)", series)
+    return _labelled(fig, ax, out, title, "topics migrated at once", "per-topic migration time from the decision,\n"
+                     "incl. waiting for an executor: median and 95 % CI (ms)", series)
 
 
 # ------------------------------------------------------------------------------------------ overload
