@@ -16,7 +16,7 @@ from testbed import topology as topo_mod
 from testbed.emulation import backends
 from testbed.emulation.shaping import SHAPERS
 from testbed.load import CAPACITY_FILE
-from testbed.policies import POLICIES
+from testbed.policies import DISTANCES, POLICIES
 from testbed.scenario.loader import ScenarioError, load
 from testbed.scenario.model import Scenario
 from testbed.units import format_bandwidth, format_duration
@@ -190,18 +190,22 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
                   f"and shaper [bold]{report['shaper']}[/bold] ({report['shaper_reason']})")
 
 
-def with_policy(scenario: Scenario, policy: str) -> Scenario:
-    """The scenario with control.policy replaced, checked by the same model as a scenario file."""
+def with_control(scenario: Scenario, field: str, value: str, allowed) -> Scenario:
+    """The scenario with control.<field> replaced, checked by the same model as a scenario file."""
     from pydantic import ValidationError
 
     from testbed.scenario.model import Control
 
     data = scenario.control.model_dump(mode="json", exclude_unset=True)
     try:
-        control = Control.model_validate({**data, "policy": policy})
+        control = Control.model_validate({**data, field: value})
     except ValidationError:
-        raise ValueError(f"--policy: {policy!r} is not a policy; allowed: {', '.join(POLICY_CHOICES)}") from None
+        raise ValueError(f"--{field}: {value!r} is not a {field}; allowed: {', '.join(allowed)}") from None
     return scenario.model_copy(update={"control": control})
+
+
+def with_policy(scenario: Scenario, policy: str) -> Scenario:
+    return with_control(scenario, "policy", policy, POLICY_CHOICES)
 
 
 @app.command()
@@ -212,6 +216,7 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
         duration: Optional[str] = typer.Option(None, help="Override the scenario's duration, e.g. 20s."),
         policy: Optional[str] = typer.Option(None, help=f"Override control.policy: {' | '.join(POLICIES)}."),
+        distance: Optional[str] = typer.Option(None, help=f"Override control.distance: {' | '.join(DISTANCES)}."),
         seed: Optional[int] = typer.Option(None, min=0, max=2**32 - 1,
                                            help="Override the scenario's seed (mobility, zones, link jitter): a repeat."),
         results: Path = typer.Option(Path("results"), help="Directory for run results."),
@@ -232,6 +237,11 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     if policy is not None:
         try:
             scenario = with_policy(scenario, policy)
+        except ValueError as error:
+            raise _fail_input(error) from None
+    if distance is not None:
+        try:
+            scenario = with_control(scenario, "distance", distance, DISTANCES)
         except ValueError as error:
             raise _fail_input(error) from None
     if duration is not None:
@@ -349,7 +359,7 @@ def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run director
     """
     if paper:
         paper_command(out=Path("results/paper"), reuse=False, reuse_runs=False, scale="smoke", quick=False,
-                      policies=",".join(POLICY_CHOICES), repeats=2, comparable=True, master=master)
+                      policies=",".join(POLICY_CHOICES), repeats=2, asides=True, master=master)
     if not runs:
         runs = sorted(p.parent for p in results.glob("*/run.json"))
     if not runs:
@@ -373,9 +383,9 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
                   policies: str = typer.Option(",".join(POLICY_CHOICES), help="Comma-separated policies to run."),
                   repeats: int = typer.Option(2, min=1, max=20, help="Runs per scenario and policy, each with its own "
                                               "seed; the index gives 95 % intervals over them."),
-                  comparable: bool = typer.Option(True, "--comparable/--no-comparable", help="Also run the UAV case "
-                                                  "as the paper did (8x8 UAVs, 50 m/s, 10 min) at the rate this "
-                                                  "machine holds (ePulsar, one run, ~14 min)."),
+                  asides: bool = typer.Option(True, "--asides/--no-asides", help="Also run ePulsar once as the paper "
+                                              "ran the UAV case (8x8 UAVs, 50 m/s, 10 min, rate scaled; ~14 min) "
+                                              "and the MMOG smoke under one-way distances (~2 min)."),
                   master: Optional[str] = typer.Option(None, help="Spark master (default local[*]).")) -> None:
     """Run every experiment at this machine's scale, render every figure, write an index beside the paper's numbers.
 
@@ -397,7 +407,7 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
     command = "testbed paper" + "".join(f" {a}" for a in sys.argv[2:]) if sys.argv[1:2] == ["paper"] else \
         "testbed figures --paper"
     options = paper_mod.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
-                                policies=chosen, repeats=repeats, comparable=comparable, master=master,
+                                policies=chosen, repeats=repeats, asides=asides, master=master,
                                 command=command)
     raise typer.Exit(paper_mod.main(options))
 

@@ -9,11 +9,13 @@ Steps, each shown as [i/N] with what is left; a failing step is recorded and the
                    seed = the file's + repeat), smoke scale by default, --scale full for uav.yaml/mmog.yaml;
                    runs land in <out>/runs/<scenario>-<id>/. The smokes check the mechanism; they are not
                    comparable with the paper (600 m/s, 60 s)
-  comparable       the UAV case as the paper ran it (8 swarms of 8 UAVs, 50 m/s, 10 min) at the rate this
-                   machine holds (scenarios/uav-comparable.yaml), ePulsar once: Fig. 8's verdict
+  asides           ePulsar once in each of ASIDES, each compared on its own into <out>/<aside>/: the UAV case
+                   as the paper ran it (8 swarms of 8 UAVs, 50 m/s, 10 min) at the rate this machine holds
+                   (scenarios/uav-comparable.yaml; Fig. 8's verdict), and the MMOG smoke under the other
+                   reading of d (one_way; the smokes use rtt, the reading under which Fig. 4 reproduces)
   comparison       PySpark over the runs' traces: fig8.png, fig9.png (one row per policy, first repeat),
                    fig8-p95.png, fig9-p95.png, violations.png (`analysis.compare_runs`); every table with a
-                   95 % interval over the repeats (`analysis.stats`); the comparable run into comparable/
+                   95 % interval over the repeats (`analysis.stats`)
   index            <out>/index.md and index.html: each figure, our headline number, the paper's, the scale
                    and a verdict by a rule tied to the paper's mechanism (analysis.headlines): yes, no, or
                    "not testable" when the rule could not have failed (e.g. the configured topology bounds
@@ -43,7 +45,26 @@ BENCH_DIR = REPO / "results" / "bench"
 POLICIES = tuple(REGISTRY)  # every registered policy (testbed.policies.registry), in its order
 SCALES = {"smoke": {"uav-swarm": "scenarios/uav-smoke.yaml", "mmog": "scenarios/mmog-smoke.yaml"},
           "full": {"uav-swarm": "scenarios/uav.yaml", "mmog": "scenarios/mmog.yaml"}}
-COMPARABLE = "scenarios/uav-comparable.yaml"   # Fig. 8 as the paper ran it, at this machine's rate
+
+
+@dataclass(frozen=True)
+class Aside:
+    """An ePulsar run beside the per-policy smokes, compared on its own into OUT/<name>/; its index
+    entry is `figure`, its PNGs are copied into OUT as fig8|fig9-<name>.png."""
+    name: str
+    figure: str
+    kind: str
+    scenario: str
+    note: str
+    distance: str | None = None       # --distance override
+
+
+ASIDES = (
+    Aside("comparable", "fig8", "uav-swarm", "scenarios/uav-comparable.yaml",
+          "the paper's flight and length, rate scaled; "),
+    Aside("one_way", "fig9-one_way", "mmog", "scenarios/mmog-smoke.yaml",
+          "one-way distances (d = RTT / 2), ePulsar only; ", distance="one_way"),
+)
 PAPER_SCALE = {"uav-swarm": "paper: 4 zones, 8 swarms of 8 UAVs, 200 msg/s of 1 KB each, 50 m/s, 10 min",
                "mmog": "paper: 5 cities, 64 avatars, 300 msg/s of 998 B, group change after U(30 s, 60 s), 10 min"}
 
@@ -70,7 +91,8 @@ BENCHES = (
 )
 FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
                  "fig5": ["fig5.png", "fig5_configured.png"], "fig6": ["fig6.png"], "fig7a": ["fig7a.png"],
-                 "fig7b": ["fig7b.png"], "fig8": ["fig8-comparable.png", "fig8-comparable-p95.png"], "fig9": ["fig9.png", "fig9-p95.png"],
+                 "fig7b": ["fig7b.png"], "fig8": ["fig8-comparable.png", "fig8-comparable-p95.png"],
+                 "fig9-one_way": ["fig9-one_way.png", "fig9-one_way-p95.png"], "fig9": ["fig9.png", "fig9-p95.png"],
                  "violations": ["violations.png"]}
 
 
@@ -92,7 +114,7 @@ class Options:
     quick: bool = False               # benchmarks that do run: their --quick sweep
     policies: tuple[str, ...] = POLICIES
     repeats: int = 2                  # runs per scenario and policy, seeds file seed + 0..repeats-1
-    comparable: bool = True           # also run COMPARABLE (ePulsar, once)
+    asides: bool = True               # also run ASIDES (ePulsar, once each)
     master: str | None = None
     command: str = "testbed paper"
 
@@ -103,8 +125,8 @@ class State:
     steps: list[Step] = field(default_factory=list)
     runs: list[dict] = field(default_factory=list)     # {workload, policy, repeat, seed, dir, missing}
     comparison: dict | None = None
-    comparable_runs: list[dict] = field(default_factory=list)
-    comparable: dict | None = None                     # the comparison of the comparable run
+    aside_runs: dict = field(default_factory=dict)     # aside name -> its run entries
+    asides: dict = field(default_factory=dict)         # aside name -> its comparison
 
 
 def machine() -> str:
@@ -121,7 +143,10 @@ def machine() -> str:
 def scenario_facts(path: Path) -> dict:
     """name, workload, description, duration of a scenario file (plain YAML: no emulation imports)."""
     data = yaml.safe_load(path.read_text()) or {}
+    from testbed.policies import DEFAULT_DISTANCE
+
     return {"name": data.get("name"), "workload": (data.get("workload") or {}).get("kind"), "seed": data.get("seed", 1),
+            "distance": (data.get("control") or {}).get("distance") or DEFAULT_DISTANCE,
             "description": data.get("description", ""), "duration": str(data.get("duration", "?"))}
 
 
@@ -132,10 +157,10 @@ def scale_statement(options: Options, benches_reused: list[str]) -> str:
         experiments.append(f"{rel} ({facts['description']}; {facts['duration']}) {options.repeats} run(s) per "
                            f"policy ({', '.join(options.policies)}), seeds {facts['seed']}.."
                            f"{facts['seed'] + options.repeats - 1}; {PAPER_SCALE[kind]}")
-    if options.comparable:
-        facts = scenario_facts(REPO / COMPARABLE)
-        experiments.append(f"{COMPARABLE} ({facts['description']}; {facts['duration']}) once, ePulsar: "
-                           "Fig. 8 as the paper ran it")
+    for aside in ASIDES if options.asides else ():
+        facts = scenario_facts(REPO / aside.scenario)
+        experiments.append(f"{aside.scenario}{' --distance ' + aside.distance if aside.distance else ''} "
+                           f"({facts['description']}; {facts['duration']}) once, ePulsar ({aside.figure})")
     benches = ("microbenchmarks redrawn from their JSON as measured earlier: " + ", ".join(benches_reused)
                if benches_reused else "")
     ran = [b.name for b in BENCHES if b.name not in benches_reused]
@@ -181,15 +206,19 @@ def _run_dirs(runs_dir: Path, name: str) -> set[Path]:
     return {p for p in runs_dir.glob(f"{name}-*") if (p / "run.json").exists()}
 
 
-def _policy_of(run_dir: Path) -> str | None:
+def _control_of(run_dir: Path) -> dict:
     try:
-        return ((yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}).get("control") or {}).get("policy")
+        return (yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}).get("control") or {}
     except (OSError, yaml.YAMLError):
-        return None
+        return {}
 
 
-def reusable_run(runs_dir: Path, name: str, policy: str, seed: int | None = None) -> Path | None:
-    """The newest complete run of this scenario and policy (and seed, when given) that has traces."""
+def reusable_run(runs_dir: Path, name: str, policy: str, seed: int | None = None,
+                 distance: str | None = None) -> Path | None:
+    """The newest complete run of this scenario and policy (and seed and reading of d, when given)
+    that has traces."""
+    from testbed.policies import DEFAULT_DISTANCE
+
     import json
 
     found = []
@@ -200,7 +229,10 @@ def reusable_run(runs_dir: Path, name: str, policy: str, seed: int | None = None
             continue
         if seed is not None and meta.get("seed") != seed:
             continue
-        if meta.get("complete") and _policy_of(run_dir) == policy and any((run_dir / "traces").glob("*")):
+        control = _control_of(run_dir)
+        if distance is not None and (control.get("distance") or DEFAULT_DISTANCE) != distance:
+            continue
+        if meta.get("complete") and control.get("policy") == policy and any((run_dir / "traces").glob("*")):
             found.append((meta.get("started") or 0, run_dir))
     return max(found)[1] if found else None
 
@@ -222,31 +254,33 @@ def harness_notes(rows: list[dict], scenario: str) -> list[str]:
 
 def _smoke_fig8(options: Options) -> str:
     """The smoke UAV runs' index entry: Fig. 8 itself only when no comparable run is made."""
-    return "fig8-smoke" if options.comparable else "fig8"
+    return "fig8-smoke" if options.asides else "fig8"
 
 
-def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 0, into: list | None = None,
-             figures: tuple[str, ...] | None = None) -> Step:
-    """One `testbed run` of `scenario` under `policy`, the file's seed + `repeat`; its entry goes into
-    `into` (default: the runs the smoke comparison reads)."""
+def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 0, aside: Aside | None = None) -> Step:
+    """One `testbed run` of `scenario` under `policy`, the file's seed + `repeat`; its entry goes to
+    the smoke comparison's runs, or to `aside`'s."""
     options = state.options
     runs_dir = options.out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     facts = scenario_facts(REPO / scenario)
     name, seed = facts["name"], facts["seed"] + repeat
-    step = Step(f"run {scenario} --policy {policy} --seed {seed}",
-                figures=figures or (_smoke_fig8(options) if kind == "uav-swarm" else "fig9", "violations"))
-    entry = {"workload": kind, "policy": policy, "repeat": repeat, "seed": seed, "dir": None}
-    (state.runs if into is None else into).append(entry)
+    distance = aside.distance if aside and aside.distance else facts["distance"]
+    override = ["--distance", aside.distance] if aside and aside.distance else []
+    step = Step(f"run {scenario} --policy {policy} --seed {seed}" + "".join(f" {a}" for a in override),
+                figures=(aside.figure,) if aside else (_smoke_fig8(options) if kind == "uav-swarm" else "fig9",
+                                                       "violations"))
+    entry = {"workload": kind, "policy": policy, "repeat": repeat, "seed": seed, "distance": distance, "dir": None}
+    (state.aside_runs.setdefault(aside.name, []) if aside else state.runs).append(entry)
     if options.reuse_runs:
-        found = reusable_run(runs_dir, name, policy, seed)
+        found = reusable_run(runs_dir, name, policy, seed, distance)
         if found is not None:
             entry["dir"] = str(found)
             step.status, step.detail = "ok", f"reused {_rel(found)}"
             return step
     before = _run_dirs(runs_dir, name)
     code = _subprocess([sys.executable, "-m", "testbed.cli", "run", scenario, "--policy", policy,
-                        "--seed", str(seed), "--results", str(runs_dir)])
+                        "--seed", str(seed), *override, "--results", str(runs_dir)])
     new = sorted(_run_dirs(runs_dir, name) - before, key=lambda p: p.stat().st_mtime)
     if new:
         entry["dir"] = str(new[-1])
@@ -257,10 +291,11 @@ def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 
     return step
 
 
-def compare_step(state: State, comparable: bool = False) -> Step:
-    """The PySpark comparison of the smoke runs into OUT, or of the comparable run into OUT/comparable."""
-    figures = ("fig8",) if comparable else (_smoke_fig8(state.options), "fig9", "violations")
-    step = Step(f"PySpark comparison of the {'comparable run' if comparable else 'runs'} ({', '.join(figures)})",
+def compare_step(state: State, aside: Aside | None = None) -> Step:
+    """The PySpark comparison of the smoke runs into OUT, or of an aside's run into OUT/<aside>/ (its
+    PNGs copied into OUT as fig8|fig9-<aside>.png and ...-p95.png)."""
+    figures = (aside.figure,) if aside else (_smoke_fig8(state.options), "fig9", "violations")
+    step = Step(f"PySpark comparison of {'the ' + aside.name + ' run' if aside else 'the runs'} ({', '.join(figures)})",
                 figures=figures)
     from analysis.compare_runs import compare_runs
     from analysis.spark import java_available, session
@@ -269,12 +304,13 @@ def compare_step(state: State, comparable: bool = False) -> Step:
         step.status, step.detail = "failed", "Spark needs a Java runtime (make setup installs default-jre-headless)"
         return step
     spark = session(state.options.master)
-    if comparable:
-        out = state.options.out / "comparable"
-        state.comparable = result = compare_runs(spark, state.comparable_runs, out)
-        for name in ("fig8.png", "fig8-p95.png"):
-            if (out / name).exists():
-                shutil.copy2(out / name, state.options.out / name.replace("fig8", "fig8-comparable"))
+    if aside:
+        out = state.options.out / aside.name
+        state.asides[aside.name] = result = compare_runs(spark, state.aside_runs.get(aside.name, []), out)
+        drawn_as = "fig8" if aside.kind == "uav-swarm" else "fig9"
+        for suffix in (".png", "-p95.png"):
+            if (out / f"{drawn_as}{suffix}").exists():
+                shutil.copy2(out / f"{drawn_as}{suffix}", state.options.out / f"{drawn_as}-{aside.name}{suffix}")
     else:
         state.comparison = result = compare_runs(spark, state.runs, state.options.out)
     drawn = sorted(result["figures"])
@@ -325,9 +361,9 @@ def entries(state: State):
                                      images=FIGURE_IMAGES["fig8-smoke" if kind == "uav-swarm" else fig],
                                      note="" if fig == "fig9" else "mechanism check, not comparable with the paper "
                                      "(faster flight, shorter run); "))
-    if state.options.comparable:
-        out.append(_experiment_entry("fig8", "uav-swarm", COMPARABLE, state.comparable, failed,
-                                     images=FIGURE_IMAGES["fig8"], note="the paper's flight and length; "))
+    for aside in ASIDES if state.options.asides else ():
+        out.append(_experiment_entry(aside.figure, aside.kind, aside.scenario, state.asides.get(aside.name), failed,
+                                     images=FIGURE_IMAGES[aside.figure], note=aside.note))
     entry = Entry("violations", images=FIGURE_IMAGES["violations"], failed=failed.get("violations", []),
                   source=f"{_rel(state.options.out / 'tables' / 'policy_violations.parquet')}, "
                          f"{_rel(state.options.out / 'compare.json')}",
@@ -359,7 +395,7 @@ def _experiment_entry(fig: str, kind: str, scenario: str, comparison: dict | Non
         return entry
     entry.missing += [f"{m['policy']} run: {m['reason']}" for m in comparison.get("missing", []) if m["workload"] == kind]
     try:
-        entry.headline = experiment_headlines.EXPERIMENT_HEADLINES[fig.removesuffix("-smoke")](
+        entry.headline = experiment_headlines.EXPERIMENT_HEADLINES[fig.split("-")[0]](
             comparison, facts["name"], _first_class(REPO / scenario), scale)
     except headlines.MissingInput as error:
         entry.missing.append(str(error))
@@ -383,11 +419,10 @@ def plan(options: Options) -> list[tuple[str, Callable[[State], Step]]]:
                 todo.append((f"run {scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
                              lambda state, k=kind, s=scenario, p=policy, r=repeat: run_step(k, s, p, state, r)))
     todo.append(("PySpark comparison", compare_step))
-    if options.comparable:
-        todo.append((f"run {COMPARABLE} --policy epulsar",
-                     lambda state: run_step("uav-swarm", COMPARABLE, "epulsar", state, 0, state.comparable_runs,
-                                            ("fig8",))))
-        todo.append(("PySpark comparison of the comparable run", lambda state: compare_step(state, comparable=True)))
+    for aside in ASIDES if options.asides else ():
+        todo.append((f"run {aside.scenario} --policy epulsar" + (f" --distance {aside.distance}" if aside.distance else ""),
+                     lambda state, a=aside: run_step(a.kind, a.scenario, "epulsar", state, 0, a)))
+        todo.append((f"PySpark comparison of the {aside.name} run", lambda state, a=aside: compare_step(state, a)))
     return todo
 
 

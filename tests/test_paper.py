@@ -270,7 +270,7 @@ def test_entries_mark_absent_bench_json_as_missing(tmp_path, monkeypatch):
     state.steps.append(paper.Step("bench monitoring (fig6)", "failed", detail="exit 1", figures=("fig6",)))
     by_fig = {e.figure: e for e in paper.entries(state)}
     assert list(by_fig) == ["fig3b", "fig4", "fig5", "fig6", "fig7a", "fig7b", "fig8-smoke", "fig9", "fig8",
-                            "violations"]
+                            "fig9-one_way", "violations"]
     assert by_fig["fig3b"].headline is not None and not by_fig["fig3b"].missing
     assert by_fig["fig4"].headline is None and "placement.json (make bench-placement)" in by_fig["fig4"].missing[0]
     assert by_fig["fig6"].failed == ["bench monitoring (fig6) (exit 1)"]
@@ -278,7 +278,8 @@ def test_entries_mark_absent_bench_json_as_missing(tmp_path, monkeypatch):
     assert any("PySpark" in m for m in by_fig["fig8"].missing) and by_fig["violations"].missing
     assert by_fig["fig8-smoke"].scale.startswith("mechanism check, not comparable")
     assert by_fig["fig8"].images == ["fig8-comparable.png", "fig8-comparable-p95.png"]
-    alone = {e.figure: e for e in paper.entries(paper.State(paper.Options(out=tmp_path / "p2", comparable=False)))}
+    assert by_fig["fig9-one_way"].images == ["fig9-one_way.png", "fig9-one_way-p95.png"]
+    alone = {e.figure: e for e in paper.entries(paper.State(paper.Options(out=tmp_path / "p2", asides=False)))}
     assert "fig8-smoke" not in alone and alone["fig8"].images == ["fig8.png", "fig8-p95.png"]
 
 
@@ -303,14 +304,18 @@ def test_policy_override_is_validated_and_lands_in_the_run_metadata(tmp_path):
     assert paper.reusable_run(tmp_path, "uav-smoke", "epulsar") is None
     assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4) == run_dir
     assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=3) is None  # another repeat
+    assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4, distance="one_way") == run_dir
+    assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4, distance="rtt") is None
 
 
 def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat():
     names = [name for name, _ in paper.plan(paper.Options(repeats=2, policies=("epulsar", "allpairs")))]
-    runs = [n for n in names if n.startswith("run scenarios/uav-smoke.yaml") or n.startswith("run scenarios/mmog-smoke")]
+    runs = [n for n in names if "(repeat" in n]
     assert len(runs) == 2 * 2 * 2 and all("(repeat 1/2)" in n for n in runs[:4])
-    assert names[-2:] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run"]
-    assert "uav-comparable" not in " ".join(n for n, _ in paper.plan(paper.Options(repeats=1, comparable=False)))
+    assert names[-4:] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run",
+                          "run scenarios/mmog-smoke.yaml --policy epulsar --distance one_way",
+                          "PySpark comparison of the one_way run"]
+    assert "uav-comparable" not in " ".join(n for n, _ in paper.plan(paper.Options(repeats=1, asides=False)))
 
 
 def test_run_seed_overrides_the_scenario_and_its_topology():
