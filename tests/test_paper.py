@@ -377,3 +377,17 @@ def test_runs_under_two_readings_of_d_are_not_pooled():
     label_readings(mixed)
     assert [u["run"]["scenario"] for u in mixed] == ["mmog-smoke (d=one_way)", "mmog-smoke (d=rtt)", "uav-smoke"]
     assert mixed[1]["scenario"] == "mmog-smoke (d=rtt)"
+
+
+def test_fig7_gives_no_verdict_on_saturated_configurations():
+    """A latency measured while the harness was saturated is the machine's: Fig. 7's rules say so."""
+    data = migration_json()
+    assert headlines.ours_fig7a(data).verdict == "yes"
+    data["rows"][0]["harness"] = {"valid": False}
+    fig7a = headlines.ours_fig7a(data)
+    assert fig7a.verdict == "not testable" and "saturated in 1 of the 4 configurations" in fig7a.untestable
+    bad = migration_json()
+    for r in bad["rows"]:
+        if r["figure"] == "7b" and r["topics"] == 128:
+            r["harness"] = {"valid": False}
+    assert headlines.ours_fig7b(bad).verdict == "not testable"
