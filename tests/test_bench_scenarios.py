@@ -3,6 +3,7 @@ the values a benchmark sweeps are applied to them without breaking what the file
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -89,3 +90,25 @@ def test_nc_star_at_an_rtt_shipped_or_not(nodes):
     assert len(topo.nodes) == nodes
     a, b = sorted(topo.nodes)[:2]
     assert topo.node_rtt(a, b) == pytest.approx(0.100)
+
+
+def test_migration_clients_are_split_and_their_health_merged_per_second(tmp_path):
+    """At most 32 clients share an event loop; the guard reads every process's lateness, second by second."""
+    from testbed import health
+    from testbed.bench.migration import _harness, client_shares
+
+    assert client_shares(128) == [32, 32, 32, 32] and client_shares(33) == [17, 16] and client_shares(8) == [8]
+
+    def second(s: float, late_ms: float, lag_ms: float) -> str:
+        hist = health.LatenessHistogram()
+        for _ in range(50):
+            hist.add(late_ms)
+        return json.dumps({"s": s, "hist": hist.as_dict(), "loop_lag_max_ms": lag_ms}) + "\n"
+
+    quiet, late = tmp_path / "h0.jsonl", tmp_path / "h1.jsonl"
+    quiet.write_text(second(100.0, 0.1, 1.0) + second(101.0, 0.1, 1.0))
+    late.write_text(second(100.0, 0.1, 2.0) + second(101.0, 50.0, 60.0))
+    verdict = _harness([quiet, late], [], 100.0, 102.0)
+    assert verdict["seconds"] == 2 and verdict["saturated_seconds"] == 1 and not verdict["valid"]
+    assert verdict["loop_lag_max_ms"] == 60.0
+    assert _harness([quiet], [], 100.0, 102.0)["valid"]

@@ -1,7 +1,7 @@
 """`make bench-migration`: topic migration overheads, enhanced (ePulsar) vs baseline (Pulsar) (paper 5.7, Fig. 7).
 
-Two edge brokers, one client per topic, the real topic manager in `pingpong` mode moving every topic
-from one broker to the other each round. Varied: topics, one-way WAN latency between the edge and
+Two edge brokers, one client per topic (at most 32 per client process), the real topic manager in
+`pingpong` mode moving every topic from one broker to the other each round. Varied: topics, one-way WAN latency between the edge and
 the topic manager (the cloud), migration executors. Measured from the manager's and the clients'
 own events: per-topic migration time (release sent -> release complete, and from the round's
 decision, which adds the wait for an executor) and each client's downtime from its redirect or
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -42,7 +43,7 @@ from rich.table import Table
 from analysis.stats import from_dict, median_ci
 from testbed import health
 from testbed.experiment import Session
-from testbed.procs import json_lines, machine_ticks, read_line
+from testbed.procs import json_lines, machine_ticks, read_line, stop_group
 from testbed.roles.pubsub import ManagerOptions, PubSubSystem
 from testbed.scenario.loader import load
 
@@ -61,26 +62,39 @@ def scenario_at(wan_ms: float):
 PAPER_TOPICS = 128     # Fig. 7a: topics migrated at once (and the most of Fig. 7b)
 PAPER_EXECUTORS = 16   # Fig. 7a: the enhanced workflow's migration executors
 PAPER_WAN_MS = 40      # Fig. 7b: one-way WAN latency
+# Clients per client process: 128 in one asyncio loop made the loop, not the system, set the
+# downtime at a migration (the herd of reconnects left publishers 7-40 ms late: saturated).
+TOPICS_PER_PROCESS = 32
+
+
+def client_shares(topics: int) -> list[int]:
+    """Topics per client process: as even as possible, at most TOPICS_PER_PROCESS each."""
+    processes = max(1, math.ceil(topics / TOPICS_PER_PROCESS))
+    return [topics // processes + (1 if i < topics % processes else 0) for i in range(processes)]
 
 
 def _ci(values: list[float]) -> dict | None:
     return median_ci(values).as_dict() if values else None
 
 
-def _harness(health_file: Path, cpu: list[tuple[float, int, int]], since: float, until: float) -> dict:
-    """The saturation guard's verdict (testbed.health) over the measured window: the clients'
-    per-second publisher lateness and event-loop lag, and the machine's CPU idle share."""
+def _harness(health_files: list[Path], cpu: list[tuple[float, int, int]], since: float, until: float) -> dict:
+    """The saturation guard's verdict (testbed.health) over the measured window: the client
+    processes' per-second publisher lateness (merged) and worst event-loop lag, and the machine's
+    CPU idle share."""
+    seconds: dict = {}
+    for path in health_files:
+        for line in json_lines(path) if path.exists() else []:
+            if since - 1 <= line["s"] < until:
+                hist, lag = seconds.setdefault(line["s"], (health.LatenessHistogram(), []))
+                hist.merge(line["hist"])
+                lag.append(line.get("loop_lag_max_ms", 0.0))
     rows = []
     budget = health.BUDGET.publisher_late_p99_ms
-    for line in json_lines(health_file) if health_file.exists() else []:
-        if not since - 1 <= line["s"] < until:
-            continue
-        hist = health.LatenessHistogram()
-        hist.merge(line["hist"])
-        row = {"elapsed_s": line["s"] - since, "publisher_n": hist.n, "publisher_over": hist.over(budget),
-               "publisher_hist": line["hist"], "publisher_late_max_ms": hist.max_ms,
-               "loop_lag_max_ms": line.get("loop_lag_max_ms", 0.0)}
-        mid = line["s"] + 0.5
+    for second, (hist, lag) in sorted(seconds.items()):
+        row = {"elapsed_s": second - since, "publisher_n": hist.n, "publisher_over": hist.over(budget),
+               "publisher_hist": hist.as_dict(), "publisher_late_max_ms": hist.max_ms,
+               "loop_lag_max_ms": max(lag)}
+        mid = second + 0.5
         for (t0, total0, idle0), (t1, total1, idle1) in zip(cpu, cpu[1:]):
             if t0 <= mid < t1 and total1 > total0:
                 row["cpu_idle"] = (idle1 - idle0) / (total1 - total0)
@@ -106,17 +120,22 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
                                              default="bzone1"),
                               monitoring_period=period)
         system.start()
-        client = None
+        clients: list[subprocess.Popen] = []
+        shares = client_shares(topics)
+        events = [log_dir / f"clients-{j}.jsonl" for j in range(len(shares))]
+        health_files = [log_dir / f"health-{j}.jsonl" for j in range(len(shares))]
         ready = until = float("inf")
         try:
             rate = 20.0 if topics <= 32 else 10.0
-            argv = [session.network.python, "-m", "testbed.systems.pubsub.multiclient", "--topics", str(topics),
-                    "--lookup", system.lookup_url, "--rate", f"{rate:g}", "--events", str(log_dir / "clients.jsonl"),
-                    "--health", str(log_dir / "health.jsonl")]
-            client = session.network.popen("cl1", argv, stdout=subprocess.PIPE, stderr=(log_dir / "mc.log").open("ab"),
-                                           text=True)
-            if read_line(client, 180) is None:
-                raise RuntimeError(f"clients did not attach (see {log_dir / 'mc.log'})")
+            for j, share in enumerate(shares):
+                argv = [session.network.python, "-m", "testbed.systems.pubsub.multiclient", "--topics", str(share),
+                        "--prefix", f"m{j}t", "--name", f"mc{j}", "--lookup", system.lookup_url,
+                        "--rate", f"{rate:g}", "--events", str(events[j]), "--health", str(health_files[j])]
+                clients.append(session.network.popen("cl1", argv, stdout=subprocess.PIPE, text=True,
+                                                     stderr=(log_dir / f"mc-{j}.log").open("ab")))
+            for j, client in enumerate(clients):
+                if read_line(client, 180) is None:
+                    raise RuntimeError(f"clients did not attach (see {log_dir / f'mc-{j}.log'})")
             ready = time.time()
             deadline = time.monotonic() + rounds * period + 120
             while time.monotonic() < deadline:
@@ -136,15 +155,13 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
             while time.monotonic() < settle:
                 time.sleep(0.5)
                 cpu.append((time.time(), *machine_ticks()))
-                closed = sum(1 for e in json_lines(log_dir / "clients.jsonl")
+                closed = sum(1 for path in events for e in json_lines(path)
                              if e["type"] == "downtime" and e["start"] >= ready)
                 if closed >= moved:
                     break
             until = time.time()
         finally:
-            if client is not None and client.poll() is None:
-                client.terminate()
-                client.wait(timeout=10)
+            stop_group([c for c in clients if c.poll() is None], 10)
             system.stop()
     manager = system.manager_events()
     rounds_at = [e for e in manager if e["type"] == "round" and e.get("migrations") and e["time"] >= ready]
@@ -158,7 +175,7 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
                            "completion_s": end["time"] - decided if decided is not None else None})
     downtimes = [{**config, "topic": e.get("topic"), "client": e.get("client"), "reason": e.get("reason"),
                   "downtime_s": e["downtime_s"], "reconnect_s": e.get("reconnect_s")}
-                 for e in json_lines(log_dir / "clients.jsonl") if e["type"] == "downtime" and e["start"] >= ready]
+                 for path in events for e in json_lines(path) if e["type"] == "downtime" and e["start"] >= ready]
     migration_s = [m["migration_time_s"] for m in migrations]
     completion_s = [m["completion_s"] for m in migrations if m["completion_s"] is not None]
     downtime = [d["downtime_s"] for d in downtimes]
@@ -173,7 +190,8 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
            "downtime_median_s": statistics.median(downtime) if downtime else None,
            "reconnect_median_s": statistics.median(reconnect) if reconnect else None,
            "downtime_p95_s": sorted(downtime)[int(0.95 * (len(downtime) - 1))] if downtime else None,
-           "downtimes": len(downtime), "harness": _harness(log_dir / "health.jsonl", cpu, ready, until),
+           "downtimes": len(downtime), "harness": _harness(health_files, cpu, ready, until),
+           "client_processes": len(shares),
            "log_dir": str(log_dir)}
     return row, migrations, downtimes
 
