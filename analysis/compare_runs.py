@@ -107,7 +107,7 @@ def _harness_rows(usable: list[dict], all_messages, kept) -> list[dict]:
     return rows
 
 
-INTERVAL_COLUMNS = ("violation_ratio", "p50_s", "p95_s")
+INTERVAL_COLUMNS = {"violation_ratio": (0.0, 1.0), "p50_s": (0.0, float("inf")), "p95_s": (0.0, float("inf"))}
 
 
 def with_intervals(pooled: list[dict], per_run: list[dict]) -> None:
@@ -118,9 +118,9 @@ def with_intervals(pooled: list[dict], per_run: list[dict]) -> None:
     key = ("scenario", "policy", "topic_class")
     for row in pooled:
         mine = [r for r in per_run if all(r[k] == row[k] for k in key)]
-        for column in INTERVAL_COLUMNS:
+        for column, limits in INTERVAL_COLUMNS.items():
             values = [r[column] for r in mine if r.get(column) is not None]
-            row[f"{column}_ci"] = mean_ci(values).as_dict() if values else None
+            row[f"{column}_ci"] = mean_ci(values, bounds=limits).as_dict() if values else None
 
 
 def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str = "p95_s", say=print) -> dict:

@@ -53,8 +53,18 @@ def _clean(values: Sequence[float]) -> list[float]:
     return [float(v) for v in values if v is not None and not math.isnan(float(v))]
 
 
-def mean_ci(values: Sequence[float], level: float = LEVEL) -> Interval:
-    """The mean with Student's t interval: right for a few independent repeats of roughly normal values."""
+def _clipped(interval: Interval, bounds: tuple[float, float] | None) -> Interval:
+    """The interval cut to what the quantity can take (a ratio 0..1, a latency >= 0): with a few
+    repeats a t interval reaches past them, and a negative violation ratio says nothing."""
+    if bounds is None or not interval.has_interval:
+        return interval
+    low, high = bounds
+    return Interval(interval.value, max(low, interval.low), min(high, interval.high), interval.n, interval.level)
+
+
+def mean_ci(values: Sequence[float], level: float = LEVEL, bounds: tuple[float, float] | None = None) -> Interval:
+    """The mean with Student's t interval: right for a few independent repeats of roughly normal
+    values; `bounds` cuts it to the quantity's range."""
     from scipy import stats
 
     xs = _clean(values)
@@ -65,7 +75,7 @@ def mean_ci(values: Sequence[float], level: float = LEVEL) -> Interval:
         return Interval(mean, None, None, len(xs), level)
     sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1))
     half = stats.t.ppf((1 + level) / 2, len(xs) - 1) * sd / math.sqrt(len(xs))
-    return Interval(mean, mean - half, mean + half, len(xs), level)
+    return _clipped(Interval(mean, mean - half, mean + half, len(xs), level), bounds)
 
 
 def mean_ci_from(mean: float, sd: float | None, n: int, level: float = LEVEL) -> Interval:

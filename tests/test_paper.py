@@ -183,8 +183,8 @@ def test_experiment_headlines_give_the_interval_over_repeats():
                for r in result["violations"] for i, delta in enumerate((-0.02, 0.02))]
     with_intervals(result["violations"], per_run)
     fig8 = experiment_headlines.ours_fig8(result, "uav-smoke", "follow_leader", "smoke")
-    # two samples 10 +- 2 %: mean 10.0, half-width t(0.975, 1) * 2.83 / 1.41 = 25.4 points
-    assert "ePulsar 10.0 % (runs' mean 10.0 % [-15.4, 35.4] (n=2)) above 40 ms" in fig8.ours
+    # two samples 10 +- 2 %: mean 10.0, half-width t(0.975, 1) * 2.83 / 1.41 = 25.4 points, cut at 0 %
+    assert "ePulsar 10.0 % (runs' mean 10.0 % [0.0, 35.4] (n=2)) above 40 ms" in fig8.ours
     assert fig8.numbers["epulsar"]["violation_ratio_ci"]["n"] == 2
     single = comparison()
     with_intervals(single["violations"], [{**r, "run_id": "x"} for r in single["violations"]])
@@ -391,3 +391,11 @@ def test_fig7_gives_no_verdict_on_saturated_configurations():
         if r["figure"] == "7b" and r["topics"] == 128:
             r["harness"] = {"valid": False}
     assert headlines.ours_fig7b(bad).verdict == "not testable"
+
+
+def test_intervals_stay_within_what_the_quantity_can_take():
+    from analysis.stats import mean_ci
+
+    ratio = mean_ci([0.27, 0.0], bounds=(0.0, 1.0))  # one repeat without a handover: t reaches below 0
+    assert ratio.low == 0.0 and ratio.high == 1.0 and ratio.value == 0.135
+    assert mean_ci([0.27, 0.0]).low < 0
