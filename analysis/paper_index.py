@@ -25,6 +25,8 @@ class Entry:
     images: list[str] = field(default_factory=list)
     headline: Headline | None = None
     missing: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)   # facts the verdict took into account (e.g. messages the
+                                                     # saturation guard left out): listed, not a problem
     failed: list[str] = field(default_factory=list)
     source: str = ""
     scale: str = ""
@@ -43,7 +45,8 @@ class Entry:
         """Everything missing or failed, in words (also a listed PNG that is not there)."""
         absent = [f"{name} not rendered" for name in self.images if not (Path(out_dir) / name).exists()]
         none = ["no headline number"] if self.headline is None and not self.missing and not self.failed else []
-        return [f"failed: {f}" for f in self.failed] + [f"missing: {m}" for m in self.missing + absent + none]
+        return ([f"failed: {f}" for f in self.failed] + [f"missing: {m}" for m in self.missing + absent + none]
+                + [f"note: {n}" for n in self.notes])
 
 
 def figure_label(figure: str) -> str:
@@ -94,7 +97,7 @@ def markdown(entries: list[Entry], out_dir: Path, about: dict) -> str:
         lines.append(f"| [{r['figure']}](#{r['anchor']}) | {_md_cell(r['ours'])} | {_md_cell(r['paper'])} | "
                      f"{r['section']} | {r['agrees']} | {_md_cell(r['scale'])} | {r['status']} |")
     problems = [(r["figure"], p) for r in rows for p in r["problems"]]
-    lines += ["", "## Missing or failed", ""]
+    lines += ["", "## Missing, failed, and notes", ""]
     lines += [f"- {fig}: {p}" for fig, p in problems] or ["- nothing: every figure has its PNG and headline"]
     steps = about.get("steps") or []
     if steps:
@@ -135,7 +138,7 @@ def html_page(entries: list[Entry], out_dir: Path, about: dict) -> str:
                      f"<td>{_h(r['paper'])}</td><td>{_h(r['section'])}</td><td>{_h(r['agrees'])}</td>"
                      f"<td>{_h(r['scale'])}</td><td style='color:{colour.get(r['status'], '#000')}'>"
                      f"{_h(r['status'])}</td></tr>")
-    parts.append("</table><h2>Missing or failed</h2><ul>")
+    parts.append("</table><h2>Missing, failed, and notes</h2><ul>")
     problems = [(r["figure"], p) for r in rows for p in r["problems"]]
     parts += [f"<li>{_h(fig)}: {_h(p)}</li>" for fig, p in problems] or [
         "<li>nothing: every figure has its PNG and headline</li>"]

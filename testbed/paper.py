@@ -399,7 +399,7 @@ def _experiment_entry(fig: str, kind: str, scenario: str, comparison: dict | Non
             comparison, facts["name"], _first_class(REPO / scenario), scale)
     except headlines.MissingInput as error:
         entry.missing.append(str(error))
-    entry.missing += harness_notes(comparison.get("harness") or [], facts["name"])
+    entry.notes += harness_notes(comparison.get("harness") or [], facts["name"])
     return entry
 
 

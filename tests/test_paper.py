@@ -399,3 +399,14 @@ def test_intervals_stay_within_what_the_quantity_can_take():
     ratio = mean_ci([0.27, 0.0], bounds=(0.0, 1.0))  # one repeat without a handover: t reaches below 0
     assert ratio.low == 0.0 and ratio.high == 1.0 and ratio.value == 0.135
     assert mean_ci([0.27, 0.0]).low < 0
+
+
+def test_harness_notes_are_listed_without_marking_the_figure_missing(tmp_path):
+    (tmp_path / "fig9.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    fig9 = experiment_headlines.ours_fig9(comparison(scenario="mmog-smoke", cls="avatar", threshold=0.1, bound=0.15),
+                                          "mmog-smoke", "avatar")
+    entry = Entry("fig9", images=["fig9.png"], headline=fig9,
+                  notes=["epulsar run ab12cd: harness saturated for 4 s; 240 of 14292 messages left out of the verdict"])
+    assert entry.status(tmp_path) == "ok"
+    md = write_index(tmp_path, [entry], {})[0].read_text()
+    assert "- Fig. 9: note: epulsar run ab12cd: harness saturated for 4 s" in md and "| ok |" in md
