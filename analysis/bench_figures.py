@@ -33,7 +33,6 @@ import numpy as np  # noqa: E402
 
 from analysis import figures, stats  # noqa: E402
 from analysis.headlines import PLACEMENT_THRESHOLD_S  # noqa: E402
-from analysis.stats import from_dict  # noqa: E402
 from testbed.policies import DEFAULT_DISTANCE, DISTANCES, POLICIES  # noqa: E402
 
 OUT = Path("results/bench")
@@ -179,7 +178,7 @@ def fig7a(rows: list[dict], out: Path) -> dict:
     for workflow in ("baseline", "enhanced"):
         mine = sorted((r for r in rows if r["workflow"] == workflow), key=lambda r: r["wan_ms"])
         for key, definition, marker, line in DOWNTIME_DEFINITIONS:
-            points = [(r["wan_ms"], from_dict(r[key])) for r in mine if r.get(key)]
+            points = [(r["wan_ms"], stats.from_dict(r[key])) for r in mine if r.get(key)]
             if not points:
                 continue
             label = f"{figures.WORKFLOW_NAMES[workflow]}, {definition}"
@@ -202,7 +201,7 @@ def fig7b(rows: list[dict], out: Path) -> dict:
     wans = sorted({r["wan_ms"] for r in rows})
     for workflow, executors in sorted({(r["workflow"], r["executors"]) for r in rows},
                                       key=lambda k: (k[0] != "baseline", k[1])):
-        points = sorted((r["topics"], from_dict(r["completion"])) for r in rows
+        points = sorted((r["topics"], stats.from_dict(r["completion"])) for r in rows
                         if (r["workflow"], r["executors"]) == (workflow, executors))
         label = figures.WORKFLOW_NAMES[workflow] + (f", {executors} executor{'s' if executors != 1 else ''}"
                                                     if workflow == "enhanced" else "")

@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from analysis import stats
-from analysis.stats import Interval, from_dict
 from testbed.policies import POLICIES
 
 
@@ -129,9 +128,11 @@ def ours_fig3b(nc: dict) -> Headline:
             "with 8 nodes")
     worst = max(by_nodes, key=lambda r: r["median_error_ms"])
     worst_relative = max(by_rtt, key=lambda r: r["median_relative"])
-    if stats.from_dict(worst.get("median_error_ms_ci")) and stats.from_dict(worst_relative.get("median_relative_ci")):
-        text += (f" (largest: {stats.from_dict(worst['median_error_ms_ci']).text('{:.2f}', 1, ' ms')} at "
-                 f"{worst['nodes']} nodes, {stats.from_dict(worst_relative['median_relative_ci']).text('{:.2f}', 100, ' %')} "
+    error_ci = stats.from_dict(worst.get("median_error_ms_ci"))
+    relative_ci = stats.from_dict(worst_relative.get("median_relative_ci"))
+    if error_ci and relative_ci:
+        text += (f" (largest: {error_ci.text('{:.2f}', 1, ' ms')} at "
+                 f"{worst['nodes']} nodes, {relative_ci.text('{:.2f}', 100, ' %')} "
                  f"at {worst_relative['rtt_ms']:g} ms; 95 % bootstrap over pairs)")
     if cpu is not None:
         text += f"; agent CPU <= {cpu:.2f} %, RSS mean <= {rss:.1f} MB (peak {rss_peak:.1f} MB)"
@@ -275,7 +276,7 @@ DOWNTIME_DEFINITIONS = {"reconnect": "to reconnected (paper)", "downtime": "to t
 
 
 def _intervals(rows: list[dict], key: str) -> dict:
-    return {(r["workflow"], r["wan_ms"]): from_dict(r[key]) for r in rows if r.get(key)}
+    return {(r["workflow"], r["wan_ms"]): stats.from_dict(r[key]) for r in rows if r.get(key)}
 
 
 def _harness_note(rows: list[dict]) -> str:
@@ -327,8 +328,8 @@ def ours_fig7b(migration: dict) -> Headline:
                    "Fig. 7b rows in migration.json")
     most = max(r["topics"] for r in rows)
     at = [r for r in rows if r["topics"] == most]
-    enhanced = sorted((r["executors"], from_dict(r["completion"])) for r in at if r["workflow"] == "enhanced")
-    baseline = [from_dict(r["completion"]) for r in at if r["workflow"] == "baseline"]
+    enhanced = sorted((r["executors"], stats.from_dict(r["completion"])) for r in at if r["workflow"] == "enhanced")
+    baseline = [stats.from_dict(r["completion"]) for r in at if r["workflow"] == "baseline"]
     require(enhanced and baseline, f"both workflows at {most} topics")
     per_executors = ", ".join(f"{i.text('{:.2f}', unit=' s')} ({e} executor{'s' if e != 1 else ''})"
                               for e, i in enhanced)
@@ -336,7 +337,7 @@ def ours_fig7b(migration: dict) -> Headline:
             f"{per_executors}; Pulsar (sequential) {baseline[0].text('{:.2f}', unit=' s')}, median per topic from "
             "the decision")
     times = [i.value for _, i in enhanced]
-    fastest: Interval = enhanced[-1][1]
+    fastest: stats.Interval = enhanced[-1][1]
     agrees = (all(a > b for a, b in zip(times, times[1:])) and fastest.has_interval and baseline[0].has_interval
               and fastest.high < baseline[0].low)
     why = _saturated(at)
