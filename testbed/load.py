@@ -54,6 +54,21 @@ def mmog_subscriptions(scenario: Scenario, topology: Topology) -> int:
     return sum(len(area_of_interest(a, groups)) for a in range(len(players))) + len(players)
 
 
+def hotspot_rates(scenario: Scenario, topology: Topology) -> tuple[float, float]:
+    """(messages/s published, deliveries/s) of the hot-spot plan at its peak, once the surge's
+    publishers have joined: every publisher's Zipf rate, times its topic's subscribers."""
+    from collections import Counter
+
+    from testbed.scenario.model import HOTSPOT_CLASS
+    from testbed.systems.pubsub.workloads import hotspot_plan
+
+    plan = hotspot_plan(scenario.workload.hotspot, rate_per_publisher(scenario), topology.placed("static"),
+                        scenario.seed, HOTSPOT_CLASS)
+    readers = Counter(s["topic"] for s in plan["subscribers"])
+    return (sum(p["rate"] for p in plan["publishers"]),
+            sum(p["rate"] * readers[p["topic"]] for p in plan["publishers"]))
+
+
 def published_per_s(scenario: Scenario, topology: Topology) -> float:
     """Messages/s handed to brokers: every UAV publishes (the leader follow_leader, each follower
     sensor_data); in the MMOG case every player publishes its avatar's topic."""
@@ -62,6 +77,8 @@ def published_per_s(scenario: Scenario, topology: Topology) -> float:
         return rate * sum(_swarms(topology))
     if kind == "mmog":
         return rate * len(topology.placed("avatar"))
+    if kind == "hotspot":
+        return hotspot_rates(scenario, topology)[0]
     return 0.0
 
 
@@ -74,6 +91,8 @@ def deliveries_per_s(scenario: Scenario, topology: Topology) -> float:
         return rate * sum(2 * (m - 1) for m in _swarms(topology))
     if kind == "mmog":
         return rate * mmog_subscriptions(scenario, topology)
+    if kind == "hotspot":
+        return hotspot_rates(scenario, topology)[1]
     return 0.0
 
 

@@ -231,6 +231,23 @@ def _check_mmog(scenario: Scenario, built: Topology, report) -> None:
             return
 
 
+def _check_hotspot(scenario: Scenario, built: Topology, report) -> None:
+    """The hot-spot workload (issue 14) runs on static client nodes; its hot site must be an edge
+    site with some of them (its topics' clients live there), and its surge within the run."""
+    spec, where = scenario.workload.hotspot, ("workload", "hotspot")
+    static = built.placed("static")
+    if not static:
+        report(("nodes", "clients"), "the hotspot workload needs client nodes with role: static")
+        return
+    sites = sorted({site for _, site in static})
+    if spec.hot_site not in built.sites:
+        report(where + ("hot_site",), f"{spec.hot_site!r} is not a site; sites: {', '.join(built.sites)}")
+    elif spec.hot_topics() and spec.hot_site not in sites:
+        report(where + ("hot_site",), f"{spec.hot_site!r} has no static client node; they are at {', '.join(sites)}")
+    if spec.surge and spec.surge.at >= scenario.duration:
+        report(where + ("surge", "at"), f"{spec.surge.at:g}s is not within the run's duration ({scenario.duration:g}s)")
+
+
 def checked(scenario: Scenario, path: str) -> Topology:
     """Build the topology of a schema-valid scenario, checking what needs the data or the whole
     graph (zones vs towers, site names, name clashes, faults on brokers); every problem names the
@@ -270,6 +287,8 @@ def checked(scenario: Scenario, path: str) -> Topology:
         raise ScenarioError(problems) from None
     if scenario.workload.kind == "mmog":
         _check_mmog(scenario, built, report)
+    if scenario.workload.kind == "hotspot":
+        _check_hotspot(scenario, built, report)
     brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
     for i, fault in enumerate(scenario.faults):
         if fault.kill not in brokers:

@@ -20,7 +20,7 @@ from testbed.systems.pubsub.broker import nats_url
 from testbed.policies import DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DEFAULT_POLICY, Overload, get_policy
 
 BROKER_ROLES = ("cloud", "broker")
-WORKLOADS = {"uav-swarm", "mmog"}  # the scenario workloads this system serves
+WORKLOADS = {"uav-swarm", "mmog", "hotspot"}  # the scenario workloads this system serves
 
 
 @dataclass

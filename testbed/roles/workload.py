@@ -16,8 +16,8 @@ from testbed.roles.pubsub import WORKLOADS, PubSubRole, PubSubSystem
 
 
 class PubSubWorkload(Role):
-    """The scenario's clients: one process per swarm (uav-swarm) or player and game server (mmog), publishing
-    and subscribing through the pub/sub role's lookup service."""
+    """The scenario's clients: one process per swarm (uav-swarm), player and game server (mmog) or static
+    client node (hotspot), publishing and subscribing through the pub/sub role's lookup service."""
 
     name = "workload"
 
@@ -54,6 +54,9 @@ class PubSubWorkload(Role):
         if self.scenario.workload.kind == "mmog":
             self._start_mmog()
             return
+        if self.scenario.workload.kind == "hotspot":
+            self._start_hotspot()
+            return
         scenario = self.scenario
         rate = scenario.workload.rate * scenario.scale
         for node in self.topology.nodes.values():
@@ -86,17 +89,44 @@ class PubSubWorkload(Role):
         for name in plan["servers"]:
             self._launch(self.topology.nodes[name], "mmog", own, rate)
         self._wait_attached()
-        start = time.time() + 1.0
-        partial = start_path.with_suffix(".tmp")
-        partial.write_text(f"{start:.6f}")
-        partial.replace(start_path)  # atomic: a process polling the file never reads half a number
-        # The run's clock (its run_start event) starts just before the first message, so that message
-        # lands in the first time bucket; the group changes are timed from `start`, 50 ms later.
-        time.sleep(max(0.0, start - time.time() - 0.05))
+        self._release(start_path)
         edges = len({e["edge"] for e in plan["edges"]})
         self.say(f"workload: {len(plan['players'])} players on {edges} edge sites ({len(plan['servers'])} game "
                  f"servers) in {scenario.workload.groups} groups publishing at {rate:g} msg/s each, "
                  f"{len(plan['changes'])} group changes planned")
+
+    def _start_hotspot(self) -> None:
+        """One process per static client node holding its publishers and subscribers of the shared
+        plan (Zipf rates, the hot site's share, the surge: testbed.systems.pubsub.workloads.hotspot_plan);
+        all start publishing at the time written to logs/hotspot-start once every client is attached."""
+        scenario = self.scenario
+        rate = scenario.workload.rate * scenario.scale
+        plan = plan_hotspot(scenario, self.topology)
+        plan_path, start_path = self.out / "hotspot-plan.json", self.out / "logs" / "hotspot-start"
+        plan_path.write_text(json.dumps(plan))
+        start_path.unlink(missing_ok=True)
+        used = {c["node"] for c in plan["publishers"] + plan["subscribers"]}
+        for name, _ in self.topology.placed("static"):
+            if name in used:
+                self._launch(self.topology.nodes[name], "hotspot", ["--plan", str(plan_path), "--start-file",
+                                                                    str(start_path)], rate)
+        self._wait_attached()
+        self._release(start_path)
+        spec, surge = scenario.workload.hotspot, scenario.workload.hotspot.surge
+        self.say(f"workload: {spec.topics} topics (Zipf {spec.zipf:g}, rank 1 at {rate:g} msg/s), "
+                 f"{spec.hot_topics()} at {spec.hot_site}, {len(plan['subscribers'])} subscribers on "
+                 f"{len(self.processes)} nodes"
+                 + (f"; surge at {surge.at:g}s: {surge.topics} topics x {surge.publishers} publishers" if surge else ""))
+
+    def _release(self, start_path: Path) -> None:
+        """Write the common start time for the workload processes waiting on `start_path` and return
+        just before it: the run's clock (its run_start event) starts just before the first message, so
+        that message lands in the first time bucket; planned times are counted from `start`, 50 ms later."""
+        start = time.time() + 1.0
+        partial = start_path.with_suffix(".tmp")
+        partial.write_text(f"{start:.6f}")
+        partial.replace(start_path)  # atomic: a process polling the file never reads half a number
+        time.sleep(max(0.0, start - time.time() - 0.05))
 
     def _launch(self, node, kind: str, own: list[str], rate: float) -> None:
         """One workload process in `node` (`python -m testbed.systems.pubsub.workloads <kind>`): its
@@ -178,6 +208,15 @@ class PubSubWorkload(Role):
                      f"detected {summary['violations_detected']}, deliveries {summary['delivered']} of "
                      f"{expected} expected ({lost} not delivered, including those in flight at the stop)")
         return lines
+
+
+def plan_hotspot(scenario, topology) -> dict:
+    """The hot-spot plan of a scenario as run (its seed, its static client nodes, rate x scale)."""
+    from testbed.scenario.model import HOTSPOT_CLASS
+    from testbed.systems.pubsub.workloads import hotspot_plan
+
+    return hotspot_plan(scenario.workload.hotspot, scenario.workload.rate * scenario.scale, topology.placed("static"),
+                        scenario.seed, HOTSPOT_CLASS)
 
 
 def trace_rows(trace_dir: Path):

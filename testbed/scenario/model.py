@@ -252,13 +252,51 @@ class Topic(Strict):
     threshold: PositiveDuration
 
 
+class Surge(Strict):
+    """At `at` into the run, the `topics` most popular topics of the hot site each gain `publishers`
+    extra publishers (same rate, on the topic's publisher's node): load ramps up mid-run."""
+
+    at: PositiveDuration
+    topics: Count
+    publishers: Count
+
+
+HOTSPOT_CLASS = "hot"  # hot-spot topics are `hot-<rank>`: their class (and threshold) is `hot`
+
+
+class Hotspot(Strict):
+    """Topics `hot-1..hot-N` whose rates follow Zipf's law (rank k publishes at workload.rate / k**zipf),
+    each with `subscribers` subscribers. A `hot_share` of the topics (drawn with the seed) has its
+    publisher and subscribers all on the client nodes of `hot_site` (a stadium, an event); the others
+    on client nodes drawn over every edge site. `surge` ramps the hot site's load up mid-run."""
+
+    topics: Annotated[int, Field(ge=1, le=10_000)]
+    zipf: Annotated[float, Field(ge=0, le=10)] = 1.0
+    subscribers: Annotated[int, Field(ge=1, le=1_000)] = 2
+    hot_site: Name
+    hot_share: Fraction = 0.5
+    surge: Surge | None = None
+
+    def hot_topics(self) -> int:
+        """How many topics live at the hot site."""
+        return round(self.hot_share * self.topics)
+
+    @model_validator(mode="after")
+    def _surge_fits(self) -> Hotspot:
+        if self.surge is not None and self.surge.topics > self.hot_topics():
+            raise ValueError(f"surge.topics ({self.surge.topics}) exceeds the hot site's topics "
+                             f"({self.hot_topics()} = hot_share x topics)")
+        return self
+
+
 class Workload(Strict):
-    kind: Literal["uav-swarm", "mmog", "none"]
+    kind: Literal["uav-swarm", "mmog", "hotspot", "none"]
     rate: Rate | None = None
     message_size: Size = 1000.0
     topics: list[Topic] = []
     avatars: Annotated[int, Field(ge=1, le=100_000)] = 1
     groups: Annotated[int, Field(ge=1, le=10_000)] = 1
+    hotspot: Hotspot | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> Workload:
@@ -267,6 +305,11 @@ class Workload(Strict):
                 raise ValueError(f"workload kind {self.kind!r} needs a rate such as '200/s'")
             if not self.topics:
                 raise ValueError(f"workload kind {self.kind!r} needs topics, each with a threshold")
+        if (self.kind == "hotspot") != (self.hotspot is not None):
+            raise ValueError("workload kind 'hotspot' needs a hotspot block, and only it takes one")
+        if self.kind == "hotspot" and HOTSPOT_CLASS not in {t.name for t in self.topics}:
+            raise ValueError(f"hot-spot topics are named {HOTSPOT_CLASS}-<rank>: topics needs "
+                             f"{{name: {HOTSPOT_CLASS}, threshold: ...}}")
         names = [t.name for t in self.topics]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:

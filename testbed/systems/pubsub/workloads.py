@@ -13,10 +13,17 @@ writes to --start-file once every client is ready); its coordinate comes from it
 proxy (--proxy-ip). A game server is a static client with its own Serf agent that subscribes to the
 topics of its edge site's players. One trace file per (subscriber, avatar topic).
 
+hotspot: one process per static client node, holding every publisher and subscriber the run's plan
+(`hotspot_plan`, written by the harness) puts on the node: topics `hot-1..hot-N` with Zipf rates, a
+share of them wholly at one hot site, and surge publishers that start mid-run (issue 14). One trace
+file per subscriber.
+
     python -m testbed.systems.pubsub.workloads uav --node swarm1 --members 8 --rate 200 --size 1000 \
         --lookup nats://IP:4222 --trace-dir DIR --events FILE --run-id ID --site zone1
     python -m testbed.systems.pubsub.workloads mmog --node player3 --plan PLAN.json --start-file FILE --rate 300 \
         --size 998 --lookup nats://IP:4222 --trace-dir DIR --events FILE --run-id ID --site nyc --proxy-ip IP
+    python -m testbed.systems.pubsub.workloads hotspot --node hc1 --plan PLAN.json --start-file FILE --rate 20 \
+        --size 1000 --lookup nats://IP:4222 --trace-dir DIR --events FILE --run-id ID --site nyc
 """
 
 from __future__ import annotations
@@ -26,9 +33,11 @@ import asyncio
 import gc
 import json
 import math
+import random
 import signal
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source, run_precise, shared_query
@@ -289,9 +298,118 @@ async def _main_mmog(args) -> int:
     return 0
 
 
+# -- hotspot ---------------------------------------------------------------------------------------
+SURGE_LEAD_S = 1.0  # surge publishers attach this long before `at`, so their first message is on time
+
+
+def hotspot_plan(spec, rate: float, nodes: list[tuple[str, str]], seed: int, topic_class: str) -> dict:
+    """The hot-spot run's plan (issue 14): which node publishes and subscribes to what, at what rate.
+
+    `spec`: a scenario's `workload.hotspot` (topics, zipf, subscribers, hot_site, hot_share, surge).
+    Topic `<topic_class>-k` (popularity rank k = 1..topics) publishes at `rate / k**zipf` (Zipf's
+    law; `rate` is rank 1's). `round(hot_share x topics)` ranks, drawn with `seed`, are local to
+    `hot_site`: their publisher and `subscribers` subscribers on `nodes` at that site; the others'
+    on nodes drawn over every site. The surge: the `surge.topics` most popular local topics each
+    gain `surge.publishers` publishers at `surge.at` s, on the topic's publisher's node. `nodes`:
+    (node, site) of the static clients in topology order. Each publisher's `start_s` (since the
+    common start) spreads the publishers of a node that start together over one period of their
+    rate (`phase`)."""
+    topics, zipf, subscribers, hot_site = spec.topics, spec.zipf, spec.subscribers, spec.hot_site
+    everywhere = [name for name, _ in nodes]
+    at_hot_site = [name for name, site in nodes if site == hot_site]
+    local_count = round(spec.hot_share * topics)
+    if not everywhere:
+        raise ValueError("hotspot: the scenario has no static client nodes")
+    if local_count and not at_hot_site:
+        raise ValueError(f"hotspot: no static client node at the hot site {hot_site}")
+    rng = random.Random(seed)
+    local = set(rng.sample(range(1, topics + 1), local_count))
+    plan: dict = {"hot_site": hot_site, "topics": [], "publishers": [], "subscribers": []}
+    for rank in range(1, topics + 1):
+        topic, pool = f"{topic_class}-{rank}", at_hot_site if rank in local else everywhere
+        plan["topics"].append({"topic": topic, "rank": rank, "rate": rate / rank ** zipf, "local": rank in local})
+        plan["publishers"].append({"client": f"{topic}-pub", "topic": topic, "node": rng.choice(pool),
+                                   "rate": rate / rank ** zipf, "at": 0.0})
+        plan["subscribers"] += [{"client": f"{topic}-sub{j}", "topic": topic, "node": rng.choice(pool)}
+                                for j in range(1, subscribers + 1)]
+    if spec.surge is not None:
+        at, surged, extra = spec.surge.at, spec.surge.topics, spec.surge.publishers
+        for rank in sorted(local)[:surged]:
+            first = plan["publishers"][rank - 1]
+            plan["publishers"] += [{**first, "client": f"{first['topic']}-pub{i}", "at": float(at)}
+                                   for i in range(2, extra + 2)]
+    together = Counter((p["node"], p["at"]) for p in plan["publishers"])
+    seen: Counter = Counter()
+    for p in plan["publishers"]:
+        key = (p["node"], p["at"])
+        p["start_s"] = p["at"] + phase(seen[key], together[key], p["rate"])
+        seen[key] += 1
+    return plan
+
+
+def hotspot_expected(plan: dict, duration: float) -> int:
+    """Deliveries the plan asks for in `duration` s from the common start: each publisher's messages
+    due by then (surge publishers from their `at`) times its topic's subscribers."""
+    readers = Counter(s["topic"] for s in plan["subscribers"])
+    return sum(_due_between(p["start_s"], p["rate"], 0.0, duration) * readers[p["topic"]] for p in plan["publishers"])
+
+
+async def _surge(publishers: list[tuple[Publisher, dict]], start: float, events: EventLog) -> None:
+    """Attach the surge publishers just before their time, then publish from it."""
+    await asyncio.sleep(max(0.0, start + min(p["at"] for _, p in publishers) - SURGE_LEAD_S - time.time()))
+    for publisher, spec in publishers:
+        await publisher.start()
+        events.add("surge", client=publisher.name, topic=publisher.topic, planned_at_s=spec["at"],
+                   attached_s=round(time.time() - start, 3))
+    await asyncio.gather(*(publisher.run(start=start + spec["start_s"]) for publisher, spec in publishers))
+
+
+async def _main_hotspot(args) -> int:
+    Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
+    events = EventLog(args.events)
+    plan = json.loads(Path(args.plan).read_text())
+    health = ClientHealth(args.health)
+    common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
+              "coord": coordinate_source(args.coord, args.node), "nc_period": args.nc_period}
+    subscribers = [Subscriber(s["topic"], s["client"], trace=Path(args.trace_dir) / f"{s['topic']}.{s['client']}.jsonl",
+                              keep_latencies=False, **common) for s in plan["subscribers"] if s["node"] == args.node]
+    publishers = [(Publisher(p["topic"], p["client"], p["rate"], args.size, precise_s=0.0, health=health, **common), p)
+                  for p in plan["publishers"] if p["node"] == args.node]
+    first = [(pub, p) for pub, p in publishers if p["at"] <= 0]
+    later = [(pub, p) for pub, p in publishers if p["at"] > 0]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    for client in subscribers + [pub for pub, _ in first]:  # subscribers first, as everywhere
+        await client.start()
+    print(json.dumps({"ready": True, "publishers": len(first), "surge": len(later),
+                      "subscribers": len(subscribers)}), flush=True)
+    start = await _wait_start(Path(args.start_file), stop) if args.start_file else None
+    start = start or time.time() + 0.5
+    gc.freeze()
+    work = [asyncio.create_task(pub.run(duration=args.duration, start=start + p["start_s"])) for pub, p in first]
+    surge = [asyncio.create_task(_surge(later, start, events))] if later else []
+    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
+    await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    for task in [*work, *surge, waiter, probe]:
+        task.cancel()
+    health.close()
+    await asyncio.sleep(0.5)  # messages in flight reach the subscribers
+    readers = Counter(s["topic"] for s in plan["subscribers"])
+    summary = {"node": args.node, "sent": sum(pub.sent for pub, _ in publishers),
+               "expected": sum(pub.sent * readers[pub.topic] for pub, _ in publishers),
+               "received": sum(s.received for s in subscribers),
+               "surge_sent": sum(pub.sent for pub, _ in later)}
+    for client in [pub for pub, _ in publishers] + subscribers:
+        await client.close()
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=["uav", "mmog"])
+    parser.add_argument("kind", choices=["uav", "mmog", "hotspot"])
     parser.add_argument("--node", required=True)
     parser.add_argument("--members", type=int, default=8)
     parser.add_argument("--rate", type=float, required=True)
@@ -305,14 +423,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coord", default="proxy")
     parser.add_argument("--nc-period", type=float, default=5.0)
     parser.add_argument("--health", type=Path, help="per-second publisher lateness and loop lag, JSON lines")
-    parser.add_argument("--plan", type=Path, help="mmog: the plan (servers, serving, groups, changes) as JSON")
-    parser.add_argument("--start-file", type=Path, help="mmog: wait for the common start time (epoch s) in this file")
+    parser.add_argument("--plan", type=Path, help="mmog, hotspot: the run's plan as JSON")
+    parser.add_argument("--start-file", type=Path,
+                        help="mmog, hotspot: wait for the common start time (epoch s) in this file")
     parser.add_argument("--proxy-ip", help="mmog player: its edge site's NC proxy (else --coord)")
     args = parser.parse_args(argv)
     if args.kind == "mmog":
         if not args.plan:
             parser.error("mmog needs --plan")
         return run_precise(_main_mmog(args))
+    if args.kind == "hotspot":
+        if not args.plan:
+            parser.error("hotspot needs --plan")
+        return run_precise(_main_hotspot(args))
     return run_precise(_main(args))
 
 
