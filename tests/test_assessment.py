@@ -27,6 +27,7 @@ from testbed.bench import assessment
 from testbed.bench.assessment import (Infrastructure, TopicSpec, assess, evaluate, infrastructure, load_inputs,
                                        mmog_topics, per_placement, percentile, summarize, uav_topics)
 from testbed.policies import ONE_WAY, POLICIES, RTT, hash_broker
+from testbed.policies.pulsar_lm.bundles import Bundles
 from testbed.topology import Link, Node, Shaping, Site, Topology
 
 MS = 1e-3
@@ -170,6 +171,8 @@ def test_mmog_assessment_known_answers(seed):
         own = "baaa" if producer == "aaa" else "bbbb"
         if r["policy"] == "pulsar-hash":
             assert r["broker"] == hash_broker(r["topic"], ["baaa", "bbbb"])
+        elif r["policy"] == "pulsar-lm":
+            pass  # distance-agnostic: its bundles' spread is checked below
         elif spec.consumers == ("bbb" if producer == "aaa" else "aaa",):
             # subscribers only in the other city: 5 + 35 = 35 + 5 = 40 ms on both brokers; the tie
             # goes to the first name
@@ -180,8 +183,9 @@ def test_mmog_assessment_known_answers(seed):
         worst, violations = _mmog_expected(spec, r["broker"], 0.045)
         assert r["worst_e2e_s"] == pytest.approx(worst)
         assert r["violations"] == violations and r["pairs"] == len(spec.consumers)
-        if r["policy"] != "pulsar-hash":
+        if r["policy"] in ("epulsar", "allpairs"):
             assert r["violations"] == 0 and r["worst_e2e_s"] <= 0.040 + 1e-12
+    _bundles_spread_evenly(rows, ["baaa", "bbbb"])
     places = {(p["policy"], p["evaluated_on"]): p for p in per_placement(rows)}
     for on in ("estimate", "configured"):
         # some group spans both cities: a 40 ms pair; nothing worse for the latency-aware policies
@@ -200,6 +204,23 @@ def test_mmog_assessment_known_answers(seed):
     assert 0.1 < expected_v / expected_p < 0.5
 
 
+def _bundles_spread_evenly(rows: list[dict], brokers: list[str]) -> None:
+    """Pulsar's load manager puts every topic of a bundle on one broker, and (bundles spread evenly
+    with no load yet) the 4 bundles over the brokers as evenly as they divide."""
+    owners: dict[tuple, set[str]] = {}
+    for r in rows:
+        if r["policy"] == "pulsar-lm":
+            owners.setdefault((r["distance"], r["evaluated_on"], Bundles.equal(4).bundle_of(r["topic"])), set()).add(r["broker"])
+    assert owners and all(len(o) == 1 for o in owners.values())
+    per_view: dict[tuple, list[str]] = {}
+    for (distance, on, _), (broker,) in owners.items():
+        per_view.setdefault((distance, on), []).append(broker)
+    for placed in per_view.values():
+        counts = [placed.count(b) for b in brokers]
+        if len(placed) == 4:
+            assert max(counts) - min(counts) <= 1
+
+
 def test_uav_assessment_known_answers():
     topo, coords = uav_topology()
     infra = infrastructure("uav", topo, coords)
@@ -215,11 +236,12 @@ def test_uav_assessment_known_answers():
             where = "cloud" if r["broker"] == "cloud" else ("own" if r["broker"] == "b" + zone else "other")
             if r["policy"] == "pulsar-hash":
                 assert r["broker"] == hash_broker(r["topic"], ["bzone1", "bzone2", "cloud"])
-            else:
+            elif r["policy"] != "pulsar-lm":  # distance-agnostic: its bundles' spread is checked below
                 assert where == "own"
             assert r["pairs"] == 7
             assert r["worst_e2e_s"] == pytest.approx(worst[(where, r["evaluated_on"])])
             assert r["violations"] == (0 if where == "own" else 7)
+        _bundles_spread_evenly(assess(infra, seed, distances=("one_way",)), ["bzone1", "bzone2", "cloud"])
 
 
 @pytest.mark.parametrize("seed", [0, 1])
@@ -352,12 +374,12 @@ def test_spark_job_matches_the_local_reduction(tmp_path):
     finally:
         spark.stop()
     elapsed = time.monotonic() - started
-    # 4 seeds x 2 topologies x 3 policies x 2 evaluations x 2 readings of d
-    assert placements == 96
+    # 4 seeds x 2 topologies x every policy x 2 evaluations x 2 readings of d
+    assert placements == 4 * 2 * len(POLICIES) * 2 * 2
     expected = summarize(per_placement(r for infra in infras for s in range(seeds) for r in assess(infra, s)))
     key = ("kind", "topology", "size", "policy", "evaluated_on", "distance")
     by_key = {tuple(r[k] for k in key): r for r in rows}
-    assert len(by_key) == len(expected) == 24
+    assert len(by_key) == len(expected) == 2 * len(POLICIES) * 2 * 2
     for e in expected:
         got = by_key[tuple(e[k] for k in key)]
         assert got["placements"] == e["placements"] == seeds
@@ -369,7 +391,7 @@ def test_spark_job_matches_the_local_reduction(tmp_path):
     assert by_key[("uav", "tiny-uav", 2, "epulsar", "configured", "rtt")]["worst_max_s"] == pytest.approx(0.034)
     assert by_key[("mmog", "tiny-mmog", 2, "pulsar-hash", "estimate", "one_way")]["worst_max_s"] == pytest.approx(0.070)
     with open(tmp_path / "out" / "summary.csv", newline="") as handle:
-        assert len(list(csv.DictReader(handle))) == 24
+        assert len(list(csv.DictReader(handle))) == 2 * len(POLICIES) * 2 * 2
     from testbed.bench.assess_spark import read_summary
     assert read_summary(tmp_path / "out" / "summary.csv")[0]["placements"] == seeds
     print(f"spark job on {seeds} seeds: {elapsed:.1f} s")

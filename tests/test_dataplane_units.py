@@ -25,7 +25,7 @@ def coord(x: float, h: float = 0.001) -> dict:
 
 
 def test_nc_reports_are_validated():
-    client, role, c, rate = parse_nc_report(json.dumps({"client": "u1", "role": "producer", "coord": coord(0.01),
+    client, role, c, rate, _ = parse_nc_report(json.dumps({"client": "u1", "role": "producer", "coord": coord(0.01),
                                                         "rate": 200}).encode())
     assert (client, role, rate) == ("u1", "producer", 200.0) and c.vec[0] == 0.01
     assert parse_nc_report(b'{"client": "u1", "role": "consumer", "coord": null, "rate": 0}')[2] is None

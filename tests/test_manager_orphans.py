@@ -4,12 +4,12 @@ tests/test_run_uav.py)."""
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 
 from testbed.systems.pubsub import manager as manager_mod
 from testbed.systems.pubsub.manager import TopicManager
+from testbed.systems.pubsub.manager import parser as manager_parser
 from testbed.policies.snapshot import coord_to_dict
 from testbed.nc.coordinate import Coordinate
 
@@ -75,10 +75,9 @@ class FakePeer:
 
 def make_manager(policy: str = "epulsar", initial: str = "first_lookup",
                  distance: str = "one_way") -> tuple[TopicManager, FakeMeta]:
-    args = argparse.Namespace(nats="nats://127.0.0.1:4222", zk="127.0.0.1:2181", default=None, node="cloud",
-                              policy=policy, workflow="enhanced", executors=4, period=5.0, mode="control",
-                              cpu=0.85, memory=0.85, network=0.85, output_rate=1e6, threshold=0.1,
-                              distance=distance, initial_placement=initial)
+    args = manager_parser().parse_args([
+        "--nats", "nats://127.0.0.1:4222", "--zk", "127.0.0.1:2181", "--node", "cloud", "--policy", policy,
+        "--executors", "4", "--output-rate", "1e6", "--distance", distance, "--initial-placement", initial])
     manager = TopicManager(args)
     meta = FakeMeta()
     manager.meta = meta

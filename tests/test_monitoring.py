@@ -115,10 +115,9 @@ def test_manager_reads_the_clients_and_allpairs_runs_on_them():
         def threshold(self, _topic):
             return None
 
-    manager = manager_mod.TopicManager(manager_mod.argparse.Namespace(
-        nats="nats://127.0.0.1:4222", zk="127.0.0.1:2181", default=None, node="cloud", policy="allpairs",
-        workflow="enhanced", executors=4, period=5.0, mode="control", cpu=0.85, memory=0.85, network=0.85,
-        output_rate=1.5e6, threshold=1e-9, distance="one_way", initial_placement="first_lookup"))
+    manager = manager_mod.TopicManager(manager_mod.parser().parse_args([
+        "--nats", "nats://127.0.0.1:4222", "--zk", "127.0.0.1:2181", "--node", "cloud", "--policy", "allpairs",
+        "--executors", "4", "--output-rate", "1.5e6", "--threshold", "1e-9"]))
     manager.meta = FakeMeta()
     snapshot, clients = manager.state()
     assert set(clients) == {"topic0", "topic1"}

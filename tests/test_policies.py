@@ -178,7 +178,7 @@ def test_json_round_trips():
 
 
 def test_registry():
-    assert list(POLICIES) == ["epulsar", "allpairs", "pulsar-hash"]  # the paper's order: ours, then the baselines
+    assert list(POLICIES) == ["epulsar", "allpairs", "pulsar-hash", "pulsar-lm"]  # ours, the baselines, then seed 001
     assert all(isinstance(p, Policy) for p in POLICIES.values())
     assert get_policy("epulsar").latency_aware and not get_policy("pulsar-hash").latency_aware
     # only AllPairs ranks on every client's coordinate, so only it makes brokers report them

@@ -235,7 +235,7 @@ def assess(infra: Infrastructure, seed: int, policies: Sequence[str] = POLICY_NA
         snapshot, clients = snapshot_for(infra, topics, reading)
         tables = {on: infra.table(on, reading) for on in EVALUATED_ON}
         for name in policies:
-            chosen = choose_brokers([t.topic for t in topics], snapshot, POLICIES[name], clients)
+            chosen = choose_brokers([t.topic for t in topics], snapshot, POLICIES[name], clients, seed=seed)
             for spec in topics:
                 broker = chosen[spec.topic]
                 for on in EVALUATED_ON:

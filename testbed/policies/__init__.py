@@ -10,7 +10,10 @@ One module per job:
 - `base`: the `Policy` protocol (rank the brokers for one topic, best first) and shared ranking.
 - one module per family: `epulsar` (3.4.1), `allpairs` and `pulsar_hash` (the baselines of 5.5).
 - `overload`: the thresholds (3.4.2), which topics an overloaded broker sheds (3.4.3), can_host.
-- `repartition`: Algorithm 1 (PerformRepartitioning, PlaceTopics), the same for every policy.
+- `repartition`: Algorithm 1 (PerformRepartitioning, PlaceTopics), the same for every ranking policy.
+- `pulsar`: Apache Pulsar's load manager (seed 001), a family with its own state and control loop.
+- `control`: what the topic manager runs per run: a `Controller` (Algorithm 1 around a ranking
+  policy, or a family's own), and `choose_brokers` (placement from nothing, for the assessment).
 - `initial`: where a topic nobody owns goes (at its first lookup, from the asker's coordinate, or
   on the cloud broker).
 - `registry`: `POLICIES`, the only list of names; everything offering a choice derives from it.
@@ -28,7 +31,9 @@ from testbed.policies.overload import (NATS_OUTPUT_RATE_THRESHOLD, RESOURCES, Ov
                                        topics_to_shed)
 from testbed.policies.pulsar_hash import PulsarHash, hash_broker, hash_slot
 from testbed.policies.registry import DEFAULT_POLICY, FAMILIES, POLICIES, get_policy
-from testbed.policies.repartition import CanHost, choose_brokers, latency_violated, perform_repartitioning, place_topics
+from testbed.policies.repartition import CanHost, latency_violated, perform_repartitioning, place_topics
+from testbed.policies.control import Algorithm1, ControlOptions, Controller, choose_brokers, controller_for
+from testbed.policies.pulsar_lm import LoadManagerConfig, PulsarLoadManager
 from testbed.policies.topics import topic_class, topic_name
 
 __all__ = ["latency", "Policy", "EPulsar", "AllPairs", "PulsarHash", "hash_broker", "hash_slot", "Overload",
@@ -36,4 +41,5 @@ __all__ = ["latency", "Policy", "EPulsar", "AllPairs", "PulsarHash", "hash_broke
            "latency_violated", "place_topics", "perform_repartitioning", "choose_brokers", "POLICIES", "FAMILIES",
            "DEFAULT_POLICY", "get_policy", "topic_class", "topic_name", "Distance", "DISTANCES", "DEFAULT_DISTANCE",
            "ONE_WAY", "RTT", "get_distance", "INITIAL_PLACEMENTS", "DEFAULT_INITIAL_PLACEMENT", "asker_clients",
-           "unowned_broker"]
+           "unowned_broker", "Algorithm1", "ControlOptions", "Controller", "controller_for", "LoadManagerConfig",
+           "PulsarLoadManager"]

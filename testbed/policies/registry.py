@@ -12,10 +12,12 @@ from __future__ import annotations
 from testbed.policies.allpairs import AllPairs
 from testbed.policies.base import Policy
 from testbed.policies.epulsar import EPulsar
+from testbed.policies.pulsar_lm import PulsarLoadManager
 from testbed.policies.pulsar_hash import PulsarHash
 
-# The paper's order: ePulsar (3.4), then the baselines it is assessed against (5.5).
-FAMILIES = (EPulsar, AllPairs, PulsarHash)
+# The paper's order: ePulsar (3.4), then the baselines it is assessed against (5.5), then Pulsar's
+# real load manager (seed 001).
+FAMILIES = (EPulsar, AllPairs, PulsarHash, PulsarLoadManager)
 
 POLICIES: dict[str, Policy] = {family.name: family() for family in FAMILIES}
 

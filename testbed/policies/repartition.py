@@ -68,10 +68,3 @@ def perform_repartitioning(snapshot: Snapshot, policy: Policy, thresholds: Overl
 
     result = place_topics(sorted(to_migrate), initial, snapshot, policy, check, clients)
     return [Migration(t, initial[t], result[t]) for t in sorted(initial) if result.get(t, initial[t]) != initial[t]]
-
-
-def choose_brokers(topics: Iterable[str], snapshot: Snapshot, policy: Policy,
-                   clients: Mapping[str, TopicClients] | None = None) -> dict[str, str]:
-    """Every topic on its policy's first-ranked broker, ignoring load: the initial placement of new
-    topics and the latency-only assessment of paper 5.5."""
-    return {t: policy.feasible_brokers(t, snapshot, clients)[0] for t in topics}

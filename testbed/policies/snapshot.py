@@ -95,6 +95,8 @@ class TopicReport(_Json):
     ncc: Coordinate | None
     w: float
     e: float
+    throughput_in: float = 0.0  # bytes/s received from producers (rate x message size, as clients report)
+    throughput_out: float = 0.0  # bytes/s delivered to consumers
 
     @property
     def load(self) -> float:
@@ -104,18 +106,22 @@ class TopicReport(_Json):
     def to_dict(self) -> dict:
         return {"topic": self.topic, "broker": self.broker, "rate_in": self.rate_in, "rate_out": self.rate_out,
                 "producers": self.producers, "consumers": self.consumers, "ncp": coord_to_dict(self.ncp),
-                "ncc": coord_to_dict(self.ncc), "w": self.w, "e": self.e}
+                "ncc": coord_to_dict(self.ncc), "w": self.w, "e": self.e, "throughput_in": self.throughput_in,
+                "throughput_out": self.throughput_out}
 
     @classmethod
     def from_dict(cls, data: dict) -> TopicReport:
         return cls(data["topic"], data["broker"], float(data["rate_in"]), float(data["rate_out"]),
                    int(data["producers"]), int(data["consumers"]), coord_from_dict(data.get("ncp")),
-                   coord_from_dict(data.get("ncc")), float(data["w"]), float(data["e"]))
+                   coord_from_dict(data.get("ncc")), float(data["w"]), float(data["e"]),
+                   float(data.get("throughput_in", 0.0)), float(data.get("throughput_out", 0.0)))
 
 
 @dataclass(frozen=True)
 class BrokerReport(_Json):
-    """A broker's periodic report: its coordinate, resource use (fractions), output rate, topics."""
+    """A broker's periodic report: its coordinate, resource use (fractions), output rate, topics.
+    `network` is bytes in + out over the link's capacity (ePulsar's one network figure);
+    `network_in` / `network_out` each direction over it (Pulsar's bandwidth in and out)."""
 
     broker: str
     coord: Coordinate
@@ -124,6 +130,8 @@ class BrokerReport(_Json):
     network: float = 0.0
     rate_out: float = 0.0
     topics: tuple[TopicReport, ...] = ()
+    network_in: float = 0.0
+    network_out: float = 0.0
 
     @property
     def load(self) -> float:
@@ -132,13 +140,15 @@ class BrokerReport(_Json):
 
     def to_dict(self) -> dict:
         return {"broker": self.broker, "coord": coord_to_dict(self.coord), "cpu": self.cpu, "memory": self.memory,
-                "network": self.network, "rate_out": self.rate_out, "topics": [t.to_dict() for t in self.topics]}
+                "network": self.network, "rate_out": self.rate_out, "topics": [t.to_dict() for t in self.topics],
+                "network_in": self.network_in, "network_out": self.network_out}
 
     @classmethod
     def from_dict(cls, data: dict) -> BrokerReport:
         return cls(data["broker"], coord_from_dict(data["coord"]), float(data.get("cpu", 0.0)),
                    float(data.get("memory", 0.0)), float(data.get("network", 0.0)), float(data.get("rate_out", 0.0)),
-                   tuple(TopicReport.from_dict(t) for t in data.get("topics", ())))
+                   tuple(TopicReport.from_dict(t) for t in data.get("topics", ())), float(data.get("network_in", 0.0)),
+                   float(data.get("network_out", 0.0)))
 
 
 @dataclass(frozen=True)
@@ -199,3 +209,11 @@ class Migration(_Json):
     @classmethod
     def from_dict(cls, data: dict) -> Migration:
         return cls(data["topic"], data["source"], data["target"])
+
+
+@dataclass
+class Decision:
+    """One control round's moves and what to report about them (JSON-ready dicts with a "type")."""
+
+    migrations: list[Migration] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)

@@ -17,7 +17,8 @@ from testbed.procs import LineCounter, json_lines, stop_group, wait_or_kill
 from testbed.roles.base import Role, RunContext
 from testbed.roles.launch import start_agent, start_nats, start_zookeeper
 from testbed.systems.pubsub.broker import nats_url
-from testbed.policies import DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DEFAULT_POLICY, Overload, get_policy
+from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DEFAULT_POLICY, LoadManagerConfig, Overload,
+                              get_policy)
 
 BROKER_ROLES = ("cloud", "broker")
 WORKLOADS = {"uav-swarm", "mmog", "hotspot"}  # the scenario workloads this system serves
@@ -35,6 +36,8 @@ class ManagerOptions:
     overload: tuple[float, float, float, float] = astuple(Overload())  # cpu, memory, network, output_rate
     distance: str = DEFAULT_DISTANCE  # the reading of d (testbed.policies.distance); brokers need the same
     initial_placement: str = DEFAULT_INITIAL_PLACEMENT  # where unowned topics start (testbed.policies.initial)
+    seed: int = 0  # the scenario's: a policy's random ties (Pulsar's placement)
+    load_manager: LoadManagerConfig = LoadManagerConfig()  # pulsar-lm's parameters (control.pulsar_lm)
 
 
 @dataclass
@@ -94,7 +97,7 @@ class PubSubSystem:
                 "--period", f"{m.period:g}", "--mode", m.mode, "--threshold", f"{m.threshold:g}",
                 "--cpu", f"{cpu:g}", "--memory", f"{memory:g}", "--network", f"{network:g}",
                 "--output-rate", f"{output_rate:g}", "--distance", m.distance, "--initial-placement", m.initial_placement,
-                *(["--default", m.default] if m.default else [])]
+                "--seed", str(m.seed), *m.load_manager.to_argv(), *(["--default", m.default] if m.default else [])]
         self.manager_out = self.log_dir / "manager.jsonl"
         log = (self.log_dir / "manager.log").open("ab")
         out = self.manager_out.open("ab")
@@ -162,7 +165,8 @@ class PubSubRole(Role):
                            executors=control.migration.executors, period=control.monitoring_period,
                            threshold=min(thresholds),
                            overload=astuple(Overload.from_config(control.overload)),
-                           distance=control.distance, initial_placement=control.initial_placement),
+                           distance=control.distance, initial_placement=control.initial_placement,
+                           seed=run.scenario.seed, load_manager=LoadManagerConfig.from_config(control.pulsar_lm)),
             monitoring_period=control.monitoring_period, nc_period=control.nc_report_period)
         self.faults: list[dict] = []
         self._migrations = LineCounter(run.logs, "manager.jsonl", b'"migration_end"')

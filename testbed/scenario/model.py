@@ -8,15 +8,19 @@ interface-name limit, so nothing from a scenario can reach a shell or the kernel
 from __future__ import annotations
 
 import re
+from dataclasses import fields as dataclass_fields
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, model_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, create_model,
+                      model_validator)
 
 from testbed import units
 from testbed.nc.snapshots import CONVERGED_RELATIVE_ERROR, SAME_SITE_ERROR_S
 from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES
 from testbed.policies.initial import DEFAULT_INITIAL_PLACEMENT, INITIAL_PLACEMENTS
 from testbed.policies.overload import Overload as OverloadThresholds
+from testbed.policies.pulsar_lm.config import UNITS as LM_UNITS
+from testbed.policies.pulsar_lm.config import LoadManagerConfig
 from testbed.policies.registry import DEFAULT_POLICY, POLICIES
 from testbed.policies.topics import CLASS_RE
 from testbed.scenario.cities import CITY_CODES
@@ -388,6 +392,29 @@ class Settle(Strict):
         return self
 
 
+def _pulsar_lm_model() -> type[Strict]:
+    """`control.pulsar_lm`: every parameter of Pulsar's load manager, with the units a scenario writes
+    and the defaults of testbed.policies.pulsar_lm.config (Pulsar's, scaled where it says so)."""
+    kinds = {"duration": Duration, "msg/s": Rate, "bytes/s": Size, "fraction": Fraction}
+    defaults = LoadManagerConfig()
+    fields_ = {}
+    for f in dataclass_fields(LoadManagerConfig):
+        default = getattr(defaults, f.name)
+        if f.metadata["choices"]:
+            kind = Literal[tuple(f.metadata["choices"])]
+        elif isinstance(default, bool):
+            kind = bool
+        elif isinstance(default, int):
+            kind = Annotated[int, Field(ge=1 if f.name in ("bundles", "max_bundles") else 0, le=1_000_000)]
+        else:
+            kind = kinds.get(LM_UNITS.get(f.name), Annotated[float, Field(ge=0, allow_inf_nan=False)])
+        fields_[f.name] = (kind, Field(default, description=f.metadata["help"]))
+    return create_model("PulsarLm", __base__=Strict, **fields_)
+
+
+PulsarLm = _pulsar_lm_model()
+
+
 class Control(Strict):
     """The control plane. `distance`: how d is read from Serf's RTT estimate (`one_way` halves it,
     `rtt` takes it as the paper writes d; testbed.policies.distance). `initial_placement`: where a
@@ -402,6 +429,15 @@ class Control(Strict):
     settle: Settle = Settle()
     migration: Migration = Migration()
     overload: Overload = Overload()
+    pulsar_lm: PulsarLm = PulsarLm()  # Pulsar's load manager (policy pulsar-lm), testbed.policies.pulsar_lm.config
+
+    @model_validator(mode="after")
+    def _load_manager(self) -> Control:
+        try:
+            LoadManagerConfig.from_config(self.pulsar_lm)
+        except ValueError as error:
+            raise ValueError(f"pulsar_lm: {error}") from None
+        return self
 
 
 class Fault(Strict):

@@ -361,14 +361,14 @@ class BrokerAgent:
         topic = msg.subject[len("_ep.nc."):]
         try:
             check_topic(topic)
-            client, role, coord, rate = parse_nc_report(msg.data)
+            client, role, coord, rate, byte_rate = parse_nc_report(msg.data)
         except ValueError:
             self.counters["malformed"] += 1
             return
         self.counters["nc_reports"] += 1
         state = self.owned.get(topic)
         if state is not None:
-            state.clients[(client, role)] = ClientEntry(role, coord, rate, time.time())
+            state.clients[(client, role)] = ClientEntry(role, coord, rate, time.time(), byte_rate)
         elif topic in self.grace:
             await self._redirect(topic, self.grace[topic])
         elif time.monotonic() - self._last_wrong.get(topic, 0.0) > 1.0:
@@ -427,7 +427,8 @@ class BrokerAgent:
         use = self.sampler.sample()
         topics = tuple(topic_report(t, self.name, self.coord, o, self.stale_s, self.distance)
                        for t, o in sorted(self.owned.items()))
-        report = BrokerReport(self.name, self.coord, use["cpu"], use["memory"], use["network"], rate_out, topics)
+        report = BrokerReport(self.name, self.coord, use["cpu"], use["memory"], use["network"], rate_out, topics,
+                              use["network_in"], use["network_out"])
         data = report.to_dict()
         data.update(time=time.time(), address=self.address, site=self.site, cloud=self.cloud,
                     network_bps=use["network_bps"], period=self.period, malformed=self.counters["malformed"],

@@ -307,6 +307,10 @@ class TopicClient:
     def rate(self) -> float:
         return 0.0
 
+    def byte_rate(self) -> float:
+        """Bytes/s through this client, for the load manager's throughput (Pulsar's msgThroughput)."""
+        return 0.0
+
     async def _coordinate(self) -> dict | None:
         if self.coord_fn is None:
             return None
@@ -321,7 +325,8 @@ class TopicClient:
         return coord_to_dict(value)
 
     async def _send_report(self, ep: Endpoint) -> None:
-        report = {"client": self.name, "role": self.role, "coord": await self._coordinate(), "rate": self.rate()}
+        report = {"client": self.name, "role": self.role, "coord": await self._coordinate(), "rate": self.rate(),
+                  "bytes": self.byte_rate()}
         try:
             await ep.nc.publish(f"_ep.nc.{self.topic}", json.dumps(report).encode())
         except Exception:  # noqa: BLE001 - a closing connection; the next period reports again
@@ -365,6 +370,9 @@ class Publisher(TopicClient):
 
     def rate(self) -> float:
         return self.rate_value
+
+    def byte_rate(self) -> float:
+        return self.rate_value * self.size
 
     def payload(self, seq: int, due: float) -> bytes:
         """The message: a JSON header line ({"id","seq","t","p","s"}, what `json.dumps` writes) padded
@@ -522,6 +530,8 @@ class Subscriber(TopicClient):
         self.brokers_seen: dict[str, int] = {}
         self._affixes: dict[tuple[str, str], tuple[str, str]] = {}  # (broker, producer site) -> trace row parts
         self._window = (time.monotonic(), 0)
+        self.received_bytes = 0
+        self._byte_window = (time.monotonic(), 0)
 
     async def start(self) -> None:
         await super().start()
@@ -546,6 +556,7 @@ class Subscriber(TopicClient):
         elif not stats.see(seq):
             return
         self.received += 1
+        self.received_bytes += len(msg.data)
         self.brokers_seen[ep.broker] = self.brokers_seen.get(ep.broker, 0) + 1
         if self.latencies is not None:
             self.latencies.append(now - sent)
@@ -563,6 +574,12 @@ class Subscriber(TopicClient):
         now = time.monotonic()
         self._window = (now, self.received)
         return (self.received - count) / max(1e-6, now - started)
+
+    def byte_rate(self) -> float:
+        started, count = self._byte_window
+        now = time.monotonic()
+        self._byte_window = (now, self.received_bytes)
+        return (self.received_bytes - count) / max(1e-6, now - started)
 
     async def _flush_loop(self) -> None:
         while True:

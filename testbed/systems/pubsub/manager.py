@@ -1,9 +1,11 @@
 """The topic manager (ePulsar's Load Manager, paper 3.3-3.6), run by the elected cloud broker.
 
-Every monitoring period it reads the brokers' reports from ZooKeeper, builds a Snapshot and runs
-Algorithm 1 (testbed.policies.perform_repartitioning) with the configured policy, then
-executes the migrations: `enhanced` (Fig. 2) on a pool of executors, `baseline` one at a time with
-lazy reassignment through lookup. It also answers `_ep.lookup` (assigning unowned topics with the
+Every monitoring period it reads the brokers' reports from ZooKeeper, builds a Snapshot and runs the
+policy family's controller (testbed.policies.control: Algorithm 1 around a ranking policy, or a
+family's own loop such as Pulsar's load manager), then executes the migrations: `enhanced` (Fig. 2)
+on a pool of executors, `baseline` one at a time with lazy reassignment through lookup. A family
+may require a workflow (Pulsar's load manager: `baseline`); it overrides --workflow. Each round
+also reports every broker's load and the imbalance between them (`loads`). It also answers `_ep.lookup` (assigning unowned topics with the
 policy: `--initial-placement first_lookup` from the asking client's coordinate, `cloud` on the
 default broker until reports come; testbed.policies.initial) and re-places the topics of brokers
 that died. `--distance` is the reading of d its policy ranks with (testbed.policies.distance); the
@@ -29,7 +31,8 @@ import time
 from testbed.systems.pubsub.lookup import LookupService
 from testbed.policies.snapshot import BrokerReport, Migration, Snapshot, TopicClients, TopicReport
 from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DISTANCES, INITIAL_PLACEMENTS, DEFAULT_POLICY,
-                               POLICIES, Overload, get_distance, get_policy, perform_repartitioning, unowned_broker)
+                               POLICIES, ControlOptions, LoadManagerConfig, Overload, controller_for, get_distance,
+                               get_policy)
 
 
 def emit(kind: str, **data) -> None:
@@ -60,11 +63,14 @@ class TopicManager(LookupService):
         super().__init__(args.nats, args.zk, args.default or args.node)
         self.node = args.node
         self.policy = get_policy(args.policy)
-        self.workflow = args.workflow
-        self.executors = args.executors if args.workflow == "enhanced" else 1
+        self.overload = Overload.from_config(args)
+        self.controller = controller_for(self.policy, ControlOptions(
+            self.overload, args.initial_placement, args.default or args.node, args.seed,
+            LoadManagerConfig.from_config(args)))
+        self.workflow = self.controller.workflow or args.workflow
+        self.executors = args.executors if self.workflow == "enhanced" else 1
         self.period = args.period
         self.mode = args.mode
-        self.overload = Overload.from_config(args)
         self.default_threshold = args.threshold
         self.distance = get_distance(args.distance)
         self.initial = args.initial_placement
@@ -146,9 +152,8 @@ class TopicManager(LookupService):
 
     def choose(self, topic: str, snapshot: Snapshot, clients: dict[str, TopicClients] | None = None,
                asker: TopicClients | None = None) -> str:
-        """testbed.policies.initial.unowned_broker with this manager's policy, start-up and default broker."""
-        return unowned_broker(topic, snapshot, self.policy, self.default, initial=self.initial, clients=clients,
-                              asker=asker)
+        """Where the controller puts a topic nobody owns (Algorithm 1: testbed.policies.initial)."""
+        return self.controller.assign(topic, snapshot, clients, asker)
 
     # -- the periodic round --------------------------------------------------------------------
     async def control_loop(self) -> None:
@@ -172,12 +177,30 @@ class TopicManager(LookupService):
                 report = snapshot.report(topic)
                 emit("violation_detected", topic=topic, broker=snapshot.placement[topic], e_s=report.e,
                      threshold_s=snapshot.thresholds[topic])
-            migrations = perform_repartitioning(snapshot, self.policy, self.overload, clients=clients)
+            decision = self.controller.round(snapshot, time.time(), clients)
+            for event in decision.events:
+                emit(event.pop("type"), round=self.round, **event)
+            migrations = decision.migrations
+            self.emit_loads(snapshot)
+            if hasattr(self.controller, "ownership"):
+                await asyncio.to_thread(self.meta.write_ownership, self.controller.ownership())
         migrations = [m for m in migrations if m.topic not in self.in_flight]
         emit("round", round=self.round, brokers=len(snapshot.brokers), topics=len(snapshot.placement),
              migrations=len(migrations))
         if migrations:
             await self.execute(migrations, snapshot)
+
+    def emit_loads(self, snapshot: Snapshot) -> None:
+        """Every broker's load this round (for the figures of load balancing), and the imbalance: the
+        coefficient of variation of the brokers' message rates (in + out of the topics each owns)."""
+        reports = snapshot.reports()
+        brokers = {}
+        for name, b in sorted(snapshot.brokers.items()):
+            owned = [t for t, owner in snapshot.placement.items() if owner == name]
+            rate = sum(reports[t].load for t in owned if t in reports)
+            brokers[name] = {"rate": rate, "rate_out": b.rate_out, "cpu": b.cpu, "memory": b.memory,
+                             "network_in": b.network_in, "network_out": b.network_out, "topics": len(owned)}
+        emit("loads", round=self.round, brokers=brokers, imbalance=imbalance([v["rate"] for v in brokers.values()]))
 
     def pingpong(self, snapshot: Snapshot) -> list[Migration]:
         """Move every topic to the other of the first two edge brokers (paper 5.7)."""
@@ -256,6 +279,9 @@ class TopicManager(LookupService):
 
         threading.Thread(target=election.run, args=(elected,), daemon=True).start()
         await leader.wait()
+        restore = getattr(self.controller, "restore", None)
+        if restore is not None and (previous := await asyncio.to_thread(self.meta.ownership)):
+            restore(previous)
         emit("elected", node=self.node, policy=self.policy.name, workflow=self.workflow, executors=self.executors)
         control = loop.create_task(self.control_loop())
         try:
@@ -265,7 +291,15 @@ class TopicManager(LookupService):
             resign.set()
 
 
-def main(argv: list[str] | None = None) -> int:
+def imbalance(values: list[float]) -> float | None:
+    """Coefficient of variation (population standard deviation over mean); None when nothing flows."""
+    if not values or sum(values) <= 0:
+        return None
+    mean = sum(values) / len(values)
+    return (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5 / mean
+
+
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="ePulsar topic manager")
     parser.add_argument("--node", required=True, help="this cloud broker's name (also the default owner)")
     parser.add_argument("--nats", required=True)
@@ -281,8 +315,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="reading of d: Serf's RTT estimate / 2 (one_way) or as is (rtt)")
     parser.add_argument("--initial-placement", default=DEFAULT_INITIAL_PLACEMENT, choices=list(INITIAL_PLACEMENTS),
                         help="an unowned topic's first broker: from the asking client's coordinate, or the cloud")
+    parser.add_argument("--seed", type=int, default=0, help="the scenario's seed (a policy's random ties)")
     Overload.add_arguments(parser)
-    args = parser.parse_args(argv)
+    LoadManagerConfig.add_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     asyncio.run(TopicManager(args).run())
     return 0

@@ -235,7 +235,21 @@ class Metadata:
 
     # reports --------------------------------------------------------------------------------------
     def write_report(self, broker: str, report) -> None:
-        path, data = f"{ROOT}/reports/{broker}", _dumps(report)
+        self._put(f"{ROOT}/reports/{broker}", report)
+
+    def write_ownership(self, state: dict) -> None:
+        """A stateful controller's ownership record (Pulsar's bundle ranges and bundle -> broker): the
+        next leader starts from it."""
+        self._put(f"{ROOT}/ownership", state)
+
+    def ownership(self) -> dict | None:
+        try:
+            return json.loads(self.zk.get(f"{ROOT}/ownership")[0])
+        except NoNodeError:
+            return None
+
+    def _put(self, path: str, value) -> None:
+        data = _dumps(value)
         try:
             self.zk.set(path, data)
         except NoNodeError:

@@ -20,22 +20,23 @@ from testbed.policies.distance import Distance
 from testbed.policies.snapshot import ClientNC, TopicClients, TopicReport, coord_from_dict
 
 
-def parse_nc_report(data: bytes) -> tuple[str, str, Coordinate | None, float]:
-    """(client, role, coordinate or None, rate) of an NC report; ValueError if malformed."""
+def parse_nc_report(data: bytes) -> tuple[str, str, Coordinate | None, float, float]:
+    """(client, role, coordinate or None, rate in msg/s, bytes/s) of an NC report; ValueError if malformed."""
     try:
         message = json.loads(data)
         client, role, rate = message["client"], message["role"], float(message.get("rate", 0.0))
+        byte_rate = float(message.get("bytes", 0.0))
         coord = message.get("coord")
         coord = coord_from_dict(coord) if coord is not None else None
     except (ValueError, KeyError, TypeError, AttributeError) as error:
         raise ValueError(f"not an NC report: {error}") from error
     if not isinstance(client, str) or not 0 < len(client) <= 64 or role not in ("producer", "consumer"):
         raise ValueError("client must be a name, role producer or consumer")
-    if not (math.isfinite(rate) and rate >= 0):
-        raise ValueError("rate must be a non-negative number")
+    if not all(math.isfinite(v) and v >= 0 for v in (rate, byte_rate)):
+        raise ValueError("rate and bytes must be non-negative numbers")
     if coord is not None:
         check_coordinate(coord)
-    return client, role, coord, rate
+    return client, role, coord, rate, byte_rate
 
 
 def check_coordinate(coord: Coordinate) -> Coordinate:
@@ -54,6 +55,7 @@ class ClientEntry:
     coord: Coordinate | None
     rate: float
     time: float
+    byte_rate: float = 0.0
 
 
 @dataclass
@@ -90,7 +92,9 @@ def topic_report(topic: str, broker: str, me: Coordinate | None, state: Owned, s
     usable = me if me is not None and dims in (None, len(me.vec)) else None
     report = latency.aggregate(topic, broker, usable, ps, cs, rate_in, rate_out, distance=distance)
     return replace(report, producers=sum(e.role == "producer" for e in entries),
-                   consumers=sum(e.role == "consumer" for e in entries))
+                   consumers=sum(e.role == "consumer" for e in entries),
+                   throughput_in=sum(e.byte_rate for e in entries if e.role == "producer"),
+                   throughput_out=sum(e.byte_rate for e in entries if e.role == "consumer"))
 
 
 def topic_clients(state: Owned) -> TopicClients:

@@ -40,15 +40,16 @@ def find_process(comm: str) -> int | None:
     return None
 
 
-def _net_bytes() -> int:
-    total = 0
+def _net_bytes() -> tuple[int, int]:
+    """Bytes received and sent by the node's interfaces (loopback excluded)."""
+    rx = tx = 0
     with open("/proc/net/dev") as handle:
         for line in handle.readlines()[2:]:
             name, data = line.split(":", 1)
             if name.strip() != "lo":
                 values = data.split()
-                total += int(values[0]) + int(values[8])
-    return total
+                rx, tx = rx + int(values[0]), tx + int(values[8])
+    return rx, tx
 
 
 def _mem_total() -> int:
@@ -68,7 +69,7 @@ class ResourceSampler:
         self.server_pid: int | None = None
         self.mem_total = _mem_total()
         self.cpus = os.cpu_count() or 1
-        self._last: tuple[float, float, int] | None = None
+        self._last: tuple[float, float, tuple[int, int]] | None = None
 
     def _pids(self) -> list[int]:
         if self.server_pid is None or not os.path.exists(f"/proc/{self.server_pid}"):
@@ -82,11 +83,15 @@ class ResourceSampler:
             if stat is not None:
                 cpu_s, rss = cpu_s + stat.ticks / procs.TICKS, rss + stat.rss_pages * _PAGE
         now, net = time.monotonic(), _net_bytes()
-        out = {"cpu": 0.0, "memory": rss / self.mem_total, "network": 0.0, "network_bps": 0.0}
+        out = {"cpu": 0.0, "memory": rss / self.mem_total, "network": 0.0, "network_bps": 0.0, "network_in": 0.0,
+               "network_out": 0.0}
         if self._last is not None:
             wall = max(1e-6, now - self._last[0])
+            rx, tx = (max(0, now_ - then) / wall for now_, then in zip(net, self._last[2]))
             out["cpu"] = max(0.0, cpu_s - self._last[1]) / wall / self.cpus
-            out["network_bps"] = max(0, net - self._last[2]) / wall
-            out["network"] = out["network_bps"] * 8 / self.capacity_bps if self.capacity_bps else 0.0
+            out["network_bps"] = rx + tx  # bytes/s, both directions
+            if self.capacity_bps:  # fractions of the link's capacity (per direction: links are full duplex)
+                out["network"] = (rx + tx) * 8 / self.capacity_bps
+                out["network_in"], out["network_out"] = rx * 8 / self.capacity_bps, tx * 8 / self.capacity_bps
         self._last = (now, cpu_s, net)
         return out

@@ -1,0 +1,82 @@
+"""What the topic manager runs: a `Controller` per run, made by the policy family from the run's
+options. It answers where a topic nobody owns goes (`assign`) and, every monitoring period, which
+topics move (`round`).
+
+Two kinds exist. `Algorithm1` is the paper's (3.3): stateless, a ranking policy (ePulsar, AllPairs,
+hashing) inside PerformRepartitioning. A family with its own control loop and state (Pulsar's load
+manager: bundles, load history, shedding; later BAD's coordinator) brings its own controller and may
+require a migration workflow (`workflow`; None: the scenario's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from testbed.policies.base import Policy
+from testbed.policies.initial import DEFAULT_INITIAL_PLACEMENT, unowned_broker
+from testbed.policies.overload import Overload
+from testbed.policies.pulsar_lm.config import LoadManagerConfig
+from testbed.policies.repartition import perform_repartitioning
+from testbed.policies.snapshot import Decision, Snapshot, TopicClients
+
+
+@dataclass(frozen=True)
+class ControlOptions:
+    """Everything a family may need to build its controller (each takes what it uses)."""
+
+    overload: Overload = Overload()
+    initial: str = DEFAULT_INITIAL_PLACEMENT
+    default: str | None = None  # the cloud broker: where `cloud` start-up puts new topics
+    seed: int = 0  # ties broken at random (Pulsar's placement) are drawn from it
+    load_manager: LoadManagerConfig = LoadManagerConfig()
+
+
+class Controller(Protocol):
+    workflow: str | None
+
+    def assign(self, topic: str, snapshot: Snapshot, clients: Mapping[str, TopicClients] | None = None,
+               asker: TopicClients | None = None) -> str:
+        """The broker for `topic`, which nobody owns."""
+        ...
+
+    def round(self, snapshot: Snapshot, now: float, clients: Mapping[str, TopicClients] | None = None) -> Decision:
+        """This period's migrations."""
+        ...
+
+
+class Algorithm1:
+    """The paper's control loop around a ranking policy (testbed.policies.repartition)."""
+
+    workflow = None
+
+    def __init__(self, policy: Policy, options: ControlOptions):
+        self.policy, self.options = policy, options
+
+    def assign(self, topic: str, snapshot: Snapshot, clients: Mapping[str, TopicClients] | None = None,
+               asker: TopicClients | None = None) -> str:
+        return unowned_broker(topic, snapshot, self.policy, self.options.default or "", initial=self.options.initial,
+                              clients=clients, asker=asker)
+
+    def round(self, snapshot: Snapshot, now: float, clients: Mapping[str, TopicClients] | None = None) -> Decision:
+        return Decision(perform_repartitioning(snapshot, self.policy, self.options.overload, clients=clients))
+
+
+def controller_for(policy: Policy, options: ControlOptions) -> Controller:
+    """The family's own controller when it has one, else Algorithm 1 around it."""
+    make = getattr(policy, "controller", None)
+    return make(options) if make is not None else Algorithm1(policy, options)
+
+
+def choose_brokers(topics: Iterable[str], snapshot: Snapshot, policy: Policy,
+                   clients: Mapping[str, TopicClients] | None = None, seed: int = 0) -> dict[str, str]:
+    """Where each topic goes from nothing: a ranking policy's first-ranked broker, ignoring load (the
+    initial placement of new topics and the latency-only assessment of paper 5.5); a family with
+    its own controller assigns the topics in order from a fresh controller, nothing owned yet (Pulsar's
+    leader placing bundles as their first topics are looked up, each new bundle counted at its
+    default load)."""
+    if getattr(policy, "controller", None) is None:
+        return {t: policy.feasible_brokers(t, snapshot, clients)[0] for t in topics}
+    fresh, empty = policy.controller(ControlOptions(seed=seed)), replace(snapshot, placement={})
+    return {t: fresh.assign(t, empty, clients) for t in topics}
