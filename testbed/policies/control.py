@@ -16,7 +16,7 @@ from typing import Protocol
 
 from testbed.policies.base import Policy
 from testbed.policies.initial import DEFAULT_INITIAL_PLACEMENT, unowned_broker
-from testbed.policies.overload import Overload
+from testbed.policies.overload import Overload, overloaded_brokers, topics_to_shed
 from testbed.policies.pulsar_lm.config import LoadManagerConfig
 from testbed.policies.repartition import perform_repartitioning
 from testbed.policies.snapshot import Decision, Snapshot, TopicClients
@@ -60,7 +60,11 @@ class Algorithm1:
                               clients=clients, asker=asker)
 
     def round(self, snapshot: Snapshot, now: float, clients: Mapping[str, TopicClients] | None = None) -> Decision:
-        return Decision(perform_repartitioning(snapshot, self.policy, self.options.overload, clients=clients))
+        """Algorithm 1; each overloaded broker and the topics it sheds (3.4.3) are reported."""
+        limits = self.options.overload
+        shed = [{"type": "overload_shed", "broker": b, "rate_out": snapshot.brokers[b].rate_out,
+                 "topics": topics_to_shed(b, snapshot, limits)} for b in overloaded_brokers(snapshot, limits)]
+        return Decision(perform_repartitioning(snapshot, self.policy, limits, clients=clients), shed)
 
 
 def controller_for(policy: Policy, options: ControlOptions) -> Controller:

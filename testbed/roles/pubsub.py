@@ -14,6 +14,7 @@ from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
 from testbed.procs import LineCounter, json_lines, stop_group, wait_or_kill
+from testbed.roles import balance
 from testbed.roles.base import Role, RunContext
 from testbed.roles.launch import start_agent, start_nats, start_zookeeper
 from testbed.systems.pubsub.broker import nats_url
@@ -166,7 +167,7 @@ class PubSubRole(Role):
                            threshold=min(thresholds),
                            overload=astuple(Overload.from_config(control.overload)),
                            distance=control.distance, initial_placement=control.initial_placement,
-                           seed=run.scenario.seed, load_manager=LoadManagerConfig.from_config(control.pulsar_lm)),
+                           seed=run.scenario.seed, load_manager=control.load_manager()),
             monitoring_period=control.monitoring_period, nc_period=control.nc_report_period)
         self.faults: list[dict] = []
         self._migrations = LineCounter(run.logs, "manager.jsonl", b'"migration_end"')
@@ -195,3 +196,9 @@ class PubSubRole(Role):
         for path in sorted(self.run.logs.glob("broker-*.events.jsonl")):
             found.extend(json_lines(path))
         return found
+
+    def summary(self, events: list[dict]) -> dict:
+        return {"balance": balance.summarize(events)}
+
+    def end_screen(self, summary: dict) -> list:
+        return balance.end_screen(summary["balance"])

@@ -19,6 +19,7 @@ from testbed.nc.snapshots import CONVERGED_RELATIVE_ERROR, SAME_SITE_ERROR_S
 from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES
 from testbed.policies.initial import DEFAULT_INITIAL_PLACEMENT, INITIAL_PLACEMENTS
 from testbed.policies.overload import Overload as OverloadThresholds
+from testbed.policies.pulsar_lm.config import PULSAR_CAPACITIES as LM_CAPACITIES
 from testbed.policies.pulsar_lm.config import UNITS as LM_UNITS
 from testbed.policies.pulsar_lm.config import LoadManagerConfig
 from testbed.policies.registry import DEFAULT_POLICY, POLICIES
@@ -394,12 +395,16 @@ class Settle(Strict):
 
 def _pulsar_lm_model() -> type[Strict]:
     """`control.pulsar_lm`: every parameter of Pulsar's load manager, with the units a scenario writes
-    and the defaults of testbed.policies.pulsar_lm.config (Pulsar's, scaled where it says so)."""
+    and the defaults of testbed.policies.pulsar_lm.config. The capacities default to None: Pulsar's
+    values at the same share of the run's Rth_out (`Control.load_manager`)."""
     kinds = {"duration": Duration, "msg/s": Rate, "bytes/s": Size, "fraction": Fraction}
     defaults = LoadManagerConfig()
     fields_ = {}
     for f in dataclass_fields(LoadManagerConfig):
         default = getattr(defaults, f.name)
+        if f.name in LM_CAPACITIES:
+            fields_[f.name] = (kinds[LM_UNITS[f.name]] | None, Field(None, description=f.metadata["help"]))
+            continue
         if f.metadata["choices"]:
             kind = Literal[tuple(f.metadata["choices"])]
         elif isinstance(default, bool):
@@ -431,10 +436,14 @@ class Control(Strict):
     overload: Overload = Overload()
     pulsar_lm: PulsarLm = PulsarLm()  # Pulsar's load manager (policy pulsar-lm), testbed.policies.pulsar_lm.config
 
+    def load_manager(self) -> LoadManagerConfig:
+        """pulsar-lm's parameters for this run: the given ones, the capacities scaled to Rth_out."""
+        return LoadManagerConfig.scaled(self.overload.output_rate, **self.pulsar_lm.model_dump())
+
     @model_validator(mode="after")
     def _load_manager(self) -> Control:
         try:
-            LoadManagerConfig.from_config(self.pulsar_lm)
+            self.load_manager()
         except ValueError as error:
             raise ValueError(f"pulsar_lm: {error}") from None
         return self

@@ -3,17 +3,18 @@
 Pulsar's defaults (broker.conf / ServiceConfiguration.java of the modular load manager; the table
 of shared/reference/pulsar-load-balancing.md) assume a production cluster. Two kinds are scaled:
 
-- Capacities (message rates and byte rates): divided by `PRODUCTION_SCALE`, Pulsar's output-rate
-  threshold on the paper's 8-CPU VMs (1.5M msg/s, paper 5.4) over nats-server's here
-  (`NATS_OUTPUT_RATE_THRESHOLD`): a bundle splits, or a shedder bothers, at the same share of a
-  broker's capacity as in Pulsar.
+- Capacities (the split limits on message rate and throughput, the shedders' minimum unloads):
+  Pulsar sets them for brokers that deliver about 1.5M msg/s (its Rth_out on the paper's 8-CPU
+  VMs, 5.4). Here they keep the same share of a broker's capacity: times Rth_out / 1.5M msg/s,
+  with the run's Rth_out (`control.overload.output_rate`: nats-server's 20,000 msg/s on this
+  machine by default, a scenario's own where its links are narrower). `LoadManagerConfig.scaled`.
 - Periods: Pulsar sheds every minute with a 30-minute grace per bundle, for clusters that run for
   months; a run lasts minutes, so the shedder runs every 10 s and a bundle may move again after
   30 s (three shedding periods), which still keeps a bundle from bouncing at every round.
 
 Counts (bundles, topics, sessions), fractions and weights keep Pulsar's values. The scenario's
-`control.pulsar_lm` takes its defaults from `LoadManagerConfig()`, and the topic manager's command
-line is `add_arguments` / `to_argv`.
+`control.pulsar_lm` takes its defaults from here, and the topic manager's command line is
+`add_arguments` / `to_argv`.
 """
 
 from __future__ import annotations
@@ -24,8 +25,12 @@ from testbed.policies.overload import NATS_OUTPUT_RATE_THRESHOLD
 from testbed.policies.pulsar_lm.bundles import SPLIT_ALGORITHMS
 
 PULSAR_OUTPUT_RATE_THRESHOLD = 1.5e6  # msg/s, Pulsar on the paper's 8-CPU VMs (5.4)
-PRODUCTION_SCALE = PULSAR_OUTPUT_RATE_THRESHOLD / NATS_OUTPUT_RATE_THRESHOLD  # 75
 MB = 1024 * 1024
+# The capacities, at Pulsar's own values: `scaled` multiplies them by Rth_out / 1.5M msg/s.
+PULSAR_CAPACITIES = {"split_max_rate": 30_000.0, "split_max_throughput": 100.0 * MB,
+                     "min_unload_throughput": 10.0 * MB, "uniform_min_unload_rate": 1000.0,
+                     "uniform_min_unload_throughput": 1.0 * MB}
+_DEFAULT_SCALE = NATS_OUTPUT_RATE_THRESHOLD / PULSAR_OUTPUT_RATE_THRESHOLD
 
 PLACEMENTS = ("least_long_term_message_rate", "least_resource_usage_with_weight")
 SHEDDERS = ("threshold", "overload", "uniform")
@@ -52,10 +57,10 @@ class LoadManagerConfig:
     unload_split_bundles: bool = _param(True, "unload both halves of a split (loadBalancerAutoUnloadSplitBundlesEnabled)")
     split_max_topics: int = _param(1000, "split a bundle with more topics (loadBalancerNamespaceBundleMaxTopics)")
     split_max_sessions: int = _param(1000, "... more producers + consumers (loadBalancerNamespaceBundleMaxSessions)")
-    split_max_rate: float = _param(30_000 / PRODUCTION_SCALE, "... a higher long-term message rate in + out, msg/s "
-                                   "(loadBalancerNamespaceBundleMaxMsgRate / PRODUCTION_SCALE)", pulsar=30_000.0)
-    split_max_throughput: float = _param(100 * MB / PRODUCTION_SCALE, "... a higher long-term throughput in + out, "
-                                         "bytes/s (loadBalancerNamespaceBundleMaxBandwidthMbytes / PRODUCTION_SCALE)",
+    split_max_rate: float = _param(30_000 * _DEFAULT_SCALE, "... a higher long-term message rate in + out, msg/s "
+                                   "(loadBalancerNamespaceBundleMaxMsgRate, scaled)", pulsar=30_000.0)
+    split_max_throughput: float = _param(100 * MB * _DEFAULT_SCALE, "... a higher long-term throughput in + out, "
+                                         "bytes/s (loadBalancerNamespaceBundleMaxBandwidthMbytes, scaled)",
                                          pulsar=100.0 * MB)
     max_bundles: int = _param(128, "no split beyond this many bundles (loadBalancerNamespaceMaximumBundles)")
     split_algorithm: str = _param("range_equally_divide", "where a bundle is cut (defaultNamespaceBundleSplitAlgorithm)",
@@ -72,8 +77,8 @@ class LoadManagerConfig:
     memory_weight: float = _param(1.0, "loadBalancerMemoryResourceWeight")
     bandwidth_in_weight: float = _param(1.0, "loadBalancerBandwithInResourceWeight")
     bandwidth_out_weight: float = _param(1.0, "loadBalancerBandwithOutResourceWeight")
-    min_unload_throughput: float = _param(10 * MB / PRODUCTION_SCALE, "ThresholdShedder: no unload below this much "
-                                          "throughput, bytes/s (loadBalancerBundleUnloadMinThroughputThreshold)",
+    min_unload_throughput: float = _param(10 * MB * _DEFAULT_SCALE, "ThresholdShedder: no unload below this much "
+                                          "throughput, bytes/s (loadBalancerBundleUnloadMinThroughputThreshold, scaled)",
                                           pulsar=10.0 * MB)
     uniform_rate_difference: float = _param(0.5, "UniformLoadShedder: shed when the busiest broker's message rate "
                                                  "exceeds the idlest's by this fraction "
@@ -82,10 +87,10 @@ class LoadManagerConfig:
                                                        "(loadBalancerMsgThroughputMultiplierDifferenceShedderThreshold)")
     uniform_max_unload: float = _param(0.2, "UniformLoadShedder: fraction of the difference moved per round "
                                             "(maxUnloadPercentage)")
-    uniform_min_unload_rate: float = _param(1000 / PRODUCTION_SCALE, "... not below this message rate, msg/s "
-                                            "(minUnloadMessage / PRODUCTION_SCALE)", pulsar=1000.0)
-    uniform_min_unload_throughput: float = _param(1 * MB / PRODUCTION_SCALE, "... nor this throughput, bytes/s "
-                                                  "(minUnloadMessageThroughput / PRODUCTION_SCALE)", pulsar=1.0 * MB)
+    uniform_min_unload_rate: float = _param(1000 * _DEFAULT_SCALE, "... not below this message rate, msg/s "
+                                            "(minUnloadMessage, scaled)", pulsar=1000.0)
+    uniform_min_unload_throughput: float = _param(1 * MB * _DEFAULT_SCALE, "... nor this throughput, bytes/s "
+                                                  "(minUnloadMessageThroughput, scaled)", pulsar=1.0 * MB)
     short_samples: int = _param(10, "samples of the short-term averages (TimeAverageMessageData)")
     long_samples: int = _param(1000, "samples of the long-term averages (TimeAverageMessageData)")
     default_bundle_rate: float = _param(50.0, "message rate in (and out) assumed for a bundle with no report yet, msg/s")
@@ -103,6 +108,15 @@ class LoadManagerConfig:
             raise ValueError("bundles must be at least 1 and at most max_bundles")
         if not 0 <= self.history < 1:
             raise ValueError("history must be in [0, 1)")
+
+    @classmethod
+    def scaled(cls, output_rate: float = NATS_OUTPUT_RATE_THRESHOLD, **given) -> LoadManagerConfig:
+        """Pulsar's defaults with the capacities at the same share of a broker whose Rth_out is
+        `output_rate` msg/s; `given` parameters (None: not given) win."""
+        scale = output_rate / PULSAR_OUTPUT_RATE_THRESHOLD
+        values = {name: pulsar * scale for name, pulsar in PULSAR_CAPACITIES.items()}
+        values.update({name: value for name, value in given.items() if value is not None})
+        return cls(**values)
 
     @classmethod
     def from_config(cls, config) -> LoadManagerConfig:

@@ -37,6 +37,7 @@ class LoadManager:
         self.rng = random.Random(seed)
         self.bundles = Bundles.equal(config.bundles)
         self.assigned: dict[str, str] = {}
+        self.pending: set[str] = set()  # assigned at a lookup, no topic of it placed yet (preallocated)
         self.short: dict[str, TimeAverage] = {}
         self.long: dict[str, TimeAverage] = {}
         self.shedder_usage: dict[str, float] = {}  # ThresholdShedder's history, updated when it runs
@@ -46,13 +47,15 @@ class LoadManager:
 
     # -- what the leader knows -------------------------------------------------------------------
     def _refresh(self, snapshot: Snapshot) -> None:
-        """Forget dead brokers' assignments; adopt observed owners of bundles it has not assigned."""
-        self.assigned = {b: o for b, o in self.assigned.items() if o in snapshot.brokers}
-        names = set(self.bundles.names())
-        self.assigned = {b: o for b, o in self.assigned.items() if b in names}
+        """Forget dead brokers' assignments and bundles with no topic (an empty bundle is owned by
+        nobody until a lookup lands in it), unless preallocated; adopt the observed owner of a bundle
+        it has not assigned."""
         observed: dict[str, Counter] = {}
         for topic, broker in snapshot.placement.items():
             observed.setdefault(self.bundles.bundle_of(topic), Counter())[broker] += 1
+        self.pending -= set(observed)
+        self.assigned = {b: o for b, o in self.assigned.items()
+                         if o in snapshot.brokers and (b in observed or b in self.pending)}
         for bundle, counts in observed.items():
             if bundle not in self.assigned:
                 self.assigned[bundle] = min(counts, key=lambda b: (-counts[b], b))
@@ -98,6 +101,7 @@ class LoadManager:
         if state.get("policy") == "pulsar-lm" and state.get("bundles"):
             self.bundles = Bundles.from_names(state["bundles"])
             self.assigned = {b: o for b, o in state.get("assigned", {}).items() if b in set(self.bundles.names())}
+            self.pending = set(self.assigned)  # until the next round sees their topics
 
     # -- placement -------------------------------------------------------------------------------
     def _select(self, snapshot: Snapshot) -> str | None:
@@ -115,6 +119,7 @@ class LoadManager:
             if chosen is None:
                 raise ValueError("no brokers")
             self.assigned[bundle] = chosen
+            self.pending.add(bundle)
         return self.assigned[bundle]
 
     # -- the periodic round ----------------------------------------------------------------------
@@ -154,11 +159,12 @@ class LoadManager:
             halves = sorted(set(after.names()) - before)
             del self.assigned[split.bundle]
             for half in halves:
-                self.assigned[half] = owner
+                if any(self.bundles.bundle_of(t) == half for t in topics[split.bundle]):
+                    self.assigned[half] = owner
             decision.events.append({"type": "bundle_split", "bundle": split.bundle, "into": halves, "broker": owner,
                                     "reason": split.reason, "bundles": len(after)})
             if self.config.unload_split_bundles:
-                for half in halves:
+                for half in (h for h in halves if h in self.assigned):
                     self._unload(Unload(owner, half, f"split of {split.bundle}"), snapshot, now, decision, "split")
                     grace.add(half)
 
