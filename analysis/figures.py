@@ -348,8 +348,9 @@ def fig7b(migrations, out, wan_one_way_s: float | None = None, note: str = "",
 
 POLICY_NAMES = {name: policy.label for name, policy in POLICIES.items()}  # the registry's labels and order
 POLICY_ORDER = tuple(POLICIES)
-POLICY_COLORS = {"epulsar": "tab:green", "allpairs": "tab:blue", "pulsar-hash": "tab:red"}  # others: matplotlib's next
-POLICY_MARKERS = {"epulsar": "^", "allpairs": "o", "pulsar-hash": "s"}
+# Every registered policy has its own colour: a None would take matplotlib's next, which can repeat one of these.
+POLICY_COLORS = {"epulsar": "tab:green", "allpairs": "tab:blue", "pulsar-hash": "tab:red", "pulsar-lm": "tab:purple"}
+POLICY_MARKERS = {"epulsar": "^", "allpairs": "o", "pulsar-hash": "s", "pulsar-lm": "D"}
 
 
 def policy_name(policy) -> str:
