@@ -2,7 +2,8 @@
 
     python -m analysis convert RUN_DIR...                 JSON lines -> traces/events/run.parquet (no Spark)
     python -m analysis reduce RUN_DIR... [--master M]     Spark jobs -> RUN_DIR/tables/*.parquet, prints a summary
-    python -m analysis figures RUN_DIR... --out DIR       Fig. 7a/7b/8/9 as PNG (reduces runs that need it)
+    python -m analysis figures RUN_DIR... --out DIR       Fig. 7a/7b/8/9 as PNG (reduces runs that need it), and
+                                                          load balancing (analysis.balance) for runs with `loads`
 
 Exit codes: 0 ok, 2 bad input (no such run, nothing to draw), 1 failure.
 """
@@ -136,6 +137,12 @@ def cmd_figures(args) -> int:
                           "title": f"coordinates' estimated vs configured RTT over {name}"})
         if wanted & {"fig7a", "fig7b"} and tables.get("migrations") is not None:
             migrations.extend(tables["migrations"].to_pylist())
+    if not only:  # runs whose topic manager reported `loads` (issue 14): load balancing over time, side by side
+        from analysis import balance
+
+        more, reasons = balance.draw_runs(runs, out)
+        drawn += more
+        skipped += reasons
     wanted_any = set(only) if only else set().union(*(_wanted(traces.read_run(r), None) for r in runs))
     for fig in ("fig7a", "fig7b"):
         if fig not in wanted_any:

@@ -332,5 +332,41 @@ def comparison_figure(table: list[dict], out: str | os.PathLike) -> dict:
                 [policy_name(p) for p in policies])
 
 
-__all__ = ["BadRun", "run_start", "over_time", "marks", "load_run", "has_loads", "run_row", "side_by_side",
+
+def draw_runs(run_dirs: list, out: str | os.PathLike) -> tuple[list[dict], list[str]]:
+    """`testbed figures`' load-balancing figures for the runs whose topic manager reported `loads`:
+    balance-<scenario>-<run>.png per run; per scenario run under several policies,
+    balance-<scenario>.png (the first run given per policy, one column each); and, over them all,
+    balance-compare.png. Returns (drawn, skipped with the reason)."""
+    out = Path(out)
+    drawn, skipped, runs = [], [], []
+    for run_dir in run_dirs:
+        if not has_loads(run_dir):
+            continue
+        try:
+            run = load_run(run_dir)
+        except BadRun as error:
+            skipped.append(f"load balancing for {run_dir}: {error}")
+            continue
+        runs.append(run)
+        drawn.append(over_time_figure([run], out / f"balance-{run['scenario']}-{run['run_id']}.png"))
+    rows = []
+    for scenario in dict.fromkeys(r["scenario"] for r in runs):
+        first = {}
+        for run in runs:
+            if run["scenario"] == scenario:
+                first.setdefault(run["policy"], run)
+        if len(first) > 1:
+            drawn.append(over_time_figure(list(first.values()), out / f"balance-{scenario}.png"))
+    for run in runs:
+        try:
+            rows.append(run_row(run))
+        except BadRun as error:
+            skipped.append(f"load-balancing comparison: {error}")
+    if len({(r["scenario"], r["policy"]) for r in rows}) > 1:
+        drawn.append(comparison_figure(side_by_side(rows), out / "balance-compare.png"))
+    return drawn, skipped
+
+
+__all__ = ["BadRun", "run_start", "over_time", "marks", "load_run", "has_loads", "run_row", "side_by_side", "draw_runs",
            "markdown_table", "over_time_figure", "comparison_figure"]
