@@ -368,5 +368,22 @@ def draw_runs(run_dirs: list, out: str | os.PathLike) -> tuple[list[dict], list[
     return drawn, skipped
 
 
+def headline(table: list[dict], scale: str = ""):
+    """The index's line for the side-by-side table: per scenario, each policy's mean imbalance and
+    violation ratio. No verdict: the paper makes no claim on balance (headlines.AGREEMENT_RULES)."""
+    from analysis.headlines import Headline, require
+
+    require(table, "runs with a load summary")
+    parts = []
+    for scenario in dict.fromkeys(r["scenario"] for r in table):
+        mine = [r for r in table if r["scenario"] == scenario]
+        parts.append(f"{scenario}: " + ", ".join(
+            f"{policy_name(r['policy'])} CoV {_cell(r['imbalance_mean'], '{:.2f}', ci=False)}, "
+            f"{_cell(r['violation_ratio'], '{:.1f}', 100, ' %', ci=False)} violations" for r in mine))
+    numbers = {f"{r['scenario']}/{r['policy']}": {c: r[c].value for c in TABLE_COLUMNS if r[c] is not None}
+               for r in table}
+    return Headline("mean imbalance and messages above the threshold: " + "; ".join(parts), None, scale, numbers)
+
+
 __all__ = ["BadRun", "run_start", "over_time", "marks", "load_run", "has_loads", "run_row", "side_by_side", "draw_runs",
-           "markdown_table", "over_time_figure", "comparison_figure"]
+           "markdown_table", "headline", "over_time_figure", "comparison_figure"]

@@ -30,6 +30,7 @@ class Entry:
     failed: list[str] = field(default_factory=list)
     source: str = ""
     scale: str = ""
+    table: list[str] = field(default_factory=list)   # markdown table lines shown under the figure (e.g. side by side)
 
     def status(self, out_dir: Path) -> str:
         if self.failed:
@@ -77,7 +78,8 @@ def _rows(entries: list[Entry], out_dir: Path) -> list[dict]:
             "paper": claim.text if claim else "-", "section": claim.section if claim else "-",
             "agrees": _agrees(e.headline), "why": _why(e.headline), "rule": AGREEMENT_RULES.get(e.figure, ""),
             "scale": _scale(e),
-            "status": e.status(out_dir), "problems": problems, "images": e.present(out_dir), "source": e.source})
+            "status": e.status(out_dir), "problems": problems, "images": e.present(out_dir), "source": e.source,
+            "table": e.table})
     return rows
 
 
@@ -108,6 +110,7 @@ def markdown(entries: list[Entry], out_dir: Path, about: dict) -> str:
     for r in rows:
         lines += ["", f'<a id="{r["anchor"]}"></a>', f"## {r['figure']}: {r['title']}", ""]
         lines += [f"![{name}]({name})" for name in r["images"]] or ["*(no PNG)*"]
+        lines += ["", *r["table"]] if r["table"] else []
         lines += ["", f"- **ours:** {r['ours']}", f"- **paper (§{r['section']}):** {r['paper']}",
                   f"- **agrees:** {r['agrees']}" + (f": {r['why']}" if r["why"] else "")
                   + (f" (rule: {r['rule']})" if r["rule"] else ""),
@@ -153,6 +156,10 @@ def html_page(entries: list[Entry], out_dir: Path, about: dict) -> str:
     for r in rows:
         parts.append(f"<h2 id='{r['anchor']}'>{_h(r['figure'])}: {_h(r['title'])}</h2>")
         parts += [f"<img src='{_h(name)}' alt='{_h(name)}'>" for name in r["images"]] or ["<p><i>(no PNG)</i></p>"]
+        if r["table"]:
+            cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in r["table"] if "---" not in line]
+            parts.append("<table>" + "".join("<tr>" + "".join(f"<{'th' if i == 0 else 'td'}>{_h(c)}</{'th' if i == 0 else 'td'}>"
+                                                                for c in row) + "</tr>" for i, row in enumerate(cells)) + "</table>")
         rule = (f": {_h(r['why'])}" if r["why"] else "") + (f" (rule: {_h(r['rule'])})" if r["rule"] else "")
         parts.append(f"<ul><li><b>ours:</b> {_h(r['ours'])}</li><li><b>paper (§{_h(r['section'])}):</b> "
                      f"{_h(r['paper'])}</li><li><b>agrees:</b> {_h(r['agrees'])}{rule}</li>"

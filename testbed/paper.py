@@ -13,9 +13,13 @@ Steps, each shown as [i/N] with what is left; a failing step is recorded and the
                    as the paper ran it (8 swarms of 8 UAVs, 50 m/s, 10 min) at the rate this machine holds
                    (scenarios/uav-comparable.yaml; Fig. 8's verdict), and the MMOG smoke under the other
                    reading of d (one_way; the smokes use rtt, the reading under which Fig. 4 reproduces)
+  hot spot         scenarios/hotspot-smoke.yaml (hotspot.yaml at full scale) --repeats N times under each of
+                   BALANCE_POLICIES (ePulsar, Pulsar's load manager, hashing), as an aside per policy
   comparison       PySpark over the runs' traces: fig8.png, fig9.png (one row per policy, first repeat),
                    fig8-p95.png, fig9-p95.png, violations.png (`analysis.compare_runs`); every table with a
                    95 % interval over the repeats (`analysis.stats`)
+  load balancing   analysis.balance over the hot-spot, UAV and MMOG runs of BALANCE_POLICIES: balance.png,
+                   balance-uav-swarm.png, balance-mmog.png (over time), balance-compare.png and the side-by-side table
   index            <out>/index.md and index.html: each figure, our headline number, the paper's, the scale
                    and a verdict by a rule tied to the paper's mechanism (analysis.headlines): yes, no, or
                    "not testable" when the rule could not have failed (e.g. the configured topology bounds
@@ -65,6 +69,20 @@ ASIDES = (
     Aside("one_way", "fig9-one_way", "mmog", "scenarios/mmog-smoke.yaml",
           "one-way distances (d = RTT / 2), ePulsar only; ", distance="one_way"),
 )
+# The hot spot (issue 14) under ePulsar, Pulsar's load manager and the paper's baseline (hashing), run as an
+# aside per policy and repeat; with the UAV and MMOG runs of the same policies it feeds "Load balancing".
+HOTSPOT = {"smoke": "scenarios/hotspot-smoke.yaml", "full": "scenarios/hotspot.yaml"}
+BALANCE_POLICIES = ("epulsar", "pulsar-lm", "pulsar-hash")
+
+
+def hotspot_aside(options: "Options") -> Aside:
+    return Aside("hotspot", "load-balancing", "hotspot", HOTSPOT[options.scale], "hot spot; ")
+
+
+def balance_policies(options: "Options") -> tuple[str, ...]:
+    return tuple(p for p in BALANCE_POLICIES if p in options.policies)
+
+
 PAPER_SCALE = {"uav-swarm": "paper: 4 zones, 8 swarms of 8 UAVs, 200 msg/s of 1 KB each, 50 m/s, 10 min",
                "mmog": "paper: 5 cities, 64 avatars, 300 msg/s of 998 B, group change after U(30 s, 60 s), 10 min"}
 
@@ -93,7 +111,8 @@ FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.pn
                  "fig5": ["fig5.png", "fig5_configured.png"], "fig6": ["fig6.png"], "fig7a": ["fig7a.png"],
                  "fig7b": ["fig7b.png"], "fig8": ["fig8-comparable.png", "fig8-comparable-p95.png"],
                  "fig9-one_way": ["fig9-one_way.png", "fig9-one_way-p95.png"], "fig9": ["fig9.png", "fig9-p95.png"],
-                 "violations": ["violations.png"]}
+                 "violations": ["violations.png"],
+                 "load-balancing": ["balance.png", "balance-compare.png", "balance-uav-swarm.png", "balance-mmog.png"]}
 
 
 @dataclass
@@ -127,6 +146,7 @@ class State:
     comparison: dict | None = None
     aside_runs: dict = field(default_factory=dict)     # aside name -> its run entries
     asides: dict = field(default_factory=dict)         # aside name -> its comparison
+    balance: dict | None = None                        # {table, missing}: analysis.balance over the runs
 
 
 def machine() -> str:
@@ -161,6 +181,11 @@ def scale_statement(options: Options, benches_reused: list[str]) -> str:
         facts = scenario_facts(REPO / aside.scenario)
         experiments.append(f"{aside.scenario}{' --distance ' + aside.distance if aside.distance else ''} "
                            f"({facts['description']}; {facts['duration']}) once, ePulsar ({aside.figure})")
+    if balance_policies(options):
+        facts = scenario_facts(REPO / HOTSPOT[options.scale])
+        experiments.append(f"{HOTSPOT[options.scale]} ({facts['description']}; {facts['duration']}) "
+                           f"{options.repeats} run(s) per policy ({', '.join(balance_policies(options))}), "
+                           f"seeds {facts['seed']}..{facts['seed'] + options.repeats - 1} (load balancing)")
     benches = ("microbenchmarks redrawn from their JSON as measured earlier: " + ", ".join(benches_reused)
                if benches_reused else "")
     ran = [b.name for b in BENCHES if b.name not in benches_reused]
@@ -321,6 +346,45 @@ def compare_step(state: State, aside: Aside | None = None) -> Step:
     return step
 
 
+def balance_step(state: State) -> Step:
+    """Load balancing (analysis.balance): over time per scenario (the first repeat of each of
+    BALANCE_POLICIES: balance.png for the hot spot, balance-<workload>.png for UAV and MMOG) and the
+    side-by-side table and figure (balance-compare.png) over every repeat."""
+    from analysis import balance
+
+    step = Step("load balancing (analysis.balance)", figures=("load-balancing",))
+    out, wanted = state.options.out, balance_policies(state.options)
+    entries = [e for e in state.runs + state.aside_runs.get("hotspot", []) if e["policy"] in wanted and e.get("dir")]
+    runs, missing = [], []
+    for e in entries:
+        try:
+            runs.append(balance.load_run(e["dir"]))
+        except balance.BadRun as error:
+            missing.append(str(error))
+    drawn = []
+    for workload, name in (("hotspot", "balance.png"), ("uav-swarm", "balance-uav-swarm.png"), ("mmog", "balance-mmog.png")):
+        first = {}
+        for run in runs:
+            if run["workload"] == workload and run["brokers"]:
+                first.setdefault(run["policy"], run)
+        if first:
+            drawn.append(balance.over_time_figure(list(first.values()), out / name)["path"])
+    rows = []
+    for run in runs:
+        try:
+            rows.append(balance.run_row(run))
+        except balance.BadRun as error:
+            missing.append(str(error))
+    table = balance.side_by_side(rows)
+    if table:
+        drawn.append(balance.comparison_figure(table, out / "balance-compare.png")["path"])
+    state.balance = {"table": table, "missing": missing}
+    step.status = "ok" if table and not missing else "failed"
+    step.detail = f"drew {', '.join(Path(d).name for d in drawn) or 'nothing'}; {len(rows)} run(s) in the table" + (
+        "; missing " + "; ".join(missing) if missing else "")
+    return step
+
+
 # ------------------------------------------------------------------------------------------ index
 
 def entries(state: State):
@@ -373,7 +437,30 @@ def entries(state: State):
     else:
         entry.missing.append("no policy comparison rows")
     out.append(entry)
+    if balance_policies(state.options):
+        out.append(_balance_entry(state, failed))
     return out
+
+
+def _balance_entry(state: State, failed: dict):
+    """"Load balancing": the figures, the headline and the side-by-side table (analysis.balance)."""
+    from analysis import balance, headlines
+    from analysis.paper_index import Entry
+
+    runs = [e for e in state.runs + state.aside_runs.get("hotspot", []) if e["policy"] in balance_policies(state.options)]
+    entry = Entry("load-balancing", images=FIGURE_IMAGES["load-balancing"], failed=failed.get("load-balancing", []),
+                  scale=f"{state.options.scale} scenarios (UAV, MMOG, {HOTSPOT[state.options.scale]}); policies "
+                        f"{', '.join(balance_policies(state.options))}; {state.options.repeats} repeat(s)",
+                  source="; ".join(f"{e['workload']} {e['policy']} seed {e.get('seed', '?')}: "
+                                   f"{_rel(Path(e['dir'])) if e.get('dir') else e.get('missing', 'no run')}" for e in runs))
+    done = state.balance or {}
+    entry.missing += done.get("missing", [])
+    try:
+        entry.headline = balance.headline(done.get("table") or [], entry.scale)
+        entry.table = balance.markdown_table(done["table"])
+    except headlines.MissingInput as error:
+        entry.missing.append(str(error))
+    return entry
 
 
 def _experiment_entry(fig: str, kind: str, scenario: str, comparison: dict | None, failed: dict,
@@ -413,16 +500,22 @@ def _first_class(path: Path) -> str | None:
 def plan(options: Options) -> list[tuple[str, Callable[[State], Step]]]:
     out = options.out
     todo = [(f"bench {b.name}", lambda state, b=b: bench_step(b, options, out)) for b in BENCHES]
+    hotspot = hotspot_aside(options)
     for repeat in range(options.repeats):  # repeat-major: an interrupted paper still has every policy once
         for kind, scenario in SCALES[options.scale].items():
             for policy in options.policies:
                 todo.append((f"run {scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
                              lambda state, k=kind, s=scenario, p=policy, r=repeat: run_step(k, s, p, state, r)))
+        for policy in balance_policies(options):
+            todo.append((f"run {hotspot.scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
+                         lambda state, p=policy, r=repeat: run_step(hotspot.kind, hotspot.scenario, p, state, r, hotspot)))
     todo.append(("PySpark comparison", compare_step))
     for aside in ASIDES if options.asides else ():
         todo.append((f"run {aside.scenario} --policy epulsar" + (f" --distance {aside.distance}" if aside.distance else ""),
                      lambda state, a=aside: run_step(a.kind, a.scenario, "epulsar", state, 0, a)))
         todo.append((f"PySpark comparison of the {aside.name} run", lambda state, a=aside: compare_step(state, a)))
+    if balance_policies(options):
+        todo.append(("load balancing figures and table", balance_step))
     return todo
 
 
