@@ -238,6 +238,19 @@ def test_config_round_trips_through_the_managers_command_line():
     config = LoadManagerConfig(shedder="uniform", shedding_interval=5.0, distribute_evenly=False)
     parser = argparse.ArgumentParser()
     LoadManagerConfig.add_arguments(parser)
-    assert LoadManagerConfig.from_config(parser.parse_args(config.to_argv())) == config
+    assert LoadManagerConfig.from_arguments(parser.parse_args(config.to_argv())) == config
     with pytest.raises(ValueError, match="shedder"):
         LoadManagerConfig(shedder="nope")
+
+
+def test_the_managers_threshold_is_not_the_shedders():
+    """Regression: --lm-threshold (ThresholdShedder's 10 points) once landed in the manager's Lth,
+    so a 40 ms UAV topic was judged against 100 ms and never migrated."""
+    from testbed.roles.pubsub import ManagerOptions
+    from testbed.systems.pubsub.manager import parser
+
+    options = ManagerOptions(threshold=0.04)
+    argv = ["--node", "cloud", "--nats", "nats://x:4222", "--zk", "x:2181", "--threshold", f"{options.threshold:g}",
+            "--seed", "3", *options.load_manager.to_argv()]
+    args = parser().parse_args(argv)
+    assert args.threshold == 0.04 and LoadManagerConfig.from_arguments(args) == options.load_manager

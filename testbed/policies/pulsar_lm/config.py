@@ -119,17 +119,18 @@ class LoadManagerConfig:
         return cls(**values)
 
     @classmethod
-    def from_config(cls, config) -> LoadManagerConfig:
-        """From a scenario's `control.pulsar_lm`, parsed arguments or anything with these attributes."""
-        return cls(**{f.name: getattr(config, f.name) for f in fields(cls)})
-
-    @classmethod
     def add_arguments(cls, parser) -> None:
-        """--lm-<name> for every parameter (booleans as true/false)."""
+        """--lm-<name> for every parameter (booleans as true/false), read back by `from_arguments`. The
+        destinations keep the lm_ prefix: `threshold` alone would overwrite the topic manager's Lth."""
         for f in fields(cls):
             kind = {bool: _boolean, int: int, float: float, str: str}[type(f.default)]
-            parser.add_argument(f"--lm-{f.name.replace('_', '-')}", dest=f.name, type=kind, default=f.default,
+            parser.add_argument(f"--lm-{f.name.replace('_', '-')}", dest=f"lm_{f.name}", type=kind, default=f.default,
                                 choices=f.metadata["choices"], help=f.metadata["help"])
+
+    @classmethod
+    def from_arguments(cls, args) -> LoadManagerConfig:
+        """From arguments parsed with `add_arguments`."""
+        return cls(**{f.name: getattr(args, f"lm_{f.name}") for f in fields(cls)})
 
     def to_argv(self) -> list[str]:
         """The command line `add_arguments` reads back (exact: repr of each number)."""

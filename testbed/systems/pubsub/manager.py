@@ -66,7 +66,7 @@ class TopicManager(LookupService):
         self.overload = Overload.from_config(args)
         self.controller = controller_for(self.policy, ControlOptions(
             self.overload, args.initial_placement, args.default or args.node, args.seed,
-            LoadManagerConfig.from_config(args)))
+            LoadManagerConfig.from_arguments(args)))
         self.workflow = self.controller.workflow or args.workflow
         self.executors = args.executors if self.workflow == "enhanced" else 1
         self.period = args.period
