@@ -209,13 +209,14 @@ def _placement_headline(placement: dict, kind: str, unit: str, order: tuple[str,
         sizes = sorted({size for by_size in est.values() for size in by_size})
         testable, untestable = _testable_sizes(est, threshold)
         failing = [s for s in testable if not passes(est, s, threshold)]
+        shown = order + tuple(p for p in POLICY_ORDER if p in est and p not in order)  # the rule reads `order`
         text = (f"{_reading(label)}worst-case E2E (coordinates) over {sizes[0]}-{sizes[-1]} {unit}: "
-                + ", ".join(f"{POLICY_NAMES[p]} {_worst(est, p)} ms" for p in order) + "; violation ratio: "
-                + ", ".join(f"{POLICY_NAMES[p]} {_violating(est, p)} %" for p in order))
+                + ", ".join(f"{POLICY_NAMES[p]} {_worst(est, p)} ms" for p in shown) + "; violation ratio: "
+                + ", ".join(f"{POLICY_NAMES[p]} {_violating(est, p)} %" for p in shown))
         judged = (testable or sizes)[-1]
         text += f"; at {judged} {unit}, mean over placements: " + ", ".join(
             f"{POLICY_NAMES[p]} {_ratio_interval(est[p][judged]).text('{:.1f}', 100, ' %')}"
-            for p in order if judged in est[p])
+            for p in shown if judged in est[p])
         if untestable:
             text += f"; no placement above {1e3 * threshold:g} ms at {', '.join(map(str, untestable))} {unit} (not testable there)"
         if failing:
