@@ -86,8 +86,8 @@ def test_sdm_prefers_the_below_mean_broker_sharing_most_of_the_subscription_rate
     placement = [(0, [0, 1]), (0, [0, 1]), (0, [0]), (1, [2]), (2, [1])]
     ldm, sdm = loads_of(rates, 3, placement), loads_of(rates, 3, placement)
     assert ldm.F.tolist() == [100.0, 10.0, 40.0]  # (1+3)10 + (1+2)20; 2 x 5; 2 x 20; mean 50
-    first_ldm = dynamic_migration(ldm, "ldm", alpha=0.1, beta=0.0)[0]
-    first_sdm = dynamic_migration(sdm, "sdm", alpha=0.1, beta=0.0)[0]
+    first_ldm = dynamic_migration(ldm, "ldm", alpha=0.1, beta=0.0, max_moves=1)[0]
+    first_sdm = dynamic_migration(sdm, "sdm", alpha=0.1, beta=0.0, max_moves=1)[0]
     assert (first_ldm.subscriber, first_ldm.destination) == (0, 1)
     assert (first_sdm.subscriber, first_sdm.destination) == (0, 2)
     # SDM's destination pulls nothing new for k=1: 40 + 2 x 10 + 20 = 80; LDM's 10 + 2 x 10 + 2 x 20 = 70
