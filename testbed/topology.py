@@ -248,6 +248,19 @@ def _check_hotspot(scenario: Scenario, built: Topology, report) -> None:
         report(where + ("surge", "at"), f"{spec.surge.at:g}s is not within the run's duration ({scenario.duration:g}s)")
 
 
+def _check_bad(scenario: Scenario, built: Topology, report) -> None:
+    """BAD (seed 004) needs subscriber nodes, edge brokers to attach them to and the cloud's back end;
+    its brokers hold subscriber connections this system does not recover, so no broker faults."""
+    if not built.placed("subscriber"):
+        report(("nodes", "clients"), "the bad workload needs client nodes with role: subscriber")
+    if not built.placed("broker"):
+        report(("nodes", "brokers_per_site"), "the bad workload needs edge brokers (brokers_per_site >= 1)")
+    if not built.placed("cloud"):
+        report(("infrastructure", "cloud"), "the bad workload needs a cloud node (the back end and the coordinator)")
+    if scenario.faults:
+        report(("faults",), "the bad workload does not take faults: its subscribers are not failed over")
+
+
 def checked(scenario: Scenario, path: str) -> Topology:
     """Build the topology of a schema-valid scenario, checking what needs the data or the whole
     graph (zones vs towers, site names, name clashes, faults on brokers); every problem names the
@@ -289,6 +302,8 @@ def checked(scenario: Scenario, path: str) -> Topology:
         _check_mmog(scenario, built, report)
     if scenario.workload.kind == "hotspot":
         _check_hotspot(scenario, built, report)
+    if scenario.workload.kind == "bad":
+        _check_bad(scenario, built, report)
     brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
     for i, fault in enumerate(scenario.faults):
         if fault.kill not in brokers:

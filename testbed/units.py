@@ -64,6 +64,13 @@ def parse_size(text: object) -> float:
     return _scaled(text, "a size", "1KB", _SIZE_UNITS, bare_ok=True)
 
 
+def parse_byte_rate(text: object) -> float:
+    """`300MB/s`, `20KB/s` -> bytes per second (a data volume per second, as BAD's broker load)."""
+    if isinstance(text, str) and text.strip().endswith("/s"):
+        return parse_size(text.strip()[:-2])
+    raise ValueError(f"{text!r} is not a data rate such as '20KB/s'")
+
+
 def parse_rate(text: object) -> float:
     """`200/s`, `1.5M/s` -> messages per second."""
     if isinstance(text, str):

@@ -7,12 +7,13 @@ service). Adding a system means adding a role here, not editing the experiment.
 
 from __future__ import annotations
 
+from testbed.roles.bad import BadRole
 from testbed.roles.base import Role, RunContext
 from testbed.roles.coordinates import Coordinates
 from testbed.roles.pubsub import PubSubRole
 from testbed.roles.workload import PubSubWorkload
 
-ROLES: tuple[type[Role], ...] = (Coordinates, PubSubRole, PubSubWorkload)
+ROLES: tuple[type[Role], ...] = (Coordinates, PubSubRole, PubSubWorkload, BadRole)
 
 
 def for_run(run: RunContext) -> list[Role]:

@@ -36,7 +36,7 @@ ZK_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 # their coordinate from the NC proxy of the zone they are attached to. An agent that dies is reported
 # and restarted, never silently missing.
 SERF_PORT = 7946
-AGENT_ROLES = {"cloud", "broker", "nc-proxy", "game-server", "static", "star"}
+AGENT_ROLES = {"cloud", "broker", "nc-proxy", "game-server", "static", "subscriber", "star"}
 
 
 class AgentError(RuntimeError):
@@ -273,13 +273,18 @@ class BrokerError(RuntimeError):
     """nats-server or its broker agent did not start."""
 
 
-def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0) -> subprocess.Popen:
-    """nats-server in `node` on its IP (clients 4222, monitoring 8222); waits until it says INFO."""
+def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0, config: str | None = None) -> subprocess.Popen:
+    """nats-server in `node` on its IP (clients 4222, monitoring 8222); waits until it says INFO.
+    `config`: a configuration (its text) that also listens there, for what flags cannot say (leaf nodes)."""
     ip = network.ip_of(node)
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"nats-{node}.log"
     argv = ["nats-server", "-a", ip, "-p", str(NATS_PORT), "-m", str(MONITOR_PORT), "-n", node, "-l", str(log)]
+    if config is not None:
+        path = log_dir / f"nats-{node}.conf"
+        path.write_text(config)
+        argv += ["-c", str(path)]
     process = network.popen(node, argv, stdout=subprocess.DEVNULL, stderr=log.open("ab"))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

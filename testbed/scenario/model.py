@@ -17,6 +17,9 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from testbed import units
 from testbed.nc.snapshots import CONVERGED_RELATIVE_ERROR, SAME_SITE_ERROR_S
 from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES
+from testbed.policies.bad import MIGRATIONS as BAD_MIGRATIONS
+from testbed.policies.bad import PLACEMENTS as BAD_PLACEMENTS
+from testbed.policies.bad import BalancerConfig
 from testbed.policies.initial import DEFAULT_INITIAL_PLACEMENT, INITIAL_PLACEMENTS
 from testbed.policies.overload import Overload as OverloadThresholds
 from testbed.policies.pulsar_lm.config import PULSAR_CAPACITIES as LM_CAPACITIES
@@ -26,6 +29,7 @@ from testbed.policies.registry import DEFAULT_POLICY, POLICIES
 from testbed.policies.topics import CLASS_RE
 from testbed.scenario.cities import CITY_CODES
 
+BAD_DEFAULTS = BalancerConfig()
 NAME_MAX = 8
 NAME_RE = re.compile(r"[a-z][a-z0-9]*")
 SCENARIO_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
@@ -117,6 +121,8 @@ Bandwidth = Annotated[
 Size = Annotated[float, BeforeValidator(_signed(units.parse_size)), AfterValidator(_positive("size")), _unit("B")]
 Rate = Annotated[float, BeforeValidator(_signed(units.parse_rate)), AfterValidator(_positive("rate")), _unit("/s")]
 Speed = Annotated[float, BeforeValidator(_signed(units.parse_speed)), AfterValidator(_positive("speed")), _unit("m/s")]
+ByteRate = Annotated[float, BeforeValidator(_signed(units.parse_byte_rate)), AfterValidator(_non_negative("data rate")),
+                     _unit("B/s")]
 Fraction = Annotated[float, BeforeValidator(units.parse_fraction)]
 Count = Annotated[int, Field(ge=1, le=100_000)]
 
@@ -226,7 +232,7 @@ class ClientGroup(Strict):
     """`count` client nodes named `<name>1..<name>N`; a UAV swarm node carries `members` UAVs."""
 
     name: Name
-    role: Literal["uav-swarm", "game-server", "avatar", "static"]
+    role: Literal["uav-swarm", "game-server", "avatar", "static", "subscriber"]
     count: Count
     members: Count = 1
     mobile: bool = False
@@ -294,18 +300,79 @@ class Hotspot(Strict):
         return self
 
 
+class Channel(Strict):
+    """A BAD channel (seed 004, 3.1): a query the back end runs every `period`; each of its
+    `subscriptions` BE subscriptions (parameter values) yields `results` records of the workload's
+    message_size per execution. Its topics are `<name>-<k>`, of class `name`."""
+
+    name: TopicName
+    period: PositiveDuration
+    subscriptions: Annotated[int, Field(ge=1, le=10_000)]
+    results: Annotated[int, Field(ge=1, le=10_000)] = 1
+
+
+class SubscriptionCount(Strict):
+    min: Count
+    max: Count
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SubscriptionCount:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) exceeds max ({self.max})")
+        return self
+
+
+class RateSurge(Strict):
+    """Every `every`, a `share` of the BE subscriptions (drawn with the seed) yields `factor` times its
+    results for `hold` (the paper's simulation: a quarter, every minute, 4-6 minutes)."""
+
+    every: PositiveDuration
+    share: Fraction = 0.25
+    factor: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)] = 3.0
+    hold: PositiveDuration
+
+
+class Bad(Strict):
+    """BAD Pub/Sub (seed 004): channels on the cloud's back end, subscribers (role subscriber, each
+    node carrying `members`) each with a number of FE subscriptions drawn over the BE subscriptions
+    with Zipf popularity (rank r within its channel weighs 1 / r**zipf)."""
+
+    channels: list[Channel] = Field(min_length=1)
+    subscriptions: SubscriptionCount
+    zipf: Annotated[float, Field(ge=0, le=10)] = 1.0
+    surge: RateSurge | None = None
+
+    @model_validator(mode="after")
+    def _unique(self) -> Bad:
+        names = [c.name for c in self.channels]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate name {duplicates[0]!r} in channels")
+        total = sum(c.subscriptions for c in self.channels)
+        if self.subscriptions.max > total:
+            raise ValueError(f"subscriptions.max ({self.subscriptions.max}) exceeds the {total} BE subscriptions")
+        return self
+
+
 class Workload(Strict):
-    kind: Literal["uav-swarm", "mmog", "hotspot", "none"]
+    kind: Literal["uav-swarm", "mmog", "hotspot", "bad", "none"]
     rate: Rate | None = None
     message_size: Size = 1000.0
     topics: list[Topic] = []
     avatars: Annotated[int, Field(ge=1, le=100_000)] = 1
     groups: Annotated[int, Field(ge=1, le=10_000)] = 1
     hotspot: Hotspot | None = None
+    bad: Bad | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> Workload:
-        if self.kind != "none":
+        if (self.kind == "bad") != (self.bad is not None):
+            raise ValueError("workload kind 'bad' needs a bad block, and only it takes one")
+        if self.kind == "bad":
+            missing = sorted({c.name for c in self.bad.channels} - {t.name for t in self.topics})
+            if missing:
+                raise ValueError(f"every channel needs a threshold in topics: add {{name: {missing[0]}, threshold: ...}}")
+        elif self.kind != "none":
             if self.rate is None:
                 raise ValueError(f"workload kind {self.kind!r} needs a rate such as '200/s'")
             if not self.topics:
@@ -417,6 +484,26 @@ def _pulsar_lm_model() -> type[Strict]:
     return create_model("PulsarLm", __base__=Strict, **fields_)
 
 
+class BadControl(Strict):
+    """BAD's coordinator (seed 004): stage 1 `placement`, stage 2 `migration` while cov > alpha and
+    the mean load > beta, stage 3 the greedy `shuffle` when cov > gamma and the mean > theta, every
+    `period`. Defaults: testbed.policies.bad.config (the paper's alpha; its beta of 300 MB/s is for
+    10,000 subscribers, a live run gives its own)."""
+
+    placement: Literal[BAD_PLACEMENTS] = "nr"
+    migration: Literal[BAD_MIGRATIONS] = BAD_DEFAULTS.migration
+    shuffle: bool = BAD_DEFAULTS.shuffle
+    alpha: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = BAD_DEFAULTS.alpha
+    beta: ByteRate = BAD_DEFAULTS.beta
+    gamma: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = BAD_DEFAULTS.gamma
+    theta: ByteRate = BAD_DEFAULTS.theta
+    period: PositiveDuration = 5.0
+
+    def balancer(self) -> BalancerConfig:
+        return BalancerConfig(migration=self.migration, shuffle=self.shuffle, alpha=self.alpha, beta=self.beta,
+                              gamma=self.gamma, theta=self.theta)
+
+
 PulsarLm = _pulsar_lm_model()
 
 
@@ -435,6 +522,7 @@ class Control(Strict):
     migration: Migration = Migration()
     overload: Overload = Overload()
     pulsar_lm: PulsarLm = PulsarLm()  # Pulsar's load manager (policy pulsar-lm), testbed.policies.pulsar_lm.config
+    bad: BadControl = BadControl()  # BAD's coordinator (workload kind bad), testbed.policies.bad
 
     def load_manager(self) -> LoadManagerConfig:
         """pulsar-lm's parameters for this run: the given ones, the capacities scaled to Rth_out."""
