@@ -1,0 +1,181 @@
+"""BAD Pub/Sub live (seed 004): the workload plan, the scenario's checks, subscription sharing on
+real nats-servers (a hub and a leaf), and the smoke scenario end to end with nearest-broker
+placement and load-based migration (root; about two minutes)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from testbed import topology
+from testbed.scenario.loader import ScenarioError, load
+from testbed.systems.bad.brokerload import load_between
+from testbed.systems.bad.dataplane import LEAF_PORT, hub_config, leaf_config
+from testbed.systems.bad.plan import bad_plan, factor_at, results_at
+from tests.needs import full_system
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOKE = ROOT / "scenarios" / "bad-smoke.yaml"
+
+
+def smoke_plan():
+    scenario = load(SMOKE)
+    topo = topology.build(scenario)
+    nodes = [(n.name, n.site, n.members) for n in topo.nodes.values() if n.role == "subscriber"]
+    return scenario, bad_plan(scenario.workload.bad, scenario.workload.message_size, nodes, scenario.seed,
+                              scenario.duration)
+
+
+def test_plan_draws_subscriptions_and_surges_from_the_scenario():
+    scenario, plan = smoke_plan()
+    spec = scenario.workload.bad
+    assert len(plan["be"]) == sum(c.subscriptions for c in spec.channels) == 20
+    assert len(plan["subscribers"]) == 100 and len({s["id"] for s in plan["subscribers"]}) == 100
+    assert all(spec.subscriptions.min <= len(s["subs"]) <= spec.subscriptions.max for s in plan["subscribers"])
+    alerts = plan["be"][0]
+    assert (alerts["subject"], alerts["topic"], alerts["rate"]) == ("bad.r.alerts.1", "alerts-1", 1000.0)
+    # Zipf 1 within a channel: parameter 1 of a channel is held by more subscribers than its last
+    held = [sum(k in s["subs"] for s in plan["subscribers"]) for k in range(len(plan["be"]))]
+    assert held[0] > held[3] and held[4] > held[9]
+    # a surge every 20 s within the 60 s run, each over a quarter of the 20 BE subscriptions, 15 s long
+    assert [(s["at"], s["until"], len(s["subs"])) for s in plan["surges"]] == [(20.0, 35.0, 5), (40.0, 55.0, 5)]
+    k = plan["surges"][0]["subs"][0]
+    assert factor_at(plan, k, 19.9) == 1.0 and factor_at(plan, k, 20.0) == 3.0 and factor_at(plan, k, 35.0) in (1.0, 3.0)
+    assert results_at(plan, k, 25.0) == 3 * plan["be"][k]["results"]
+    assert plan == smoke_plan()[1]  # the seed decides
+
+
+@pytest.mark.parametrize("old, new, message", [
+    ("kind: bad", "kind: none", "workload kind 'bad' needs a bad block, and only it takes one"),
+    ("    - {name: alerts, threshold: 50ms}\n", "", "every channel needs a threshold in topics: add {name: alerts"),
+    ("subscriptions: {min: 2, max: 5}", "subscriptions: {min: 6, max: 5}", "min (6) exceeds max (5)"),
+    ("beta: 20KB/s", "beta: 20KB", "is not a data rate such as '20KB/s'"),
+])
+def test_bad_scenarios_are_refused_with_the_field(tmp_path, old, new, message):
+    (tmp_path / "s.yaml").write_text(SMOKE.read_text().replace(old, new))
+    with pytest.raises(ScenarioError) as error:
+        load(tmp_path / "s.yaml")
+    assert "s.yaml:" in str(error.value) and message in str(error.value), str(error.value)
+
+
+def test_bad_workload_needs_subscribers_and_takes_no_faults(tmp_path):
+    text = SMOKE.read_text().replace("role: subscriber", "role: static") + "faults:\n  - {at: 10s, kill: zone1}\n"
+    (tmp_path / "s.yaml").write_text(text)
+    with pytest.raises(ScenarioError) as error:
+        topology.checked(load(tmp_path / "s.yaml"), str(tmp_path / "s.yaml"))
+    assert "needs client nodes with role: subscriber" in str(error.value)
+    assert "does not take faults" in str(error.value)
+
+
+def test_broker_load_from_two_counter_samples():
+    before = {"time": 10.0, "in_bytes": 1000, "out_bytes": 5000}
+    after = {"time": 12.0, "in_bytes": 3000, "out_bytes": 11000, "connections": 4}
+    assert load_between(before, after) == {"in": 1000.0, "out": 3000.0, "F": 4000.0, "since": 10.0, "until": 12.0,
+                                           "connections": 4}
+
+
+def _varz(port: int, path: str = "varz") -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/{path}", timeout=2) as answer:
+        return json.load(answer)
+
+
+@pytest.mark.skipif(not shutil.which("nats-server"), reason="nats-server is not installed")
+def test_a_leaf_broker_shares_one_upstream_subscription_between_its_subscribers(tmp_path):
+    """Seed 004's subscription sharing, by nats-server: two subscribers of one BE subscription at
+    a leaf broker make one subscription at the hub, each result crosses the leaf connection once,
+    and the leaf's load is (1 + 2) x the result bytes (eq. 5)."""
+    import nats
+
+    ports = {"hub": (24822, 28822), "leaf": (24823, 28823)}
+    (tmp_path / "hub.conf").write_text(hub_config("127.0.0.1"))
+    (tmp_path / "leaf.conf").write_text(leaf_config("127.0.0.1"))
+    servers = []
+    try:
+        for name, (port, monitor) in ports.items():
+            servers.append(subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor),
+                                             "-c", str(tmp_path / f"{name}.conf"), "-l", str(tmp_path / f"{name}.log")]))
+
+        async def scenario():
+            for _ in range(50):  # the leaf connects to the hub's LEAF_PORT
+                await asyncio.sleep(0.1)
+                try:
+                    if _varz(28822, "leafz")["leafnodes"] == 1:
+                        break
+                except OSError:
+                    pass
+            a = await nats.connect("nats://127.0.0.1:24823")
+            b = await nats.connect("nats://127.0.0.1:24823")
+            got = []
+
+            async def keep(msg):
+                got.append(msg.subject)
+            for client in (a, b):
+                await client.subscribe("bad.r.alerts.1", cb=keep)
+                await client.flush()
+            await a.subscribe("bad.r.alerts.2", cb=keep)
+            await a.flush()
+            await asyncio.sleep(0.5)  # the leaf forwards the interest to the hub
+            before = {**_varz(28823), "time": time.time()}
+            hub = await nats.connect("nats://127.0.0.1:24822")
+            for _ in range(5):
+                await hub.publish("bad.r.alerts.1", b"r" * 1000)
+            await hub.flush()
+            await asyncio.sleep(0.5)
+            after = {**_varz(28823), "time": time.time()}
+            leafz = _varz(28822, "leafz?subs=1")["leafs"]
+            for client in (a, b, hub):
+                await client.close()
+            return got, leafz, before, after
+
+        got, leafz, before, after = asyncio.run(scenario())
+        assert LEAF_PORT == 7422 and len(leafz) == 1
+        upstream = [s for s in leafz[0]["subscriptions_list"] if s.startswith("bad.r.")]
+        assert sorted(upstream) == ["bad.r.alerts.1", "bad.r.alerts.2"]  # one per subject, not per subscriber
+        assert leafz[0]["out_msgs"] == 5 and leafz[0]["out_bytes"] == 5000  # each result crossed once
+        assert got.count("bad.r.alerts.1") == 10  # and reached both subscribers
+        pulled, pushed = after["in_bytes"] - before["in_bytes"], after["out_bytes"] - before["out_bytes"]
+        assert (pulled, pushed) == (5000, 10000)  # I_j = lambda, O_j = n_jk lambda: F_j = (1 + 2) lambda
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=10)
+
+
+@full_system
+def test_bad_smoke_nr_placement_is_skewed_and_ldm_ends_less_skewed(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(SMOKE), "--backend", "mininet",
+                          "--results", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (out,) = tmp_path.glob("bad-smoke-*")
+    summary = json.loads((out / "summary.json").read_text())
+    bad = summary["bad"]
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    placed = {e["subscriber"]: e["broker"] for e in events if e["type"] == "bad_placed"}
+    assert len(placed) == 100
+    # nr: every subscriber on its own zone's broker (the nearest by coordinates), 60 of 100 on zone1's
+    plan = json.loads((out / "bad-plan.json").read_text())
+    site = {s["id"]: s["site"] for s in plan["subscribers"]}
+    assert sum(placed[s] == site[s] for s in placed) >= 95, placed
+    assert bad["cov_first"] > 0.5  # the paper's "extremely skewed" NR
+    assert bad["migrations"] > 0 and bad["cov_last"] < bad["cov_first"] / 2 and bad["max_last"] < bad["max_first"]
+    migrated = {e["subscriber"] for e in events if e["type"] == "bad_migration"}
+    reattached = {e["client"] for e in events if e["type"] == "bad_reattached"}
+    assert migrated == reattached  # every order was carried out
+    assert bad["lost"] == 0 and bad["measured_vs_model"] < 0.10
+    # a migrated subscriber's results came through both brokers, and every subscriber got results
+    brokers: dict[str, set] = {}
+    for path in (out / "traces").glob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            row = json.loads(line)
+            brokers.setdefault(row["consumer"], set()).add(row["broker"])
+    assert set(brokers) == set(placed)
+    assert all(len(brokers[s]) >= 2 for s in migrated)
+    assert summary["delivered"] > 10_000
