@@ -112,6 +112,16 @@ def test_greedy_shuffle_is_lpt_with_sharing():
     assert [(m.subscriber, m.destination, m.stage) for m in moves] == [(1, 1, "gsh"), (2, 1, "gsh")]
 
 
+def test_greedy_shuffle_spreads_subscribers_without_subscriptions():
+    loads = loads_of([5.0], 2, [(0, [0]), (0, []), (0, []), (0, [])])
+    greedy_shuffle(loads)
+    # the loaded one to broker 0; broker 1 stays strictly lighter (0 B/s), so the empty ones go there
+    assert loads.counts().tolist() == [1, 3]
+    even = loads_of([5.0, 5.0], 2, [(0, [0]), (0, [1]), (0, []), (0, [])])
+    greedy_shuffle(even)  # after the two loaded ones the loads tie: the empty ones alternate
+    assert even.counts().tolist() == [2, 2]
+
+
 def test_algorithm1_shuffles_only_when_extremely_skewed():
     loads = loads_of(*EXAMPLE)  # cov 0.88
     calm = plan(loads_of(*EXAMPLE), BalancerConfig(migration="none", shuffle=True, gamma=0.9, theta=0.0))

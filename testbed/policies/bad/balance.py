@@ -11,7 +11,9 @@ which the paper's min-max problem generalises (section 4): the heaviest subscrib
   (the paper's text; the pseudo-code's line 17 compares the loads before the move, which the least
   loaded broker always passes).
 - Greedy shuffle (cov > gamma and mean > theta): every subscriber, heaviest first, to the broker
-  least loaded so far, loads counted with sharing (eq. 5).
+  least loaded so far, loads counted with sharing (eq. 5); among equally loaded brokers, the one
+  with the fewest subscribers (otherwise every subscriber with no subscription yet, adding no
+  load, lands on one broker: 283 of them did in the offline simulation, which then stayed heaviest).
 
 Two guards the paper leaves implicit, so a round always ends: a subscriber moves at most once per
 round (the paper's concern about subscribers bouncing between brokers), and one with no
@@ -95,10 +97,14 @@ def greedy_shuffle(loads: Loads) -> list[Move]:
     attached = [int(i) for i in np.flatnonzero(loads.broker >= 0)]
     attached.sort(key=lambda i: (-loads.subscriber_load(i), i))
     fresh = Loads(loads.brokers, loads.rates)
+    counts = np.zeros(loads.brokers, dtype=np.int64)
     for i in attached:
         for k in loads.subs[i]:
             fresh.subscribe(i, k)
-        fresh.attach(i, int(np.argmin(fresh.F)))
+        lightest = np.flatnonzero(fresh.F == fresh.F.min())
+        j = int(lightest[np.argmin(counts[lightest])])
+        fresh.attach(i, j)
+        counts[j] += 1
     moves = []
     for i in attached:
         source, destination = int(loads.broker[i]), int(fresh.broker[i])
