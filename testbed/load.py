@@ -69,6 +69,24 @@ def hotspot_rates(scenario: Scenario, topology: Topology) -> tuple[float, float]
             sum(p["rate"] * readers[p["topic"]] for p in plan["publishers"]))
 
 
+def bad_rates(scenario: Scenario, topology: Topology) -> tuple[float, float]:
+    """(results/s published, deliveries/s) of the BAD plan at its peak (the busiest moment of the
+    rate surges): each BE subscription's records per period, times its FE subscriptions for the
+    deliveries. Subscription sharing does not reduce deliveries, only what crosses to the brokers."""
+    from collections import Counter
+
+    from testbed.systems.bad.plan import bad_plan, results_at
+
+    nodes = [(n.name, n.site, n.members) for n in topology.nodes.values() if n.role == "subscriber"]
+    plan = bad_plan(scenario.workload.bad, scenario.workload.message_size, nodes, scenario.seed, scenario.duration)
+    holders = Counter(k for s in plan["subscribers"] for k in s["subs"])
+    peak = (0.0, 0.0)
+    for t in [0.0] + [s["at"] for s in plan["surges"]]:
+        per_s = [results_at(plan, k, t) / be["period"] for k, be in enumerate(plan["be"])]
+        peak = max(peak, (sum(per_s), sum(r * holders[k] for k, r in enumerate(per_s))), key=lambda p: p[1])
+    return peak
+
+
 def published_per_s(scenario: Scenario, topology: Topology) -> float:
     """Messages/s handed to brokers: every UAV publishes (the leader follow_leader, each follower
     sensor_data); in the MMOG case every player publishes its avatar's topic."""
@@ -79,6 +97,8 @@ def published_per_s(scenario: Scenario, topology: Topology) -> float:
         return rate * len(topology.placed("avatar"))
     if kind == "hotspot":
         return hotspot_rates(scenario, topology)[0]
+    if kind == "bad":
+        return bad_rates(scenario, topology)[0]
     return 0.0
 
 
@@ -93,6 +113,8 @@ def deliveries_per_s(scenario: Scenario, topology: Topology) -> float:
         return rate * mmog_subscriptions(scenario, topology)
     if kind == "hotspot":
         return hotspot_rates(scenario, topology)[1]
+    if kind == "bad":
+        return bad_rates(scenario, topology)[1]
     return 0.0
 
 

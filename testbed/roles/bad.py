@@ -136,8 +136,7 @@ class BadRole(Role):
         return events
 
     def progress(self) -> str:
-        moved = sum(1 for e in json_lines(self.logs / "bcs.jsonl") if e.get("type") == "bad_migration") \
-            if (self.logs / "bcs.jsonl").exists() else 0
+        moved = sum(1 for e in json_lines(self.logs / "bcs.jsonl") if e.get("type") == "bad_migration")
         return f"subscriber migrations {moved}"
 
     def stop(self) -> None:
@@ -158,7 +157,7 @@ class BadRole(Role):
         self.loaders, self.servers = {}, {}
 
     def events(self) -> list[dict]:
-        found = list(json_lines(self.logs / "bcs.jsonl")) if (self.logs / "bcs.jsonl").exists() else []
+        found = list(json_lines(self.logs / "bcs.jsonl"))
         for path in sorted(self.logs.glob("clients-*.jsonl")):
             found.extend(json_lines(path))
         return found
@@ -166,7 +165,7 @@ class BadRole(Role):
     def summary(self, events: list[dict]) -> dict:
         thresholds = {t.name: t.threshold for t in self.scenario.workload.topics}
         latency = summarize(self.out / "traces", thresholds, events, [])
-        return {"classes": latency["classes"], "delivered": latency["delivered"],
+        return {"classes": latency["classes"], "delivered": sum(c["messages"] for c in latency["classes"].values()),
                 "bad": balance_summary(events, self.summaries, self.scenario.control.bad)}
 
     def end_screen(self, summary: dict) -> list:

@@ -303,12 +303,20 @@ class Hotspot(Strict):
 class Channel(Strict):
     """A BAD channel (seed 004, 3.1): a query the back end runs every `period`; each of its
     `subscriptions` BE subscriptions (parameter values) yields `results` records of the workload's
-    message_size per execution. Its topics are `<name>-<k>`, of class `name`."""
+    message_size per execution; an execution takes `runtime`, over which its BE subscriptions'
+    results come out one after another (0: all at once). Its topics are `<name>-<k>`, of class `name`."""
 
     name: TopicName
     period: PositiveDuration
     subscriptions: Annotated[int, Field(ge=1, le=10_000)]
     results: Annotated[int, Field(ge=1, le=10_000)] = 1
+    runtime: Duration = 0.0
+
+    @model_validator(mode="after")
+    def _runs_within_period(self) -> Channel:
+        if self.runtime >= self.period:
+            raise ValueError(f"runtime ({self.runtime:g}s) must be shorter than the period ({self.period:g}s)")
+        return self
 
 
 class SubscriptionCount(Strict):

@@ -50,15 +50,17 @@ class Cluster:
         return [results_at(self.plan, k, t) * size / be["period"] for k, be in enumerate(self.plan["be"])]
 
     async def channel(self, name: str, period: float, phase: float) -> None:
-        """Execute channel `name` every `period` from `start + phase`."""
+        """Execute channel `name` every `period` from `start + phase`: each BE subscription's records
+        at its offset into the execution (the channel's runtime spread over its subscriptions)."""
         members = [k for k, be in enumerate(self.plan["be"]) if be["channel"] == name]
         size = self.plan["message_size"]
         n = 0
         while True:
-            due = self.start + phase + n * period
-            await asyncio.sleep(max(0.0, due - time.time()))
+            execution = self.start + phase + n * period
             for k in members:
-                for _ in range(results_at(self.plan, k, due - self.start)):
+                due = execution + self.plan["be"][k].get("offset", 0.0)
+                await asyncio.sleep(max(0.0, due - time.time()))
+                for _ in range(results_at(self.plan, k, execution - self.start)):
                     self.seq[k] += 1
                     await self.nc.publish(self.plan["be"][k]["subject"], record(self.seq[k], due, size))
                     self.health.published(time.time() - due, time.time())

@@ -3,7 +3,9 @@ to the run's directory, read by the back end, the coordinator and every subscrib
 
 BE subscription k is one parameter value of one channel: its results go to subject
 `bad.r.<channel>.<p>` (trace topic `<channel>-<p>`, of class `<channel>`) and its rate is
-lambda_k = results x message_size / period bytes/s (times a surge's factor while one lasts).
+lambda_k = results x message_size / period bytes/s (times a surge's factor while one lasts). Its
+results come out `offset` after each execution starts: the p-th of a channel's n subscriptions at
+(p - 1) / n of the channel's runtime.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ def bad_plan(spec, message_size: float, nodes: list[tuple[str, str, int]], seed:
     for c in spec.channels:
         for p in range(1, c.subscriptions + 1):
             be.append({"channel": c.name, "param": p, "subject": result_subject(c.name, p), "topic": f"{c.name}-{p}",
-                       "period": c.period, "results": c.results, "rate": c.results * message_size / c.period})
+                       "period": c.period, "results": c.results, "rate": c.results * message_size / c.period,
+                       "offset": c.runtime * (p - 1) / c.subscriptions})
             weights.append(1.0 / p ** spec.zipf)
     weights = np.asarray(weights) / sum(weights)
     subscribers = []
