@@ -11,9 +11,10 @@ which the paper's min-max problem generalises (section 4): the heaviest subscrib
   (the paper's text; the pseudo-code's line 17 compares the loads before the move, which the least
   loaded broker always passes).
 - Greedy shuffle (cov > gamma and mean > theta): every subscriber, heaviest first, to the broker
-  least loaded so far, loads counted with sharing (eq. 5); among equally loaded brokers, the one
-  with the fewest subscribers (otherwise every subscriber with no subscription yet, adding no
-  load, lands on one broker: 283 of them did in the offline simulation, which then stayed heaviest).
+  least loaded so far, loads counted with sharing (eq. 5), ties to the one with fewest subscribers.
+  Subscribers with no subscription yet (no load, last in that order) go to the broker with the
+  fewest subscribers: by load alone they would all land on one broker (283 did in the offline
+  simulation, and that broker stayed heaviest once they subscribed). The paper is silent on both.
 
 Two guards the paper leaves implicit, so a round always ends: a subscriber moves at most once per
 round (the paper's concern about subscribers bouncing between brokers), and one with no
@@ -101,8 +102,12 @@ def greedy_shuffle(loads: Loads) -> list[Move]:
     for i in attached:
         for k in loads.subs[i]:
             fresh.subscribe(i, k)
-        lightest = np.flatnonzero(fresh.F == fresh.F.min())
-        j = int(lightest[np.argmin(counts[lightest])])
+        if loads.subscriber_load(i) > 0:
+            lightest = np.flatnonzero(fresh.F == fresh.F.min())
+            j = int(lightest[np.argmin(counts[lightest])])
+        else:
+            fewest = np.flatnonzero(counts == counts.min())
+            j = int(fewest[np.argmin(fresh.F[fewest])])
         fresh.attach(i, j)
         counts[j] += 1
     moves = []
