@@ -113,7 +113,9 @@ class BadRole(Role):
         self._ready(self.cluster, "the BAD back end")
         time.sleep(max(0.0, start - time.time() - 0.05))
         subs = sum(len(s["subs"]) for s in self.plan["subscribers"])
-        self.run.say(f"workload: {len(self.plan['subscribers'])} subscribers on {len(self.subscribers)} nodes, "
+        nodes = len({s["node"] for s in self.plan["subscribers"]})
+        self.run.say(f"workload: {len(self.plan['subscribers'])} subscribers on {nodes} nodes "
+                     f"({len(self.subscribers)} processes), "
                      f"{subs} FE subscriptions over {len(self.plan['be'])} BE subscriptions of "
                      f"{len(self.plan['channels'])} channels, {len(self.plan['surges'])} rate surges")
 

@@ -496,7 +496,7 @@ class BadControl(Strict):
     """BAD's coordinator (seed 004): stage 1 `placement`, stage 2 `migration` while cov > alpha and
     the mean load > beta, stage 3 the greedy `shuffle` when cov > gamma and the mean > theta, every
     `period`. Defaults: testbed.policies.bad.config (the paper's alpha; its beta of 300 MB/s is for
-    10,000 subscribers, a live run gives its own)."""
+    10,000 subscribers, a live run gives its own; theta defaults to beta)."""
 
     placement: Literal[BAD_PLACEMENTS] = "nr"
     migration: Literal[BAD_MIGRATIONS] = BAD_DEFAULTS.migration
@@ -504,7 +504,7 @@ class BadControl(Strict):
     alpha: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = BAD_DEFAULTS.alpha
     beta: ByteRate = BAD_DEFAULTS.beta
     gamma: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)] = BAD_DEFAULTS.gamma
-    theta: ByteRate = BAD_DEFAULTS.theta
+    theta: ByteRate | None = None  # None: beta
     period: PositiveDuration = 5.0
 
     def balancer(self) -> BalancerConfig:

@@ -26,10 +26,12 @@ class BalancerConfig:
     alpha: float = 0.15  # dynamic migration when cov > alpha ...
     beta: float = 300 * MB  # ... and the mean load > beta (the simulation's 300 MB/s)
     gamma: float = 0.5  # the shuffle when cov > gamma ...
-    theta: float = 300 * MB  # ... and the mean load > theta
+    theta: float | None = None  # ... and the mean load > theta (None: beta)
     max_moves: int | None = None  # per round; None: at most one per subscriber
 
     def __post_init__(self):
+        if self.theta is None:
+            object.__setattr__(self, "theta", self.beta)
         if self.migration not in MIGRATIONS:
             raise ValueError(f"unknown migration {self.migration!r}; known: {', '.join(MIGRATIONS)}")
         for name in ("alpha", "beta", "gamma", "theta"):

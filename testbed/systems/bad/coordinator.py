@@ -203,8 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--migration", choices=MIGRATIONS, default="ldm")
     parser.add_argument("--shuffle", action="store_true")
     defaults = BalancerConfig()
-    for name in ("alpha", "beta", "gamma", "theta"):
+    for name in ("alpha", "beta", "gamma"):
         parser.add_argument(f"--{name}", type=float, default=getattr(defaults, name))
+    parser.add_argument("--theta", type=float, help="default: beta")
     parser.add_argument("--period", type=float, default=5.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--events", type=Path)
