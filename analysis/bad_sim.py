@@ -212,11 +212,7 @@ def _load_figure(data: dict, names: list[str], path: Path, title: str) -> Path |
     fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.4), sharey=True, squeeze=False)
     for ax, name in zip(axes[0], names):
         _loads(ax, data, name)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, title, path)
 
 
 def _bars(data: dict, names: list[str], path: Path, title: str) -> Path | None:
@@ -234,12 +230,16 @@ def _bars(data: dict, names: list[str], path: Path, title: str) -> Path | None:
         ax.tick_params(axis="x", labelsize=7, rotation=20)
     axes[1].axhline(_scheme(data, names[0])["config"]["alpha"], color="k", ls="--", lw=0.8, label="alpha")
     axes[1].legend(fontsize=7)
+    return _save(fig, title, path)
+
+
+
+def _save(fig, title: str, path: Path) -> Path:
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
-
 
 def fig12(data: dict, path: Path) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(8, 3.4), sharey=True)
@@ -249,11 +249,7 @@ def fig12(data: dict, path: Path) -> Path:
         ax.set_title(f"({1 if dm == 'ldm' else 2}) {dm.upper()}", fontsize=9)
         ax.set_xlabel("initial placement")
         ax.set_ylabel("total subscriber migrations")
-    fig.suptitle("Total subscriber migrations per placement (paper Fig. 12)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, "Total subscriber migrations per placement (paper Fig. 12)", path)
 
 
 def fig13(data: dict, path: Path) -> Path:
@@ -269,11 +265,7 @@ def fig13(data: dict, path: Path) -> Path:
         axes[0][col].set_xlabel("time (min)")
         axes[0][col].set_ylabel("subscribers per broker")
         _loads(axes[1][col], data, name)
-    fig.suptitle("Subscribers and load per broker, NR placement (paper Fig. 13)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, "Subscribers and load per broker, NR placement (paper Fig. 13)", path)
 
 
 def fig14(data: dict, path: Path) -> Path:
@@ -293,11 +285,7 @@ def fig14(data: dict, path: Path) -> Path:
     for ax in axes:
         ax.set_xlabel("time (min)")
         ax.legend(fontsize=7)
-    fig.suptitle(f"NR + LDM, alpha sensitivity (beta {data['setup']['beta_mb']:g} MB/s; paper Fig. 14)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return _save(fig, f"NR + LDM, alpha sensitivity (beta {data['setup']['beta_mb']:g} MB/s; paper Fig. 14)", path)
 
 
 def draw(data: dict, directory: Path, prefix: str = "badsim-") -> list[Path]:

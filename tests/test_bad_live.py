@@ -56,7 +56,7 @@ def test_plan_draws_subscriptions_and_surges_from_the_scenario():
 @pytest.mark.parametrize("old, new, message", [
     ("kind: bad", "kind: none", "workload kind 'bad' needs a bad block, and only it takes one"),
     ("    - {name: alerts, threshold: 50ms}\n", "", "every channel needs a threshold in topics: add {name: alerts"),
-    ("subscriptions: {min: 2, max: 5}", "subscriptions: {min: 6, max: 5}", "min (6) exceeds max (5)"),
+    ("subscriptions: {min: 2, max: 5}", "subscriptions: {min: 6, max: 5}", "subscriptions.max must not be smaller than subscriptions.min"),
     ("beta: 20KB/s", "beta: 20KB", "is not a data rate such as '20KB/s'"),
 ])
 def test_bad_scenarios_are_refused_with_the_field(tmp_path, old, new, message):

@@ -127,6 +127,13 @@ Fraction = Annotated[float, BeforeValidator(units.parse_fraction)]
 Count = Annotated[int, Field(ge=1, le=100_000)]
 
 
+def _min_max(model, name: str):
+    """A {min, max} block's check, for every such block."""
+    if model.max < model.min:
+        raise ValueError(f"{name}.max must not be smaller than {name}.min")
+    return model
+
+
 class Strict(BaseModel):
     """Unknown keys are errors, values are parsed once and never change."""
 
@@ -323,11 +330,7 @@ class SubscriptionCount(Strict):
     min: Count
     max: Count
 
-    @model_validator(mode="after")
-    def _ordered(self) -> SubscriptionCount:
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) exceeds max ({self.max})")
-        return self
+    _ordered = model_validator(mode="after")(lambda self: _min_max(self, "subscriptions"))
 
 
 class RateSurge(Strict):
@@ -401,11 +404,7 @@ class StayTime(Strict):
     min: PositiveDuration
     max: PositiveDuration
 
-    @model_validator(mode="after")
-    def _ordered(self) -> StayTime:
-        if self.max < self.min:
-            raise ValueError("stay.max must not be smaller than stay.min")
-        return self
+    _ordered = model_validator(mode="after")(lambda self: _min_max(self, "stay"))
 
 
 class Mobility(Strict):
