@@ -20,6 +20,9 @@ Steps, each shown as [i/N] with what is left; a failing step is recorded and the
                    95 % interval over the repeats (`analysis.stats`)
   load balancing   analysis.balance over the hot-spot, UAV and MMOG runs of BALANCE_POLICIES: balance.png,
                    balance-uav-swarm.png, balance-mmog.png (over time), balance-compare.png and the side-by-side table
+  BAD (seed 004)   the offline simulation is a microbenchmark (bench bad: badsim-fig5..14.png, the claims as
+                   rules); the live sweep of every scheme (make bench-bad-live) is read when present: bad-live.png,
+                   bad-live-load.png and its table
   index            <out>/index.md and index.html: each figure, our headline number, the paper's, the scale
                    and a verdict by a rule tied to the paper's mechanism (analysis.headlines): yes, no, or
                    "not testable" when the rule could not have failed (e.g. the configured topology bounds
@@ -94,6 +97,7 @@ class Microbenchmark:
     figures: tuple[str, ...]          # figure ids this benchmark's JSON feeds
     images: tuple[str, ...]           # PNGs it writes into results/bench
     redraw: str                       # its flag for "figures only, from the JSON"
+    quick: tuple[str, ...] = ("--quick",)  # its flags under `paper --quick` (none: it is quick already)
 
     @property
     def json(self) -> Path:
@@ -106,13 +110,18 @@ BENCHES = (
           ("fig4.png", "fig4_configured.png", "fig5.png", "fig5_configured.png"), "--figures-only"),
     Microbenchmark("monitoring", "testbed.bench.monitoring", ("fig6",), ("fig6.png",), "--figures-only"),
     Microbenchmark("migration", "testbed.bench.migration", ("fig7a", "fig7b"), ("fig7a.png", "fig7b.png"), "--figures-only"),
+    Microbenchmark("bad", "testbed.bench.bad", ("bad-sim",),  # BAD's simulation (seed 004), ~30 s at full size
+                   tuple(f"badsim-fig{n}.png" for n in range(5, 15)), "--figures-only", quick=()),
 )
+BAD_LIVE = "bad-live.json"  # BAD's schemes live (make bench-bad-live, ~20 min): read when present, never run
 FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
                  "fig5": ["fig5.png", "fig5_configured.png"], "fig6": ["fig6.png"], "fig7a": ["fig7a.png"],
                  "fig7b": ["fig7b.png"], "fig8": ["fig8-comparable.png", "fig8-comparable-p95.png"],
                  "fig9-one_way": ["fig9-one_way.png", "fig9-one_way-p95.png"], "fig9": ["fig9.png", "fig9-p95.png"],
                  "violations": ["violations.png"],
-                 "load-balancing": ["balance.png", "balance-compare.png", "balance-uav-swarm.png", "balance-mmog.png"]}
+                 "load-balancing": ["balance.png", "balance-compare.png", "balance-uav-swarm.png", "balance-mmog.png"],
+                 "bad-sim": [f"badsim-fig{n}.png" for n in (13, 12, 11, 14, 5, 6, 7, 8, 9, 10)],
+                 "bad-live": ["bad-live.png", "bad-live-load.png"]}
 
 
 @dataclass
@@ -212,7 +221,7 @@ def _subprocess(argv: list[str]) -> int:
 def bench_step(bench: Microbenchmark, options: Options, out: Path) -> Step:
     step = Step(f"bench {bench.name} ({', '.join(bench.figures)})", figures=bench.figures)
     reuse = options.reuse and bench.json.exists()
-    args = [bench.redraw] if reuse else (["--quick"] if options.quick else [])
+    args = [bench.redraw] if reuse else (list(bench.quick) if options.quick else [])
     code = _subprocess([sys.executable, "-m", bench.module, *args])
     copied = []
     for name in bench.images:
@@ -439,7 +448,48 @@ def entries(state: State):
     out.append(entry)
     if balance_policies(state.options):
         out.append(_balance_entry(state, failed))
+    out.append(_bad_live_entry(state, failed))
     return out
+
+
+def bad_live_step(state: State) -> Step:
+    """BAD's live sweep (analysis.bad_sweep): its figures from results/bench/bad-live.json, if present."""
+    import json
+
+    from analysis import bad_sweep
+
+    step = Step("BAD live figures (analysis.bad_sweep)", figures=("bad-live",))
+    sweep = BENCH_DIR / BAD_LIVE
+    if not sweep.exists():
+        step.status, step.detail = "skipped", f"{_rel(sweep)} missing (make bench-bad-live, ~20 min)"
+        return step
+    table = bad_sweep.rows(json.loads(sweep.read_text()))
+    drawn = [bad_sweep.sweep_figure(table, state.options.out / "bad-live.png"),
+             bad_sweep.load_figure(table, state.options.out / "bad-live-load.png")]
+    step.status, step.detail = "ok", f"drew {', '.join(p.name for p in drawn if p) or 'nothing'}"
+    return step
+
+
+def _bad_live_entry(state: State, failed: dict):
+    """"BAD live": every scheme on bad-smoke, side by side, with the prototype's claims as rules."""
+    import json
+
+    from analysis import bad_sweep, headlines
+    from analysis.paper_index import Entry
+
+    sweep = BENCH_DIR / BAD_LIVE
+    entry = Entry("bad-live", images=FIGURE_IMAGES["bad-live"], failed=failed.get("bad-live", []), source=_rel(sweep),
+                  scale="scenarios/bad-smoke.yaml per scheme: 4 Atlanta zones, 100 subscribers (60 in zone1), 60 s")
+    if not sweep.exists():
+        entry.missing.append(f"{_rel(sweep)} (make bench-bad-live)")
+        return entry
+    table = bad_sweep.rows(json.loads(sweep.read_text()))
+    entry.table = bad_sweep.markdown_table(table)
+    try:
+        entry.headline = bad_sweep.headline(table, entry.scale)
+    except headlines.MissingInput as error:
+        entry.missing.append(str(error))
+    return entry
 
 
 def _balance_entry(state: State, failed: dict):
@@ -516,6 +566,7 @@ def plan(options: Options) -> list[tuple[str, Callable[[State], Step]]]:
         todo.append((f"PySpark comparison of the {aside.name} run", lambda state, a=aside: compare_step(state, a)))
     if balance_policies(options):
         todo.append(("load balancing figures and table", balance_step))
+    todo.append(("BAD live figures", bad_live_step))
     return todo
 
 

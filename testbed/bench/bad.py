@@ -255,15 +255,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help=f"JSON path (default {OUT}, bad-quick.json)")
     parser.add_argument("--schemes", default=None, help="comma-separated scheme names (default: all)")
     parser.add_argument("--no-figures", action="store_true")
+    parser.add_argument("--figures-only", action="store_true", help="verdicts and figures again from the JSON")
     args = parser.parse_args(argv)
     setup = QUICK if args.quick else Setup()
     setup = Setup(**{**asdict(setup), "seed": args.seed})
     out = args.out or (OUT.with_name("bad-quick.json") if args.quick else OUT)
-    try:
-        data = run(setup, args.schemes.split(",") if args.schemes else None)
-    except ValueError as error:
-        print(f"bench-bad: {error}", file=sys.stderr)
-        return 2
+    if args.figures_only:
+        data = json.loads(out.read_text())
+    else:
+        try:
+            data = run(setup, args.schemes.split(",") if args.schemes else None)
+        except ValueError as error:
+            print(f"bench-bad: {error}", file=sys.stderr)
+            return 2
+        data["time"] = time.time()
     from analysis import bad_sim
 
     data["verdicts"] = bad_sim.verdicts(data)
