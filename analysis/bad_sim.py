@@ -167,6 +167,20 @@ def verdicts(data: dict) -> list[dict]:
     return out
 
 
+def verdict_table(data: dict) -> list[str]:
+    """The index's table under the figures: each claim, whether it holds, its numbers; then the totals."""
+    lines = ["| the paper's claim (6.2) | holds | numbers |", "|---|---|---|"]
+    lines += [f"| {v['claim']} | {'yes' if v['holds'] else 'no'} | {json.dumps(v['numbers'])} |"
+              for v in data.get("verdicts") or verdicts(data)]
+    lines += ["", "| scheme | max load MB/s (2nd half) | peak MB/s | cov (2nd half) | migrations | shuffles |",
+              "|---|---|---|---|---|---|"]
+    for name, run in data["schemes"].items():
+        t = run["totals"]
+        lines.append(f"| {name} | {t['max_load_mb_s']:,.0f} | {t['peak_load_mb_s']:,.0f} | {t['cov']:.3f} | "
+                     f"{t['migrations']:,} | {t['shuffles']} |")
+    return lines
+
+
 def table(data: dict) -> str:
     """One line per scheme: the totals the bar charts show."""
     lines = [f"{'scheme':>13} {'max MB/s (2nd half)':>20} {'peak MB/s':>10} {'cov (2nd half)':>15} "

@@ -424,6 +424,9 @@ def entries(state: State):
             else:
                 try:
                     entry.headline = headlines.BENCH_HEADLINES[fig][1](data)
+                    if fig == "bad-sim":
+                        from analysis import bad_sim
+                        entry.table = bad_sim.verdict_table(data)
                 except (headlines.MissingInput, KeyError, TypeError, ValueError) as error:
                     entry.missing.append(f"{_rel(bench.json)}: {error}")
             out.append(entry)

@@ -132,3 +132,15 @@ def test_command_line_writes_json_with_verdicts(tmp_path):
     assert set(data["schemes"]) == {"nr-none", "nr-ldm"}
     assert len(data["verdicts"]) == len(bad_sim.RULES)
     assert bad.main(["--quick", "--out", str(out), "--schemes", "nr-bogus"]) == 2
+
+
+def test_index_table_lists_every_claim_and_scheme():
+    data = paper_like()
+    for run in data["schemes"].values():
+        run["totals"]["peak_load_mb_s"] = 1.1 * run["totals"]["max_load_mb_s"]
+    lines = bad_sim.verdict_table(data)
+    claims = [line for line in lines if line.endswith("|") and ("| yes |" in line or "| no |" in line)]
+    assert len(claims) == len(bad_sim.RULES) and all("| yes |" in c for c in claims)
+    assert sum(line.startswith(f"| {name} |") for name in data["schemes"] for line in lines) == len(data["schemes"])
+    worse = _edit(data, "nr-none", cov=0.1)
+    assert any("| no |" in line for line in bad_sim.verdict_table(worse))
