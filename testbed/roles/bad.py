@@ -43,6 +43,7 @@ class BadRole(Role):
         self.subscribers: dict[str, subprocess.Popen] = {}
         self.bcs = self.cluster = None
         self.summaries: list[dict] = []
+        self.dead: set[str] = set()  # processes reported dead
         self.plan_path = self.out / "bad-plan.json"
 
     @property
@@ -131,8 +132,8 @@ class BadRole(Role):
         broker that restarts loses its subscribers' state, which this system does not recover."""
         events = []
         for what, process in self._processes().items():
-            if process.poll() is not None and not getattr(process, "_reported", False):
-                process._reported = True
+            if process.poll() is not None and what not in self.dead:
+                self.dead.add(what)
                 events.append({"type": "bad_process_died", "time": time.time(), "process": what,
                                "exit_code": process.returncode})
         return events
