@@ -138,6 +138,9 @@ def load_figure(table: list[dict], path: Path, schemes=("nr+none", "nr+ldm", "nr
         t0 = rounds[0]["time"]
         for broker in rounds[0]["loads"]:
             ax.plot([e["time"] - t0 for e in rounds], [e["loads"][broker] / 1e3 for e in rounds], lw=1, label=broker)
+        if (Path(r["run"]) / "scenario.yaml").exists():  # beta, the mean load below which nothing moves
+            from analysis.bad_live import thresholds
+            ax.axhline(thresholds(r["run"])["beta_Bps"] / 1e3, color="k", ls="--", lw=0.8, label="beta")
         for e in rounds:
             if e.get("moves"):
                 ax.axvline(e["time"] - t0, color="r", lw=0.6, ls=":")
@@ -148,7 +151,7 @@ def load_figure(table: list[dict], path: Path, schemes=("nr+none", "nr+ldm", "nr
         return None
     axes[0][0].set_ylabel("broker load F_j (KB/s)")
     axes[0][0].legend(fontsize=7)
-    fig.suptitle("Broker load over time, live NR runs (dotted: rounds that moved subscribers)", fontsize=10)
+    fig.suptitle("Broker load over time, live NR runs (dotted: rounds that moved subscribers; dashed: beta)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

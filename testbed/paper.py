@@ -22,7 +22,7 @@ Steps, each shown as [i/N] with what is left; a failing step is recorded and the
                    balance-uav-swarm.png, balance-mmog.png (over time), balance-compare.png and the side-by-side table
   BAD (seed 004)   the offline simulation is a microbenchmark (bench bad: badsim-fig5..14.png, the claims as
                    rules); the live sweep of every scheme (make bench-bad-live) is read when present: bad-live.png,
-                   bad-live-load.png and its table
+                   bad-live-load.png, bad-live-latency.png (analysis.bad_live: latency beside cov) and its table
   index            <out>/index.md and index.html: each figure, our headline number, the paper's, the scale
                    and a verdict by a rule tied to the paper's mechanism (analysis.headlines): yes, no, or
                    "not testable" when the rule could not have failed (e.g. the configured topology bounds
@@ -121,7 +121,7 @@ FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.pn
                  "violations": ["violations.png"],
                  "load-balancing": ["balance.png", "balance-compare.png", "balance-uav-swarm.png", "balance-mmog.png"],
                  "bad-sim": [f"badsim-fig{n}.png" for n in (13, 12, 11, 14, 5, 6, 7, 8, 9, 10)],
-                 "bad-live": ["bad-live.png", "bad-live-load.png"]}
+                 "bad-live": ["bad-live.png", "bad-live-load.png", "bad-live-latency.png"]}
 
 
 @dataclass
@@ -459,7 +459,7 @@ def bad_live_step(state: State) -> Step:
     """BAD's live sweep (analysis.bad_sweep): its figures from results/bench/bad-live.json, if present."""
     import json
 
-    from analysis import bad_sweep
+    from analysis import bad_live, bad_sweep
 
     step = Step("BAD live figures (analysis.bad_sweep)", figures=("bad-live",))
     sweep = BENCH_DIR / BAD_LIVE
@@ -468,7 +468,8 @@ def bad_live_step(state: State) -> Step:
         return step
     table = bad_sweep.rows(json.loads(sweep.read_text()))
     drawn = [bad_sweep.sweep_figure(table, state.options.out / "bad-live.png"),
-             bad_sweep.load_figure(table, state.options.out / "bad-live-load.png")]
+             bad_sweep.load_figure(table, state.options.out / "bad-live-load.png"),
+             bad_live.tradeoff_figure(table, state.options.out / "bad-live-latency.png")]
     step.status, step.detail = "ok", f"drew {', '.join(p.name for p in drawn if p) or 'nothing'}"
     return step
 
@@ -477,7 +478,7 @@ def _bad_live_entry(state: State, failed: dict):
     """"BAD live": every scheme on bad-smoke, side by side, with the prototype's claims as rules."""
     import json
 
-    from analysis import bad_sweep, headlines
+    from analysis import bad_live, bad_sweep, headlines
     from analysis.paper_index import Entry
 
     sweep = BENCH_DIR / BAD_LIVE
@@ -488,6 +489,7 @@ def _bad_live_entry(state: State, failed: dict):
         return entry
     table = bad_sweep.rows(json.loads(sweep.read_text()))
     entry.table = bad_sweep.markdown_table(table)
+    entry.notes.append(bad_live.latency_vs_load(table)["note"])
     try:
         entry.headline = bad_sweep.headline(table, entry.scale)
     except headlines.MissingInput as error:
