@@ -146,3 +146,33 @@ def test_placements():
         Placer("ll", 3)
     with pytest.raises(ValueError, match="unknown migration"):
         BalancerConfig(migration="bogus")
+
+
+def test_coordinator_uses_fresh_measurements_and_the_model_where_a_move_made_them_stale():
+    """The BCS (testbed.systems.bad.coordinator) without a network: placement, then one round."""
+    from testbed.policies.snapshot import coord_to_dict
+    from testbed.nc.coordinate import Coordinate
+    from testbed.systems.bad.coordinator import Coordinator
+    from testbed.systems.pubsub.client import EventLog
+
+    plan = {"be": [{"rate": 10.0}, {"rate": 20.0}],
+            "subscribers": [{"id": f"s{i}", "subs": [i % 2]} for i in range(4)]}
+    brokers = [{"name": "b1", "address": "nats://a:4222"}, {"name": "b2", "address": "nats://b:4222"}]
+    near_b1 = Coordinate(vec=(0.0,) * 8, error=0.1, adjustment=0.0, height=1e-5)
+    far = Coordinate(vec=(0.05,) + (0.0,) * 7, error=0.1, adjustment=0.0, height=1e-5)
+    bcs = Coordinator(plan, brokers, "nr", BalancerConfig(migration="ldm", alpha=0.1, beta=0.0), 0, EventLog(),
+                      broker_coordinates=lambda: [near_b1, far])
+    assert bcs.register({"id": "nobody"})["error"].startswith("unknown subscriber")
+    assert "ask again" in bcs.register({"id": "s0"})["error"]  # nr needs the subscriber's coordinate
+    for i in range(4):
+        assert bcs.register({"id": f"s{i}", "coord": coord_to_dict(near_b1)}) == {"broker": "b1", "address": "nats://a:4222"}
+    # b1 holds all four: n = (2, 2) -> (1+2)10 + (1+2)20 = 90; b2 0. b1 reports 100 measured over a
+    # window that began after its last change (fresh); b2 reports a window from before (stale).
+    bcs.on_load({"broker": "b1", "F": 100.0, "since": bcs.changed[0] + 1})
+    bcs.on_load({"broker": "b2", "F": 55.0, "since": bcs.changed[1] - 1})
+    orders = bcs.round()
+    (event,) = [e for e in bcs.events.items if e["type"] == "bad_round"]
+    assert event["loads"] == {"b1": 100.0, "b2": 0.0} and event["model"] == {"b1": 90.0, "b2": 0.0}
+    assert event["fresh"] == {"b1": True, "b2": False}
+    assert orders and all(source == "b1" and destination == "b2" for _, source, destination, _ in orders)
+    assert [e["subscriber"] for e in bcs.events.items if e["type"] == "bad_migration"] == [o[0] for o in orders]

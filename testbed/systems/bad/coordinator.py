@@ -48,6 +48,7 @@ class Coordinator:
                  events: EventLog, broker_coordinates=None):
         self.plan, self.brokers, self.balancer, self.events = plan_, brokers, balancer, events
         self.index = {s["id"]: i for i, s in enumerate(plan_["subscribers"])}
+        self.broker_index = {b["name"]: j for j, b in enumerate(brokers)}
         self.loads = Loads(len(brokers), [be["rate"] for be in plan_["be"]], len(plan_["subscribers"]))
         self.placer = Placer(placement, len(brokers), seed)
         self.broker_coordinates = broker_coordinates  # () -> [Coordinate | None] per broker, for nr
@@ -85,9 +86,9 @@ class Coordinator:
         return [mine.distance_to(c) for c in theirs]
 
     def on_load(self, report: dict) -> None:
-        names = [b["name"] for b in self.brokers]
-        if report.get("broker") in names:
-            self.measured[names.index(report["broker"])] = report
+        j = self.broker_index.get(report.get("broker"))
+        if j is not None:
+            self.measured[j] = report
 
     def on_rates(self, rates: list[float]) -> None:
         now = time.time()
@@ -153,7 +154,7 @@ class Coordinator:
                 pass
             if (self.loads.broker >= 0).any():
                 for subscriber, _source, destination, _stage in self.round():
-                    address = self.brokers[[b["name"] for b in self.brokers].index(destination)]["address"]
+                    address = self.brokers[self.broker_index[destination]]["address"]
                     order = {"type": "migrate", "broker": destination, "address": address, "round": self.rounds}
                     await nc.publish(control_subject(subscriber), json.dumps(order).encode())
 
