@@ -173,12 +173,18 @@ def test_bad_smoke_nr_placement_is_skewed_and_ldm_ends_less_skewed(tmp_path):
     reattached = {e["client"] for e in events if e["type"] == "bad_reattached"}
     assert migrated == reattached  # every order was carried out
     assert bad["lost"] == 0 and bad["measured_vs_model"] < 0.10
-    # a migrated subscriber's results came through both brokers, and every subscriber got results
+    # every subscriber got results
     brokers: dict[str, set] = {}
     for path in (out / "traces").glob("*.jsonl"):
         for line in path.read_text().splitlines():
             row = json.loads(line)
             brokers.setdefault(row["consumer"], set()).add(row["broker"])
     assert set(brokers) == set(placed)
-    assert all(len(brokers[s]) >= 2 for s in migrated)
+    # a subscriber moved 5 s or more before the end got results through its new broker (every
+    # channel of the smoke executes at least every 2.5 s)
+    end = max(e["time"] for e in events if e["type"] == "run_end")
+    final = {e["subscriber"]: e for e in sorted((e for e in events if e["type"] == "bad_migration"),
+                                                 key=lambda e: e["time"])}
+    settled = [e for e in final.values() if e["time"] < end - 5]
+    assert settled and all(e["destination"] in brokers[e["subscriber"]] for e in settled)
     assert summary["delivered"] > 10_000

@@ -2,7 +2,8 @@
 given, subscribes to its FE subscriptions there, and follows migrate orders by re-attaching.
 
 One NATS connection per subscriber to its broker (the broker keeps one connection per subscriber,
-as in BAD); the node's subscribers share one connection to the hub for registering. A migration
+as in BAD); the node's subscribers share one connection to the hub for registering and for the
+BCS's orders (subscribed before registering, so no order is lost). A migration
 is make-before-break: connect to the new broker, subscribe, flush, then drop the old connection a
 grace later (the leaf forwards the new interest upstream asynchronously: results published in
 between still arrive through the old broker). Duplicates (both connections subscribed for a moment)
@@ -44,6 +45,7 @@ class BadSubscriber:
         self.received = self.duplicates = self.migrations = 0
         self.pending: dict | None = None  # an open downtime: {"since", "broker", "reconnect_s"}
         self._closing: set[asyncio.Task] = set()
+        self.attached = asyncio.Event()
 
     async def register(self, hub, coord) -> dict:
         deadline = time.monotonic() + REGISTER_TRIES_S
@@ -62,7 +64,6 @@ class BadSubscriber:
         nc = await connect_nats(address, name=self.id)
         for subject in self.subjects:
             await nc.subscribe(subject, cb=self._receiver(broker))
-        await nc.subscribe(control_subject(self.id), cb=self._on_control)
         await nc.flush()
         return nc
 
@@ -88,6 +89,7 @@ class BadSubscriber:
         return on_msg
 
     async def _on_control(self, msg) -> None:
+        await self.attached.wait()  # an order may come before the first attachment is complete
         order = json.loads(msg.data)
         if order.get("type") != "migrate" or order.get("broker") == self.broker:
             return
@@ -108,10 +110,16 @@ class BadSubscriber:
         await old.close()
 
     async def start(self, hub, coord) -> None:
+        # Orders come over the node's hub connection, subscribed before registering: the BCS may
+        # order a move at its next round, before this subscriber has attached (an order sent to its
+        # broker connection then was lost: 6 of 28 in one smoke run).
+        await hub.subscribe(control_subject(self.id), cb=self._on_control)
+        await hub.flush()
         answer = await self.register(hub, coord)
         self.broker = answer["broker"]
         self.nc = await self.attach(answer["broker"], answer["address"])
         self.events.add("bad_attached", client=self.id, broker=self.broker)
+        self.attached.set()
 
     def summary(self) -> dict:
         return {"client": self.id, "received": self.received, "duplicates": self.duplicates,
