@@ -58,7 +58,14 @@ class IdClock:
         self._last = (-1, 0)
 
     def adjust(self, by_ms: int) -> None:
+        """A correction from the publishing broker. Timestamps never go backwards (ids stay unique):
+        after a backward correction they hold still, the counter running, until the clock catches up."""
         self.delta_ms += by_ms
+
+    def sync(self, broker_ms: float, local_s: float) -> None:
+        """delta at connection time: the broker's clock minus ours (`local_s`: our clock when the
+        broker read its own, the middle of the request's round trip)."""
+        self.delta_ms = round(broker_ms - local_s * 1000) - self.offset_ms
 
     def next(self, broker: str, now_s: float) -> bytes:
         last, counter = self._last

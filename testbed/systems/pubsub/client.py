@@ -43,6 +43,7 @@ from testbed.procs import percentile
 from testbed.systems.pubsub import trace_schema
 from testbed.systems.pubsub.metadata import check_topic
 from testbed.policies.snapshot import coord_from_dict, coord_to_dict
+from testbed.tracking.msgid import IdClock
 
 _json_str = json.encoder.encode_basestring_ascii  # a str as json.dumps writes it (the C encoder)
 FLUSH_EVERY_S = 1.0
@@ -51,6 +52,10 @@ RELOOKUP_CONNECT_S = 2.0  # a nats-server that is up accepts within an RTT; a de
 # ZooKeeper session expires (~6 s); with pauses doubling to 2 s a retry could land just before the
 # expiry and wait 2 s more (downtime 6 s or 8.5 s by chance, on either backend). 0.5 s bounds that.
 RELOOKUP_PAUSE_MAX_S = 0.5
+# Message tracking (seed 002): a subscriber tells its broker's tracker when it attaches and leaves, and
+# the tracker tells a publisher its clock's correction (testbed.systems.pubsub.tracker).
+TRACK_ATTACH, TRACK_DETACH, TRACK_SKEW, TRACK_TIME = ("_ep.track.attach", "_ep.track.detach", "_ep.track.skew",
+                                                     "_ep.track.time")
 
 
 def run_precise(coro):
@@ -136,8 +141,10 @@ class TopicClient:
     role = "client"
 
     def __init__(self, topic: str, name: str, lookup_url: str | None = None, owner: tuple[str, str] | None = None,
-                 site: str = "", run_id: str = "", coord=None, nc_period: float = 5.0, events: EventLog | None = None):
+                 site: str = "", run_id: str = "", coord=None, nc_period: float = 5.0, events: EventLog | None = None,
+                 track: bool = False):
         self.topic, self.name, self.site, self.run_id = check_topic(topic), name, site, run_id
+        self.track = track  # message tracking (seed 002): ids on messages, attachments told to the broker's tracker
         self.lookup_url, self.owner = lookup_url, owner
         if not lookup_url and not owner:
             raise ValueError("a client needs a lookup address or the owner's (broker, address)")
@@ -354,11 +361,14 @@ class Publisher(TopicClient):
     role = "producer"
 
     def __init__(self, topic: str, name: str, rate: float, size: int = 1000, precise_s: float = 0.0015,
-                 health=None, **kwargs):
+                 health=None, clock_offset_s: float = 0.0, **kwargs):
         """`precise_s`: the last stretch before a message is due is slept blocking (the kernel's timer
         is ~50 us late, asyncio's ~0.5 ms); use 0 when many publishers share one event loop.
-        `health` (a ClientHealth) is told how late each message leaves, for the saturation guard."""
+        `health` (a ClientHealth) is told how late each message leaves, for the saturation guard.
+        `clock_offset_s`: with tracking, how far this publisher's id clock is off the broker's (a test's
+        injected skew, which the broker's tracker corrects)."""
         super().__init__(topic, name, **kwargs)
+        self.ids = IdClock(name, clock_offset_s) if self.track else None
         self.health = health
         if rate <= 0:
             raise ValueError("rate must be positive")
@@ -366,7 +376,7 @@ class Publisher(TopicClient):
         self._name_json, self._site_json = _json_str(self.name), _json_str(self.site)
         self._id_prefix = _json_str(f"{self.name}:")[:-1]  # '"name:' without the closing quote
         self.sent = 0
-        self.held: deque[bytes] = deque()  # produced while disconnected (baseline), sent on reattach
+        self.held: deque[tuple[int, float]] = deque()  # (seq, due) produced while disconnected (baseline), sent on reattach
 
     def rate(self) -> float:
         return self.rate_value
@@ -374,20 +384,43 @@ class Publisher(TopicClient):
     def byte_rate(self) -> float:
         return self.rate_value * self.size
 
-    def payload(self, seq: int, due: float) -> bytes:
-        """The message: a JSON header line ({"id","seq","t","p","s"}, what `json.dumps` writes) padded
-        to `size`. Formatted directly: this runs for every message of the run."""
-        head = f'{{"id":{self._id_prefix}{seq}","seq":{seq},"t":{due!r},"p":{self._name_json},"s":{self._site_json}}}\n'
+    def payload(self, seq: int, due: float, broker: str = "") -> bytes:
+        """The message: a JSON header line ({"id","seq","t","p","s"}, what `json.dumps` writes; with
+        tracking also "r", the tracking id as the message leaves through `broker`) padded to `size`.
+        Formatted directly: this runs for every message of the run."""
+        track = f',"r":"{self.ids.next(broker, time.time()).hex()}"' if self.ids is not None else ""
+        head = (f'{{"id":{self._id_prefix}{seq}","seq":{seq},"t":{due!r},"p":{self._name_json},'
+                f'"s":{self._site_json}{track}}}\n')
         data = head.encode()
         return data + b"x" * (self.size - len(data)) if len(data) < self.size else data
 
-    async def _send(self, data: bytes) -> None:
+    async def _send(self, seq: int, due: float) -> None:
         ep = self.current
         if ep is None:
-            self.held.append(data)
+            self.held.append((seq, due))
             return
-        await ep.nc.publish(f"t.{self.topic}", data)
+        await ep.nc.publish(f"t.{self.topic}", self.payload(seq, due, ep.broker))
         self._through(ep)
+
+    async def _on_attach(self, ep: Endpoint) -> None:
+        if self.ids is None:
+            return
+        # The skew adjustment (seed 002, 3.2): initialised from the broker's clock at connection time,
+        # then corrected by the broker's tracker whenever a timestamp is out of its tolerance.
+        ep.subs.append(await ep.nc.subscribe(f"{TRACK_SKEW}.{self.name}", cb=self._on_skew))
+        try:
+            asked = time.time()
+            reply = await ep.nc.request(TRACK_TIME, b"", timeout=1.0)
+            self.ids.sync(float(json.loads(reply.data)["t_ms"]), (asked + time.time()) / 2)
+        except Exception as error:  # noqa: BLE001 - no tracker answered: corrections will come per message
+            self.events.add("clock_sync_failed", client=self.name, broker=ep.broker, error=type(error).__name__)
+
+    async def _on_skew(self, msg) -> None:
+        try:
+            self.ids.adjust(int(json.loads(msg.data)["adjust_ms"]))
+        except (ValueError, KeyError, TypeError):
+            return
+        self.events.add("skew_corrected", client=self.name, delta_ms=self.ids.delta_ms)
 
     async def _before_detach(self, old: Endpoint, new: Endpoint) -> None:
         """What was held goes to `new`, then a flush: once the new broker answers it has every held
@@ -395,14 +428,14 @@ class Publisher(TopicClient):
         nothing, does not wait for its next due message). Until `new` becomes current, what the open
         loop produces keeps joining the queue: drain it all, also what arrived during the flush."""
         while self.held:
-            await new.nc.publish(f"t.{self.topic}", self.held.popleft())
+            await new.nc.publish(f"t.{self.topic}", self.payload(*self.held.popleft(), new.broker))
         try:
             await new.nc.flush(timeout=30)  # nats-py: a flush that timed out breaks the read loop at its PONG
             self._through(new)
         except Exception:  # noqa: BLE001 - a new broker that does not answer: its next message tells
             pass
         while self.held:
-            await new.nc.publish(f"t.{self.topic}", self.held.popleft())
+            await new.nc.publish(f"t.{self.topic}", self.payload(*self.held.popleft(), new.broker))
 
     async def run(self, duration: float | None = None, count: int | None = None, start: float | None = None) -> int:
         """Publish open loop until `duration` seconds or `count` messages; returns messages produced."""
@@ -424,7 +457,7 @@ class Publisher(TopicClient):
                 now = time.time()
             if self.health is not None:
                 self.health.published(now - due, now)
-            await self._send(self.payload(seq, due))
+            await self._send(seq, due)
             seq += 1
             self.sent = seq
         if self.current is not None:
@@ -489,11 +522,12 @@ class TraceWriter:
         self._maybe_flush()
 
     def write_delivery(self, prefix: str, producer: str, msg_id: str, seq: int, sent: float, received: float,
-                       suffix: str) -> None:
+                       suffix: str, track_id: str | None = None) -> None:
         """One delivered message's row, formatted directly (byte for byte what `write` makes of the
         same row, so the columns are still `trace_schema`'s; tested): `prefix` and `suffix` are the
         subscriber's constant fields, from `row_affixes`. This runs for every delivery of the run."""
-        self.handle.write(f'{prefix}{_json_str(producer)}{self._consumer},"msg_id":{_json_str(msg_id)},"seq":{seq},'
+        track = _json_str(track_id) if track_id else "null"
+        self.handle.write(f'{prefix}{_json_str(producer)}{self._consumer},"msg_id":{_json_str(msg_id)},"track_id":{track},"seq":{seq},'
                           f'"send_time":"{sent:.6f}","receive_time":"{received:.6f}"{suffix}\n')
         self._maybe_flush()
 
@@ -539,7 +573,24 @@ class Subscriber(TopicClient):
             self._spawn(self._flush_loop())
 
     async def _on_attach(self, ep: Endpoint) -> None:
+        if self.track:  # told before subscribing: the tracker learns of us before any message reaches us
+            await ep.nc.publish(TRACK_ATTACH, self._attachment)
+            await ep.nc.flush()
         ep.subs.append(await ep.nc.subscribe(f"t.{self.topic}", cb=functools.partial(self._on_msg, ep)))
+
+    async def _detach(self, ep: Endpoint | None) -> None:
+        if ep is not None and self.track:  # told after unsubscribing: no message reaches us after it
+            try:
+                await ep.subs[-1].unsubscribe()
+                await ep.nc.flush(timeout=5)
+                await ep.nc.publish(TRACK_DETACH, self._attachment)
+            except Exception:  # noqa: BLE001 - the old broker may be gone; its map keeps us (a superset)
+                pass
+        await super()._detach(ep)
+
+    @property
+    def _attachment(self) -> bytes:
+        return json.dumps({"subscriber": self.name, "topic": self.topic}).encode()
 
     async def _on_msg(self, ep: Endpoint, msg) -> None:
         now = time.time()
@@ -567,7 +618,7 @@ class Subscriber(TopicClient):
                 affixes = self._affixes[(ep.broker, site)] = self.trace.row_affixes(
                     self.run_id, self.topic, self.name, ep.broker, site, self.site)
             self.trace.write_delivery(affixes[0], producer, str(head.get("id", f"{producer}:{seq}")), seq, sent, now,
-                                      affixes[1])
+                                      affixes[1], head.get("r"))
 
     def rate(self) -> float:
         started, count = self._window

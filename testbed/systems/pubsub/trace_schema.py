@@ -12,6 +12,7 @@ COLUMNS = (
     ("producer", "string"),
     ("consumer", "string"),
     ("msg_id", "string"),          # the publisher's id, "<producer>:<seq>"
+    ("track_id", "string"),        # with message tracking, the id the brokers recorded (32 hex digits)
     ("seq", "int64"),              # the producer's sequence number
     ("send_time", "float64"),      # epoch seconds, the scheduled send (open loop)
     ("receive_time", "float64"),   # epoch seconds, at the consumer
