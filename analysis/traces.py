@@ -48,7 +48,7 @@ import pyarrow.parquet as pq
 
 from testbed.systems.pubsub import trace_schema
 
-FORMAT_VERSION = "2"  # 2: the sites at send and receive time
+FORMAT_VERSION = "3"  # 2: the sites at send and receive time; 3: track_id
 CHUNK_BYTES = 64 << 20
 
 # The writer's columns (testbed.systems.pubsub.trace_schema), required ones not null.

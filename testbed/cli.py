@@ -347,6 +347,65 @@ def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all r
     console.print(f"clean: removed {len(removed)} leftover item(s)" + (f" of run {run_id}" if run_id else ""))
 
 
+def _track_id(run_dir: Path, text: str) -> bytes:
+    """A message's tracking id: given as its 32 hex digits, or as the trace's msg_id (<producer>:<seq>),
+    looked up in the run's traces."""
+    from testbed.tracking.msgid import parse
+
+    if ":" not in text:
+        try:
+            return parse(text).pack()
+        except ValueError as error:
+            raise _fail_input(error) from None
+    needle = f'"msg_id":{json.dumps(text)},'.encode()
+    for path in sorted((run_dir / "traces").glob("*.jsonl")):
+        with path.open("rb") as handle:
+            for line in handle:
+                if needle in line:
+                    track_id = json.loads(line).get("track_id")
+                    if not track_id:
+                        raise _fail_input(ValueError(f"{path}: {text} was delivered without a tracking id "
+                                                     "(the run's tracking strategy was none)"))
+                    return parse(track_id).pack()
+    raise _fail_input(ValueError(f"{run_dir}/traces: no delivered message has msg_id {text}"))
+
+
+@app.command()
+def track(run_dir: Path = typer.Argument(..., help="A run directory (results/<run>)."),
+          message: str = typer.Argument(..., help="The message: its tracking id (32 hex digits, the trace's "
+                                                  "track_id) or its msg_id (<producer>:<seq>)."),
+          as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """Trace a message back (seed 002): the brokers it crossed and the subscribers it reached, from
+    the brokers' tracking histories, with each entry's expected false-positive probability.
+
+    Example: testbed track results/tracking-smoke-ab12cd swarm1-u1:120
+    """
+    from testbed.tracking.store import read_run
+    from testbed.tracking.traceback import Tracker
+
+    if not (run_dir / "run.json").exists() and not (run_dir / "tracking").is_dir():
+        raise _fail_input(ValueError(f"{run_dir}: not a run directory"))
+    raw = _track_id(run_dir, message)
+    try:
+        answer = Tracker(read_run(run_dir)).query(raw).to_json()
+    except ValueError as error:
+        raise _fail_input(ValueError(f"{run_dir}: {error}")) from None
+    if as_json:
+        console.print_json(json.dumps(answer))
+        return
+    table = Table(title=f"message {answer['id']}", show_header=False)
+    table.add_row("publisher", f"{answer['publisher'] or '?'} at {answer['origin'] or '? (unknown broker)'}"
+                  + ("" if answer["published"] else "  (not in its publisher history)"))
+    table.add_row("timestamp", f"{answer['timestamp_ms'] / 1000:.3f} (publisher's clock + skew adjustment)")
+    table.add_row("brokers", ", ".join(answer["brokers"]) or "none")
+    for subscriber, via in answer["delivered"].items():
+        efpp = max(answer["efpp"].get(f"{b}/sub/{subscriber}", 0.0) for b in via)
+        table.add_row(f"  -> {subscriber}", f"via {', '.join(via)}  (efpp {efpp:.2g})")
+    table.add_row("expected wrong entries", f"{answer['expected_false_entries']:.3g}")
+    table.add_row("cost", f"{answer['brokers_consulted']} brokers, {answer['filters_consulted']} filters consulted")
+    console.print(table)
+
+
 @app.command()
 def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run directories; every run in --results when omitted."),
             results: Path = typer.Option(Path("results"), help="Results directory."),

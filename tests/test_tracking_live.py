@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -19,6 +20,7 @@ from testbed.tracking.bloom import Filter
 from testbed.tracking.msgid import parse
 from testbed.tracking.store import read_run
 from testbed.tracking.traceback import Tracker
+from tests.needs import full_system
 
 needs_nats = pytest.mark.skipif(not shutil.which("nats-server"), reason="nats-server is not installed")
 
@@ -104,3 +106,36 @@ def test_every_delivered_message_is_traced_to_its_publisher_and_subscribers(tmp_
         assert false_pos == 0
     else:
         assert false_pos <= 3 * expected + 5, (false_pos, expected, tests_neg)
+
+
+SMOKE = Path(__file__).resolve().parents[1] / "scenarios" / "tracking-smoke.yaml"
+
+
+@full_system
+def test_tracking_smoke_traces_back_every_sampled_message_with_no_false_negative(tmp_path):
+    """The UAV smoke with Bloom histories in every broker and topics migrating: the PySpark check of
+    2,000 sampled deliveries finds no false negative, ever, and false positives within eq. 2's
+    expectation (binomial slack); the run's summary shows what tracking stored."""
+    from analysis.tracking import check_run
+
+    run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(SMOKE), "--backend", "mininet",
+                          "--results", str(tmp_path)], capture_output=True, text=True, cwd=SMOKE.parents[1],
+                         timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (out,) = tmp_path.glob("tracking-smoke-*")
+    tracking = json.loads((out / "summary.json").read_text())["tracking"]
+    assert tracking["complete"] and tracking["strategy"] == "bloom" and tracking["brokers"] == 5
+    assert tracking["published"] > 5000 and tracking["bytes_stored"] > 0
+    result = check_run(out, sample=2000)
+    assert result["messages"] == 2000 and result["published"] == 2000
+    assert result["false_negatives"] == 0
+    expected = result["expected_false_positives"]
+    assert result["negative_tests"] > 1000
+    assert result["false_positives"] <= expected + 4 * expected ** 0.5 + 3, result
+    # a message's traceback from the command line names the same subscribers as its trace rows
+    row = json.loads(next((out / "traces").glob("follow_leader-*.jsonl")).read_text().splitlines()[100])
+    shown = subprocess.run([sys.executable, "-m", "testbed.cli", "track", str(out), row["msg_id"], "--json"],
+                           capture_output=True, text=True, cwd=SMOKE.parents[1], timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    answer = json.loads(shown.stdout)
+    assert answer["id"] == row["track_id"] and row["consumer"] in answer["delivered"]

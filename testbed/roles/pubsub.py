@@ -8,16 +8,20 @@ nats-server or agent that died, reporting each restart as an event.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
-from testbed.procs import LineCounter, json_lines, stop_group, wait_or_kill
+from testbed.procs import LineCounter, json_lines, read_line, stop_group, wait_or_kill
 from testbed.roles import balance
 from testbed.roles.base import Role, RunContext
 from testbed.roles.launch import start_agent, start_nats, start_zookeeper
 from testbed.systems.pubsub.broker import nats_url
+from testbed.tracking.config import TrackingConfig
+from testbed.tracking.store import TRACKING_DIR
+from testbed.tracking.store import summary as tracking_summary
 from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DEFAULT_POLICY, LoadManagerConfig, Overload,
                               get_policy)
 
@@ -49,9 +53,12 @@ class PubSubSystem:
     manager: ManagerOptions = field(default_factory=ManagerOptions)
     monitoring_period: float = 5.0
     nc_period: float = 5.0
+    tracking: TrackingConfig = TrackingConfig()  # message tracking (seed 002): a tracker beside each broker
+    tracking_dir: Path | None = None  # where trackers keep their files (default: the run's tracking/)
     zk: object = None
     servers: dict = field(default_factory=dict)
     agents: dict = field(default_factory=dict)
+    trackers: dict = field(default_factory=dict)
     manager_process: subprocess.Popen | None = None
 
     @property
@@ -89,6 +96,21 @@ class PubSubSystem:
                                         nc_period=self.nc_period, bandwidth=node.access.bandwidth or 1e9,
                                         report_clients=get_policy(self.manager.policy).needs_clients,
                                         distance=self.manager.distance)
+        if self.tracking.enabled:
+            self.trackers[name] = self._start_tracker(name)
+
+    def _start_tracker(self, name: str, timeout: float = 20.0) -> subprocess.Popen:
+        """The message tracker beside `name`'s nats-server (testbed.systems.pubsub.tracker)."""
+        directory = (self.tracking_dir or self.log_dir.parent / TRACKING_DIR) / name
+        argv = [self.network.python, "-m", "testbed.systems.pubsub.tracker", "--node", name,
+                "--nats", nats_url(self.network.ip_of(name)), "--dir", str(directory),
+                "--config", json.dumps(self.tracking.to_json())]
+        log = (self.log_dir / f"tracker-{name}.log").open("ab")
+        process = self.network.popen(name, argv, stdout=subprocess.PIPE, stderr=log, text=True)
+        if read_line(process, timeout) != "ready":
+            process.kill()
+            raise RuntimeError(f"the message tracker in {name} did not start (see {log.name})")
+        return process
 
     def _start_manager(self, timeout: float = 30.0) -> None:
         m = self.manager
@@ -123,8 +145,9 @@ class PubSubSystem:
         if name not in self.servers:
             raise ValueError(f"{name} is not a running broker")
         killed = self.network.crash(name)
-        # One not in the node's namespace after all is killed directly.
-        wait_or_kill([self.servers.pop(name), self.agents.pop(name)], timeout=5)
+        # One not in the node's namespace after all is killed directly. A tracker's filters in memory
+        # are lost with it, as seed 002 says of a failure before a filter is stored.
+        wait_or_kill([self.servers.pop(name), self.agents.pop(name), self.trackers.pop(name, None)], timeout=5)
         return {"type": "broker_killed", "time": time.time(), "node": name, "killed": killed}
 
     def supervise(self) -> list[dict]:
@@ -137,10 +160,15 @@ class PubSubSystem:
                 self._start_broker(name)
                 events.append({"type": "broker_restart", "time": time.time(), "node": name,
                                "nats_exit": codes[0], "agent_exit": codes[1]})
+        for name, tracker in list(self.trackers.items()):
+            if tracker.poll() is not None and name in self.servers:
+                self.trackers[name] = self._start_tracker(name)
+                events.append({"type": "tracker_restart", "time": time.time(), "node": name, "exit": tracker.poll()})
         return events
 
     def stop(self) -> None:
         stop_group([self.manager_process, *self.agents.values()])
+        stop_group(self.trackers.values(), timeout=30)  # they store what they hold in memory
         stop_group(self.servers.values())
         if self.zk is not None:
             self.zk.stop()
@@ -168,7 +196,8 @@ class PubSubRole(Role):
                            overload=astuple(Overload.from_config(control.overload)),
                            distance=control.distance, initial_placement=control.initial_placement,
                            seed=run.scenario.seed, load_manager=control.load_manager()),
-            monitoring_period=control.monitoring_period, nc_period=control.nc_report_period)
+            monitoring_period=control.monitoring_period, nc_period=control.nc_report_period,
+            tracking=run.scenario.tracking.config(), tracking_dir=run.out / TRACKING_DIR)
         self.faults: list[dict] = []
         self._migrations = LineCounter(run.logs, "manager.jsonl", b'"migration_end"')
 
@@ -198,7 +227,16 @@ class PubSubRole(Role):
         return found
 
     def summary(self, events: list[dict]) -> dict:
-        return {"balance": balance.summarize(events)}
+        return {"balance": balance.summarize(events), "tracking": tracking_summary(self.run.out)}
 
     def end_screen(self, summary: dict) -> list:
-        return balance.end_screen(summary["balance"])
+        lines = balance.end_screen(summary["balance"])
+        t = summary.get("tracking")
+        if t:
+            per = f"{t['bytes_per_message']:.1f} B/message" if t["bytes_per_message"] is not None else "no message"
+            lines.append(f"tracking ({t['strategy']}): {t['published']} messages published, {t['histories']} histories "
+                         f"on {t['brokers']} brokers, {t['bytes_stored']:,} B stored in {t['stores']} stores "
+                         f"({per}), trackers' CPU {t['cpu_s']:.1f} s"
+                         + ("" if t["complete"] else f"; INCOMPLETE at {', '.join(t['incomplete'])} "
+                                                     "(a tracker fell behind or lost its connection)"))
+        return lines

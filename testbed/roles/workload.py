@@ -138,7 +138,8 @@ class PubSubWorkload(Role):
                 "--events", str(logs / f"clients-{node.name}.jsonl"), "--run-id", self.run_id,
                 "--site", node.site, "--coord", "proxy" if node.mobile else "serf",
                 "--nc-period", f"{self.scenario.control.nc_report_period:g}",
-                "--health", str(logs / f"health-{node.name}.jsonl")]
+                "--health", str(logs / f"health-{node.name}.jsonl"),
+                *(["--track"] if self.scenario.tracking.strategy != "none" else [])]
         log = (logs / f"workload-{node.name}.log").open("ab")
         self.processes[node.name] = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log, text=True)
 

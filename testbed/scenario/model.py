@@ -28,6 +28,11 @@ from testbed.policies.pulsar_lm.config import LoadManagerConfig
 from testbed.policies.registry import DEFAULT_POLICY, POLICIES
 from testbed.policies.topics import CLASS_RE
 from testbed.scenario.cities import CITY_CODES
+from testbed.tracking.bloom import PRESETS as TRACKING_PRESETS
+from testbed.tracking.bloom import PREFIXES as MD5_PREFIXES
+from testbed.tracking.bloom import Filter, segment_bits
+from testbed.tracking.config import STRATEGIES as TRACKING_STRATEGIES
+from testbed.tracking.config import LOG_RECORD_BYTES, TrackingConfig
 
 BAD_DEFAULTS = BalancerConfig()
 NAME_MAX = 8
@@ -552,6 +557,50 @@ class Fault(Strict):
     kill: Name
 
 
+class Tracking(Strict):
+    """Message tracking in every broker (seed 002): `strategy` none, log (the paper's ASYNC) or bloom.
+    bloom's filters: a Table 2 `preset` (10K-99.999, 10K-99, 10K-95, 135K-99.999, 135K-99, 135K-95;
+    the default 10K-99.999) or m bits, k hash functions, capacity n. `buffer`: log's in-memory buffer.
+    `persistence`: T_p. `skew_tolerance`: T_s. `jitter`: how late a message may be delivered (held or
+    forwarded in a migration), widening the attachment window at traceback. `sync`: fsync each store."""
+
+    strategy: Literal[TRACKING_STRATEGIES] = "none"
+    preset: Literal[tuple(TRACKING_PRESETS)] | None = None
+    m: Annotated[int, Field(ge=8, le=1 << 27)] | None = None
+    k: Annotated[int, Field(ge=1, le=64)] | None = None
+    n: Annotated[int, Field(ge=1, le=1 << 24)] | None = None
+    buffer: Size = 10_000.0
+    persistence: PositiveDuration = 1.0
+    skew_tolerance: Duration = 0.05
+    jitter: Duration = 10.0
+    sync: bool = True
+
+    @model_validator(mode="after")
+    def _filter(self) -> Tracking:
+        given = [name for name in ("m", "k", "n") if getattr(self, name) is not None]
+        if given and self.preset:
+            raise ValueError("give a preset or m, k and n, not both")
+        if given and len(given) < 3:
+            raise ValueError(f"a filter needs m, k and n; missing {', '.join(sorted({'m', 'k', 'n'} - set(given)))}")
+        if (given or self.preset) and self.strategy != "bloom":
+            raise ValueError("filters (preset, m, k, n) are for strategy bloom")
+        if given and segment_bits(self.m) * self.k > 128 * len(MD5_PREFIXES):
+            raise ValueError(f"k={self.k} hash functions of {segment_bits(self.m)} bits need more than "
+                             f"{len(MD5_PREFIXES)} MD5 applications; lower k")
+        if self.buffer < LOG_RECORD_BYTES:
+            raise ValueError(f"buffer must hold one {LOG_RECORD_BYTES}-byte record")
+        return self
+
+    def config(self) -> TrackingConfig:
+        if self.m is not None:
+            chosen = Filter(m=self.m, k=self.k, n=self.n)
+        else:
+            chosen = TRACKING_PRESETS[self.preset or "10K-99.999"]
+        return TrackingConfig(strategy=self.strategy, filter=chosen, buffer_bytes=int(self.buffer),
+                              persistence_s=self.persistence, skew_tolerance_s=self.skew_tolerance,
+                              jitter_s=self.jitter, sync=self.sync)
+
+
 class Emulation(Strict):
     backend: Literal["auto", "containernet", "mininet"] = "auto"
     shaper: Literal["auto", "netem", "delayline"] = "auto"
@@ -576,6 +625,7 @@ class Scenario(Strict):
     mobility: Mobility = Mobility()
     control: Control = Control()
     faults: list[Fault] = []
+    tracking: Tracking = Tracking()
     emulation: Emulation = Emulation()
     outputs: Outputs = Outputs()
 
@@ -591,6 +641,8 @@ class Scenario(Strict):
                     f"client names {group.name}1..{group.name}{scaled_count(group.count, self.scale)} "
                     f"would exceed {NAME_MAX} characters; shorten {group.name!r}"
                 )
+        if self.tracking.strategy != "none" and self.workload.kind in ("bad", "none"):
+            raise ValueError("tracking is for the pub/sub workloads (uav-swarm, mmog, hotspot)")
         if self.mobility.model == "random-waypoint" and not infra.mec_zones:
             raise ValueError("random-waypoint mobility needs a mec_zones infrastructure (an area to fly over)")
         return self

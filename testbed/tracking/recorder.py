@@ -52,7 +52,7 @@ class Recorder:
         self.attached: dict[str, set[str]] = {}  # topic -> subscribers (the attachment map's present)
         self.pending: list[Stored] = []  # stored buffers the caller has not written yet
         self._noticed: dict[int, float] = {}
-        self.messages = self.events = self.corrections = 0
+        self.messages = self.published = self.events = self.corrections = 0
 
     # -- the three phases -------------------------------------------------------------------------
     def message(self, topic: str, raw: bytes, now_s: float, forwarded: bool = False) -> int | None:
@@ -60,6 +60,7 @@ class Recorder:
         origin, t_ms = int.from_bytes(raw[4:8], "big"), int.from_bytes(raw[8:14], "big")
         self.messages += 1
         local = origin == self.id
+        self.published += local
         self._add(self._code("pub" if local else "route", origin), raw, t_ms, now_s)
         for subscriber in self.attached.get(topic, ()):
             self._add(self._code("sub", origin, subscriber), raw, t_ms, now_s)

@@ -171,3 +171,21 @@ def read_run(run_dir: Path) -> dict[str, BrokerFiles]:
         return {}
     brokers = [read_broker(d) for d in sorted(root.iterdir()) if (d / "meta.json").exists()]
     return {b.name: b for b in brokers}
+
+
+def summary(run_dir: Path) -> dict | None:
+    """The run's tracking totals from every tracker's meta.json (not its filters): what summary.json
+    and the end screen show. None when the run tracked nothing."""
+    root = Path(run_dir) / TRACKING_DIR
+    metas = [json.loads(p.read_text()) for p in sorted(root.glob("*/meta.json"))] if root.is_dir() else []
+    if not metas:
+        return None
+    published = sum(m.get("published", 0) for m in metas)
+    stored = sum(m.get("bytes_written", 0) for m in metas)
+    return {"strategy": metas[0]["config"]["strategy"], "brokers": len(metas),
+            "complete": all(m.get("complete", False) for m in metas),
+            "incomplete": sorted(m["broker"] for m in metas if not m.get("complete", False)),
+            "messages_seen": sum(m.get("messages", 0) for m in metas), "published": published,
+            "histories": sum(m.get("histories", 0) for m in metas), "stores": sum(m.get("stores", 0) for m in metas),
+            "bytes_stored": stored, "bytes_per_message": stored / published if published else None,
+            "cpu_s": sum(m.get("cpu_s", 0.0) for m in metas)}

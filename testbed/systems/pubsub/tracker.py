@@ -126,7 +126,7 @@ class Tracker:
         await self._write()
         usage = resource.getrusage(resource.RUSAGE_SELF)
         r = self.recorder
-        self.writer.close(stopped=time.time(), messages=r.messages, events=r.events, corrections=r.corrections,
+        self.writer.close(stopped=time.time(), messages=r.messages, published=r.published, events=r.events, corrections=r.corrections,
                           histories=len(r.codes), untracked=self.untracked, slow_consumer=self.slow_consumer,
                           disconnects=self.disconnects, complete=self.slow_consumer == 0 and self.disconnects == 0,
                           cpu_s=usage.ru_utime + usage.ru_stime, max_rss_kb=usage.ru_maxrss)

@@ -47,7 +47,7 @@ from testbed.systems.pubsub.clienthealth import ClientHealth
 def uav_clients(args, events: EventLog, health: ClientHealth | None = None) -> tuple[list[Publisher], list[Subscriber]]:
     swarm, trace_dir = args.node, Path(args.trace_dir)
     common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
-              "coord": coordinate_source(args.coord, swarm), "nc_period": args.nc_period}
+              "coord": coordinate_source(args.coord, swarm), "nc_period": args.nc_period, "track": args.track}
     leader, followers = f"{swarm}-u1", [f"{swarm}-u{i}" for i in range(2, args.members + 1)]
     follow, sensor = f"follow_leader-{swarm}", f"sensor_data-{swarm}"
     publishers = [Publisher(follow, leader, args.rate, args.size, precise_s=0.0, health=health, **common)]
@@ -160,7 +160,7 @@ class MmogClient:
         self.args, self.events, self.plan = args, events, plan
         self.node, self.trace_dir = args.node, Path(args.trace_dir)
         self.common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
-                       "coord": coord, "nc_period": args.nc_period}
+                       "coord": coord, "nc_period": args.nc_period, "track": args.track}
         self.players = plan["players"]
         self.avatar = self.players.index(self.node) if self.node in self.players else None
         if self.avatar is None and self.node not in plan["servers"]:
@@ -370,7 +370,7 @@ async def _main_hotspot(args) -> int:
     plan = json.loads(Path(args.plan).read_text())
     health = ClientHealth(args.health)
     common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
-              "coord": coordinate_source(args.coord, args.node), "nc_period": args.nc_period}
+              "coord": coordinate_source(args.coord, args.node), "nc_period": args.nc_period, "track": args.track}
     subscribers = [Subscriber(s["topic"], s["client"], trace=Path(args.trace_dir) / f"{s['topic']}.{s['client']}.jsonl",
                               keep_latencies=False, **common) for s in plan["subscribers"] if s["node"] == args.node]
     publishers = [(Publisher(p["topic"], p["client"], p["rate"], args.size, precise_s=0.0, health=health, **common), p)
@@ -423,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coord", default="proxy")
     parser.add_argument("--nc-period", type=float, default=5.0)
     parser.add_argument("--health", type=Path, help="per-second publisher lateness and loop lag, JSON lines")
+    parser.add_argument("--track", action="store_true", help="message tracking (seed 002): ids on messages, "
+                        "attachments told to the broker's tracker")
     parser.add_argument("--plan", type=Path, help="mmog, hotspot: the run's plan as JSON")
     parser.add_argument("--start-file", type=Path,
                         help="mmog, hotspot: wait for the common start time (epoch s) in this file")
