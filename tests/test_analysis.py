@@ -110,7 +110,7 @@ def test_rows_the_client_writes_convert_with_every_column(tmp_path):
     assert table.schema.equals(traces.TRACE_PARQUET_SCHEMA) and table.num_rows == 1
     (got,) = table.to_pylist()
     assert got == {"run_id": "r1", "topic": "follow_leader-swarm1", "producer": "swarm1-u1", "consumer": "swarm1-u2",
-                   "msg_id": "swarm1-u1:4", "seq": 4, "send_time": T0, "receive_time": pytest.approx(T0 + 0.02),
+                   "msg_id": "swarm1-u1:4", "track_id": None, "seq": 4, "send_time": T0, "receive_time": pytest.approx(T0 + 0.02),
                    "broker": "bzone1", "producer_site": "zone1", "consumer_site": "zone2",
                    "producer_site_at_send": "zone1", "consumer_site_at_receive": "zone2"}  # nobody moved
 

@@ -139,14 +139,19 @@ def test_fast_trace_rows_and_headers_match_json_dumps(tmp_path):
     assert head == json.dumps({"id": "sw1-u2:17", "seq": 17, "t": 1795438137.1234567, "p": "sw1-u2", "s": "zone1"},
                               separators=(",", ":")).encode()
     assert len(data) == 300
+    tracked = Publisher("t1", "sw1-u2", 10.0, size=300, owner=("b", "nats://x:1"), site="zone1", track=True)
+    head = json.loads(tracked.payload(17, 1795438137.1234567, "bzone1").split(b"\n", 1)[0])
+    assert len(head.pop("r")) == 32 and head == json.loads(data.split(b"\n", 1)[0])  # seed 002's id, hex
     writer = TraceWriter(tmp_path / "a.jsonl")
-    row = ("run1", "t1", 'odd"name', "c1", 'odd"name:3', 3, "1.000000", "2.500000", "bzone1", "zone1", "zone2")
-    writer.write(row)
-    prefix, suffix = writer.row_affixes("run1", "t1", "c1", "bzone1", "zone1", "zone2")
-    writer.write_delivery(prefix, 'odd"name', 'odd"name:3', 3, 1.0, 2.5, suffix)
+    for track_id in (None, "00ff" * 8):
+        row = ("run1", "t1", 'odd"name', "c1", 'odd"name:3', track_id, 3, "1.000000", "2.500000", "bzone1", "zone1",
+               "zone2")
+        writer.write(row)
+        prefix, suffix = writer.row_affixes("run1", "t1", "c1", "bzone1", "zone1", "zone2")
+        writer.write_delivery(prefix, 'odd"name', 'odd"name:3', 3, 1.0, 2.5, suffix, track_id)
     writer.close()
-    slow, fast = (tmp_path / "a.jsonl").read_text().splitlines()
-    assert slow == fast
+    lines = (tmp_path / "a.jsonl").read_text().splitlines()
+    assert lines[0] == lines[1] and lines[2] == lines[3]
 
 
 def test_producer_stats_count_gaps_reordering_and_duplicates():
@@ -235,7 +240,7 @@ def test_both_workflows_end_a_downtime_at_the_switch_with_both_definitions(monke
         pub._open_downtime("redirect" if workflow == "enhanced" else "disconnect", old, "new")
         if workflow == "baseline":
             pub.current = None
-            await pub._send(b"held")  # produced while detached: held
+            await pub._send(7, 1000.0)  # produced while detached: held
         new = await pub._attach("new", "nats://new:1")
         await pub._switch(old, new)
         return pub, new
@@ -246,4 +251,4 @@ def test_both_workflows_end_a_downtime_at_the_switch_with_both_definitions(monke
     assert 0 <= down["reconnect_s"] <= down["downtime_s"] < 1.0  # not a message interval (1 s) later
     assert down["to"] == "new" and down["reconnected"] <= down["end"]
     data = [d for s, d in new_nc.published if s == "t.t"]
-    assert data == ([b"held"] if workflow == "baseline" else [])
+    assert data == ([pub.payload(7, 1000.0, "new")] if workflow == "baseline" else [])
