@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -44,12 +45,38 @@ def _check_partition(run_dir: str):
             yield (row.track_id, len(consumers), len(consumers - set(answer.delivered)),
                    len(brokers - set(answer.brokers)), answer.published,
                    len(negatives), sum(t.positive for t in negatives), sum(t.efpp for t in negatives),
-                   len(set(answer.routed) - brokers), answer.brokers_consulted, answer.filters_consulted)
+                   len(set(answer.routed) - brokers), answer.brokers_consulted, answer.filters_consulted,
+                   [(float(t.efpp), float(t.positive)) for t in negatives])
     return check
 
 
 COLUMNS = ("track_id", "receivers", "missed_subscribers", "missed_brokers", "published", "negative_tests",
            "false_positives", "expected_false_positives", "routed_only", "brokers_consulted", "filters_consulted")
+EFPP_FLOOR = 1e-9  # tests whose efpp is below this go into the lowest bin
+
+
+def _schema():
+    from pyspark.sql import types as T
+
+    kinds = {"track_id": T.StringType(), "published": T.BooleanType(), "expected_false_positives": T.DoubleType()}
+    fields = [T.StructField(c, kinds.get(c, T.LongType())) for c in COLUMNS]
+    pair = T.StructType([T.StructField("efpp", T.DoubleType()), T.StructField("positive", T.DoubleType())])
+    return T.StructType(fields + [T.StructField("negatives", T.ArrayType(pair))])
+
+
+def calibration(checked) -> list[dict]:
+    """Negative tests binned by their efpp (half decades): per bin the tests, the false positives
+    measured and the false positives eq. 2 expects, so measured and expected rates can be compared
+    where filters were nearly empty and where they were full."""
+    from pyspark.sql import functions as F
+
+    tests = checked.select(F.explode("negatives").alias("t")).select("t.efpp", "t.positive")
+    binned = tests.withColumn("bin", F.floor(F.log10(F.greatest(F.col("efpp"), F.lit(EFPP_FLOOR))) * 2) / 2)
+    rows = binned.groupBy("bin").agg(F.count("*").alias("tests"), F.sum("positive").alias("false_positives"),
+                                     F.sum("efpp").alias("expected")).orderBy("bin").collect()
+    floor = math.log10(EFPP_FLOOR)
+    return [{"efpp_from": 0.0 if r.bin <= floor else 10 ** r.bin, "efpp_to": 10 ** (r.bin + 0.5), "tests": r.tests,
+             "false_positives": int(r.false_positives), "expected": r.expected} for r in rows]
 
 
 def check_run(run_dir: str | Path, sample: int = SAMPLE, seed: int = 1, master: str | None = None) -> dict:
@@ -67,7 +94,7 @@ def check_run(run_dir: str | Path, sample: int = SAMPLE, seed: int = 1, master: 
     if total == 0:
         raise ValueError(f"{run_dir}: no delivered message carries a tracking id (tracking was none)")
     picked = rows.orderBy(F.rand(seed)).limit(sample).repartition(2)
-    checked = spark.createDataFrame(picked.rdd.mapPartitions(_check_partition(str(run_dir))), list(COLUMNS))
+    checked = spark.createDataFrame(picked.rdd.mapPartitions(_check_partition(str(run_dir))), _schema()).cache()
     sums = checked.agg(*(F.sum(c).alias(c) for c in COLUMNS[1:] if c != "published"),
                        F.count("*").alias("messages"), F.sum(F.col("published").cast("int")).alias("published"),
                        F.max("filters_consulted").alias("filters_max"),
@@ -79,7 +106,8 @@ def check_run(run_dir: str | Path, sample: int = SAMPLE, seed: int = 1, master: 
             "delivered_messages": total, **sums,
             "false_negatives": (sums["missed_subscribers"] or 0) + (sums["missed_brokers"] or 0),
             "measured_fp_rate": (sums["false_positives"] or 0) / negatives if negatives else None,
-            "expected_fp_rate": (sums["expected_false_positives"] or 0.0) / negatives if negatives else None}
+            "expected_fp_rate": (sums["expected_false_positives"] or 0.0) / negatives if negatives else None,
+            "calibration": calibration(checked)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -114,6 +114,7 @@ BENCHES = (
                    tuple(f"badsim-fig{n}.png" for n in range(5, 15)), "--figures-only", quick=()),
 )
 BAD_LIVE = "bad-live.json"  # BAD's schemes live (make bench-bad-live, ~20 min): read when present, never run
+TRACKING = "tracking.json"  # message tracking (make bench-tracking, ~20 min): read when present, never run
 FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
                  "fig5": ["fig5.png", "fig5_configured.png"], "fig6": ["fig6.png"], "fig7a": ["fig7a.png"],
                  "fig7b": ["fig7b.png"], "fig8": ["fig8-comparable.png", "fig8-comparable-p95.png"],
@@ -121,7 +122,8 @@ FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.pn
                  "violations": ["violations.png"],
                  "load-balancing": ["balance.png", "balance-compare.png", "balance-uav-swarm.png", "balance-mmog.png"],
                  "bad-sim": [f"badsim-fig{n}.png" for n in (13, 12, 11, 14, 5, 6, 7, 8, 9, 10)],
-                 "bad-live": ["bad-live.png", "bad-live-load.png", "bad-live-latency.png"]}
+                 "bad-live": ["bad-live.png", "bad-live-load.png", "bad-live-latency.png"],
+                 "tracking": ["tracking-fig3.png", "tracking-fig4.png", "tracking-fig5.png", "tracking-fp.png"]}
 
 
 @dataclass
@@ -452,7 +454,47 @@ def entries(state: State):
     if balance_policies(state.options):
         out.append(_balance_entry(state, failed))
     out.append(_bad_live_entry(state, failed))
+    out.append(_tracking_entry(state, failed))
     return out
+
+
+def tracking_step(state: State) -> Step:
+    """Message tracking's figures (analysis.tracking_figures) from results/bench/tracking.json, if present."""
+    import json
+
+    from analysis import tracking_figures
+
+    step = Step("message tracking figures (analysis.tracking_figures)", figures=("tracking",))
+    source = BENCH_DIR / TRACKING
+    if not source.exists():
+        step.status, step.detail = "skipped", f"{_rel(source)} missing (make bench-tracking, ~20 min)"
+        return step
+    drawn = tracking_figures.draw(json.loads(source.read_text()), state.options.out, "tracking")
+    step.status, step.detail = "ok", "; ".join(drawn) or "drew nothing"
+    return step
+
+
+def _tracking_entry(state: State, failed: dict):
+    """"Message tracking" (seed 002): the paper's Fig. 3-5 claims and the traceback against the traces."""
+    import json
+
+    from analysis import headlines, tracking_figures
+    from analysis.paper_index import Entry
+
+    source = BENCH_DIR / TRACKING
+    entry = Entry("tracking", images=FIGURE_IMAGES["tracking"], failed=failed.get("tracking", []), source=_rel(source),
+                  scale="live: one broker at 300 msg/s (scenarios/bench/tracking.yaml); storage: the paper's "
+                        "5,000 msg/s replayed through the same recorder; accuracy: scenarios/tracking-smoke.yaml")
+    if not source.exists():
+        entry.missing.append(f"{_rel(source)} (make bench-tracking)")
+        return entry
+    result = json.loads(source.read_text())
+    entry.table = tracking_figures.markdown_table(result)
+    try:
+        entry.headline = tracking_figures.headline(result, entry.scale)
+    except headlines.MissingInput as error:
+        entry.missing.append(str(error))
+    return entry
 
 
 def bad_live_step(state: State) -> Step:
@@ -572,6 +614,7 @@ def plan(options: Options) -> list[tuple[str, Callable[[State], Step]]]:
     if balance_policies(options):
         todo.append(("load balancing figures and table", balance_step))
     todo.append(("BAD live figures", bad_live_step))
+    todo.append(("message tracking figures", tracking_step))
     return todo
 
 

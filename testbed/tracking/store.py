@@ -177,18 +177,21 @@ def read_run(run_dir: Path) -> dict[str, BrokerFiles]:
     return {b.name: b for b in brokers}
 
 
-def compressed_size(records: list[Record], sample: int = 300, seed: int = 1) -> float:
-    """Bytes the stored buffers take gzip-compressed one by one (the paper gzips each buffer once it
-    is forced to disk, 5.3). Past `sample` buffers, a random sample's compression ratio is applied to
-    the rest: gzip of a million 128 KB filters would take longer than the run that stored them."""
-    if not records:
-        return 0.0
+def gzip_ratio(blobs: list[bytes]) -> float:
+    """Compressed over raw bytes when each stored buffer is gzipped on its own (the paper gzips each
+    buffer once it is forced to disk, 5.3). Callers pass a sample: gzip of every 128 KB filter of a
+    long run would take longer than the run."""
+    raw = sum(len(b) for b in blobs)
+    return sum(len(gzip.compress(b, 6)) for b in blobs) / raw if raw else 1.0
+
+
+def stored_blobs(directory: Path, sample: int = 300, seed: int = 1) -> tuple[list[bytes], int]:
+    """Up to `sample` stored buffers of a broker's store.bin (header and payload, as written), drawn
+    at random, and how many it holds."""
+    records = read_records(Path(directory) / "store.bin")
     picked = records if len(records) <= sample else random.Random(seed).sample(records, sample)
-    raw = sum(r.size for r in picked)
-    packed = sum(len(gzip.compress(HEADER.pack(r.strategy, r.code, r.t_start, r.t_end, r.count, r.m, len(r.payload),
-                                               r.k, REASON_CODES.get(r.reason, 0)) + r.payload, 6))
-                 for r in picked)
-    return packed / raw * sum(r.size for r in records)
+    data = (Path(directory) / "store.bin").read_bytes() if picked else b""
+    return [data[r.offset:r.offset + r.size] for r in picked], len(records)
 
 
 def summary(run_dir: Path) -> dict | None:
