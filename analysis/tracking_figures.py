@@ -185,6 +185,10 @@ def draw(result: dict, out: Path, stem: str) -> list[str]:
     return [f"wrote {p}" for p in made if p]
 
 
+def _num(value, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def markdown_table(result: dict) -> list[str]:
     """The index's tables: the live runs per configuration, then the replay's storage per configuration."""
     lines = []
@@ -193,9 +197,8 @@ def markdown_table(result: dict) -> list[str]:
         lines += ["| live configuration | runs held | E2E mean ms | p99 ms | mean vs NULL ms | tracker CPU s | "
                   "B/message | gzip kept |", "|---|---|---|---|---|---|---|---|"]
         for r in live:
-            num = (lambda v, f=".2f": "-" if v is None else format(v, f))
-            lines.append(f"| {r['label']} | {r['held']}/{r['runs']} | {num(r['mean_ms'])} | {num(r['p99_ms'])} | "
-                         f"{num(r['delta_mean_ms'], '+.3f')} | {r['tracker_cpu_s']:.1f} | {r['bytes_per_message']:.0f} | "
+            lines.append(f"| {r['label']} | {r['held']}/{r['runs']} | {_num(r['mean_ms'])} | {_num(r['p99_ms'])} | "
+                         f"{_num(r['delta_mean_ms'], '+.3f')} | {r['tracker_cpu_s']:.1f} | {r['bytes_per_message']:.0f} | "
                          f"{r['gzip_ratio']:.2f} |")
     replay = result.get("replay", {}).get("configs", [])
     if replay:
