@@ -32,6 +32,8 @@ def live_table(live: dict) -> list[dict]:
                       "p99_ms": statistics.fmean(r["p99_ms"] for r in held) if held else None,
                       "delta_mean_ms": statistics.fmean(deltas) if deltas else None,
                       "tracker_cpu_s": statistics.fmean(r["tracker_cpu_s"] for r in mine),
+                      "tracker_us_per_message": statistics.fmean(1e6 * r["tracker_cpu_s"] / max(1, r.get("published") or 0)
+                                                                 for r in mine),
                       "bytes_per_message": statistics.fmean(r["bytes_per_message"] for r in mine),
                       "gzip_ratio": statistics.fmean(r.get("gzip_ratio", 1.0) for r in mine),
                       "forces": statistics.fmean(r["forces"] for r in mine),
@@ -194,11 +196,12 @@ def markdown_table(result: dict) -> list[str]:
     lines = []
     live = live_table(result.get("live", {}))
     if live:
-        lines += ["| live configuration | runs held | E2E mean ms | p99 ms | mean vs NULL ms | tracker CPU s | "
-                  "B/message | gzip kept |", "|---|---|---|---|---|---|---|---|"]
+        lines += ["| live configuration | runs held | E2E mean ms | p99 ms | mean vs NULL ms | tracker CPU s "
+                  "(us/message) | B/message | gzip kept |", "|---|---|---|---|---|---|---|---|"]
         for r in live:
             lines.append(f"| {r['label']} | {r['held']}/{r['runs']} | {_num(r['mean_ms'])} | {_num(r['p99_ms'])} | "
-                         f"{_num(r['delta_mean_ms'], '+.3f')} | {r['tracker_cpu_s']:.1f} | {r['bytes_per_message']:.0f} | "
+                         f"{_num(r['delta_mean_ms'], '+.3f')} | {r['tracker_cpu_s']:.1f} ({r['tracker_us_per_message']:.0f}) | "
+                         f"{r['bytes_per_message']:.0f} | "
                          f"{r['gzip_ratio']:.2f} |")
     replay = result.get("replay", {}).get("configs", [])
     if replay:
