@@ -33,12 +33,12 @@ def _check_partition(run_dir: str):
     """mapPartitions body: the traceback of each (track_id, consumers, brokers) row, compared."""
     def check(rows):
         from testbed.tracking.store import read_run
-        from testbed.tracking.traceback import Tracker
+        from testbed.tracking.traceback import Traceback
 
         tracker = None
         for row in rows:
             if tracker is None:
-                tracker = Tracker(read_run(run_dir))
+                tracker = Traceback(read_run(run_dir))
             answer = tracker.query(bytes.fromhex(row.track_id))
             consumers, brokers = set(row.consumers), set(row.brokers)
             negatives = [t for t in answer.tests if t.kind == "sub" and t.subscriber not in consumers]

@@ -381,13 +381,13 @@ def track(run_dir: Path = typer.Argument(..., help="A run directory (results/<ru
     Example: testbed track results/tracking-smoke-ab12cd swarm1-u1:120
     """
     from testbed.tracking.store import read_run
-    from testbed.tracking.traceback import Tracker
+    from testbed.tracking.traceback import Traceback
 
     if not (run_dir / "run.json").exists() and not (run_dir / "tracking").is_dir():
         raise _fail_input(ValueError(f"{run_dir}: not a run directory"))
     raw = _track_id(run_dir, message)
     try:
-        answer = Tracker(read_run(run_dir)).query(raw).to_json()
+        answer = Traceback(read_run(run_dir)).query(raw).to_json()
     except ValueError as error:
         raise _fail_input(ValueError(f"{run_dir}: {error}")) from None
     if as_json:

@@ -13,7 +13,7 @@ from testbed.tracking.bloom import Filter
 from testbed.tracking.msgid import IdClock, MessageId, node_id, parse, unpack
 from testbed.tracking.recorder import Recorder
 from testbed.tracking.store import StoreWriter, read_records, read_run
-from testbed.tracking.traceback import Tracker
+from testbed.tracking.traceback import Traceback
 
 
 def test_bit_positions_are_the_md5_segments_the_paper_describes():
@@ -174,7 +174,7 @@ def _two_brokers(tmp_path, config):
 def test_traceback_finds_the_path_and_the_subscribers_across_two_brokers(tmp_path, strategy):
     config = _bloom(n=1000) if strategy == "bloom" else TrackingConfig(strategy="log")
     m1, m2 = _two_brokers(tmp_path, config)
-    tracker = Tracker(read_run(tmp_path))
+    tracker = Traceback(read_run(tmp_path))
     a1 = tracker.query(m1)
     assert (a1.origin, a1.publisher, a1.published, a1.routed) == ("b1", "p1", True, ["b2"])
     assert a1.delivered == {"s1": ["b1"], "s2": ["b2"]} and a1.brokers == ["b1", "b2"]

@@ -19,7 +19,7 @@ from testbed.tracking.config import TrackingConfig
 from testbed.tracking.bloom import Filter
 from testbed.tracking.msgid import parse
 from testbed.tracking.store import read_run
-from testbed.tracking.traceback import Tracker
+from testbed.tracking.traceback import Traceback
 from tests.needs import full_system
 
 needs_nats = pytest.mark.skipif(not shutil.which("nats-server"), reason="nats-server is not installed")
@@ -89,7 +89,7 @@ def test_every_delivered_message_is_traced_to_its_publisher_and_subscribers(tmp_
     assert len(truth) > 500
     files = read_run(tmp_path)
     assert files["b1"].meta["complete"] and files["b1"].meta["messages"] == 600
-    tracker_q = Tracker(files)
+    tracker_q = Traceback(files)
     false_pos = tests_neg = 0
     expected = 0.0
     for track_id, consumers in truth.items():

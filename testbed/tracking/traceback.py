@@ -113,7 +113,7 @@ class _Broker:
                     len(matching))
 
 
-class Tracker:
+class Traceback:
     """A run's tracking files, loaded once, answering traceback queries."""
 
     def __init__(self, brokers: dict[str, BrokerFiles]):
