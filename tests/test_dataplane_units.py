@@ -144,14 +144,16 @@ def test_fast_trace_rows_and_headers_match_json_dumps(tmp_path):
     assert len(head.pop("r")) == 32 and head == json.loads(data.split(b"\n", 1)[0])  # seed 002's id, hex
     writer = TraceWriter(tmp_path / "a.jsonl")
     for track_id in (None, "00ff" * 8):
-        row = ("run1", "t1", 'odd"name', "c1", 'odd"name:3', track_id, 3, "1.000000", "2.500000", "bzone1", "zone1",
-               "zone2")
-        writer.write(row)
+        writer.write(run_id="run1", topic="t1", producer='odd"name', consumer="c1", msg_id='odd"name:3', track_id=track_id,
+                     seq=3, send_time="1.000000", receive_time="2.500000", broker="bzone1", producer_site="zone1",
+                     consumer_site="zone2")
         prefix, suffix = writer.row_affixes("run1", "t1", "c1", "bzone1", "zone1", "zone2")
         writer.write_delivery(prefix, 'odd"name', 'odd"name:3', 3, 1.0, 2.5, suffix, track_id)
     writer.close()
     lines = (tmp_path / "a.jsonl").read_text().splitlines()
     assert lines[0] == lines[1] and lines[2] == lines[3]
+    with pytest.raises(TypeError, match="not trace columns"):
+        writer.write(sequence=3)
 
 
 def test_producer_stats_count_gaps_reordering_and_duplicates():

@@ -79,8 +79,9 @@ class BadSubscriber:
                 self.duplicates += 1
                 return
             self.received += 1
-            self.trace.write((self.run_id, topic, "cluster", self.id, f"{topic}:{seq}", seq, f"{due:.6f}", f"{now:.6f}",
-                              broker, "cloud", self.site))
+            self.trace.write(run_id=self.run_id, topic=topic, producer="cluster", consumer=self.id, msg_id=f"{topic}:{seq}",
+                             seq=seq, send_time=f"{due:.6f}", receive_time=f"{now:.6f}", broker=broker,
+                             producer_site="cloud", consumer_site=self.site)
             if self.pending and broker == self.pending["broker"]:
                 self.events.add("downtime", client=self.id, topic="*", role="consumer", reason="bad_migration",
                                 broker=broker, reconnect_s=self.pending["reconnect_s"],

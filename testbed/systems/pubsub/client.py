@@ -517,8 +517,13 @@ class TraceWriter:
         self.handle = self.path.open("a", buffering=1 << 16)
         self.last_flush = time.monotonic()
 
-    def write(self, row: tuple) -> None:
-        self.handle.write(json.dumps(dict(zip(trace_schema.FIELDS, row)), separators=(",", ":")) + "\n")
+    def write(self, **row) -> None:
+        """One row by column name (a column the schema gains can never shift the others); columns
+        left out are null."""
+        unknown = set(row) - set(trace_schema.FIELDS)
+        if unknown:
+            raise TypeError(f"not trace columns: {sorted(unknown)}")
+        self.handle.write(json.dumps({name: row.get(name) for name in trace_schema.FIELDS}, separators=(",", ":")) + "\n")
         self._maybe_flush()
 
     def write_delivery(self, prefix: str, producer: str, msg_id: str, seq: int, sent: float, received: float,
