@@ -8,6 +8,7 @@ Each raises ValueError with a message that says what was expected, e.g.
 
 from __future__ import annotations
 
+import math
 import re
 
 _NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)"
@@ -23,17 +24,27 @@ _COUNT_SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6}
 _SPEED_UNITS = {"m/s": 1.0, "km/h": 1000.0 / 3600.0}
 
 
+def _finite(value: float, text: object, kind: str) -> float:
+    """Infinity and NaN (YAML's .inf, .nan, or 1e999) parse as floats; no run can honour them."""
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a finite {kind.split(' ', 1)[-1]}")
+    return value
+
+
 def _split(text: object, kind: str, example: str) -> tuple[float, str]:
     if isinstance(text, bool):
         raise ValueError(f"{text!r} is not {kind} such as {example!r}")
     if isinstance(text, (int, float)):
-        return float(text), ""
+        try:
+            return _finite(float(text), text, kind), ""
+        except OverflowError:
+            raise ValueError(f"{text!r} is not a finite {kind.split(' ', 1)[-1]}") from None
     if not isinstance(text, str):
         raise ValueError(f"{text!r} is not {kind} such as {example!r}")
     match = re.fullmatch(_NUMBER + r"\s*(?P<unit>[^\s0-9][^\s]*)?", text.strip())
     if not match:
         raise ValueError(f"{text!r} is not {kind} such as {example!r}")
-    return float(match["num"]), (match["unit"] or "")
+    return _finite(float(match["num"]), text, kind), (match["unit"] or "")
 
 
 def _scaled(text: object, kind: str, example: str, units: dict[str, float], bare_ok: bool) -> float:
@@ -46,7 +57,7 @@ def _scaled(text: object, kind: str, example: str, units: dict[str, float], bare
     if factor is None:
         allowed = ", ".join(sorted(set(units)))
         raise ValueError(f"{text!r} is not {kind} such as {example!r} (units: {allowed})")
-    return value * factor
+    return _finite(value * factor, text, kind)
 
 
 def parse_duration(text: object) -> float:
@@ -76,7 +87,7 @@ def parse_rate(text: object) -> float:
     if isinstance(text, str):
         match = re.fullmatch(_NUMBER + r"\s*(?P<suffix>[kKmM]?)\s*/\s*s", text.strip())
         if match:
-            return float(match["num"]) * _COUNT_SUFFIX[match["suffix"].lower()]
+            return _finite(float(match["num"]), text, "a rate") * _COUNT_SUFFIX[match["suffix"].lower()]
     raise ValueError(f"{text!r} is not a rate such as '200/s'")
 
 

@@ -7,6 +7,7 @@ error locations are mapped back to lines.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,14 @@ import yaml
 from pydantic import ValidationError
 
 from testbed.scenario.model import Scenario
+
+# The loader's own work is bounded, not just the schema: YAML's anchors and aliases let a few
+# hundred bytes expand to billions of values ("billion laughs"), and deep nesting exhausts Python's
+# stack. The largest shipped scenario is ~6 KB with ~600 values and 7 levels; these bounds are
+# two orders of magnitude above that and keep the worst case under a second.
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 50
+MAX_VALUES = 100_000
 
 
 @dataclass(frozen=True)
@@ -38,30 +47,94 @@ class ScenarioError(ValueError):
         super().__init__("\n".join(str(p) for p in problems))
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
 def _field_name(loc: tuple) -> str:
+    """`workload.topics[0].name`; a key that is not a plain word is quoted (`infrastructure[' ']`),
+    so the message stays one readable line."""
     text = ""
     for part in loc:
-        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif not _PLAIN_KEY.fullmatch(str(part)):
+            text += f"[{str(part)!r}]"
+        else:
+            text += f".{part}" if text else str(part)
     return text
 
 
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses nesting deeper than MAX_DEPTH while composing (PyYAML recurses)."""
+
+    def __init__(self, stream, path: str):
+        super().__init__(stream)
+        self.path, self.depth = path, 0
+
+    def compose_node(self, parent, index):
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise ScenarioError([Problem(self.path, mark.line + 1, "",
+                                             f"nested more than {MAX_DEPTH} levels deep; a scenario needs fewer than 10")])
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def compose(text: str, path: str) -> yaml.Node | None:
+    """The YAML node graph of `text`, within the loader's bounds (size, depth)."""
+    if len(text) > MAX_BYTES:
+        raise ScenarioError([Problem(path, 0, "", f"{len(text):,} characters; a scenario is at most {MAX_BYTES:,}")])
+    loader = _BoundedLoader(text, path)
+    try:
+        return loader.get_single_node()
+    finally:
+        loader.dispose()
+
+
+_PLAIN_TAGS = ("tag:yaml.org,2002:map", "tag:yaml.org,2002:seq")
+
+
 class _LineMap:
-    """Converts composed YAML nodes to plain data while remembering each path's line."""
+    """Converts composed YAML nodes to plain data while remembering each path's line; counts the
+    values it makes, so aliases cannot multiply the work beyond MAX_VALUES."""
 
     def __init__(self, path: str):
         self.path = path
         self.lines: dict[tuple, int] = {}
+        self.values = 0
         self._constructor = yaml.SafeLoader("")
 
+    def _scalar(self, node: yaml.Node, loc: tuple):
+        try:
+            return self._constructor.construct_object(node, deep=True)
+        except yaml.MarkedYAMLError as error:  # an unknown tag such as !!python/object
+            raise ScenarioError([Problem(self.path, node.start_mark.line + 1, _field_name(loc),
+                                         f"not valid YAML: {error.problem}")]) from None
+        except (ValueError, OverflowError) as error:  # e.g. an integer of more than 4,300 digits
+            raise ScenarioError([Problem(self.path, node.start_mark.line + 1, _field_name(loc),
+                                         f"{node.value[:20]!r}...: not a usable value ({str(error).split(';')[0]})")]) from None
+
     def convert(self, node: yaml.Node, loc: tuple = ()):
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise ScenarioError([Problem(self.path, node.start_mark.line + 1, _field_name(loc),
+                                         f"the document expands to more than {MAX_VALUES:,} values "
+                                         "(anchors and aliases multiply what they repeat)")])
         self.lines[loc] = node.start_mark.line + 1
+        if not isinstance(node, yaml.ScalarNode) and node.tag not in _PLAIN_TAGS:
+            raise ScenarioError([Problem(self.path, node.start_mark.line + 1, _field_name(loc),
+                                         f"not valid YAML: the tag {node.tag!r} is not allowed")])
         if isinstance(node, yaml.MappingNode):
             result = {}
             for key_node, value_node in node.value:
-                key = self._constructor.construct_object(key_node, deep=True)
+                key = self._scalar(key_node, loc) if isinstance(key_node, yaml.ScalarNode) else None
                 if not isinstance(key, str):
+                    shown = repr(key) if key is not None else "that is a list or mapping"
                     raise ScenarioError([Problem(self.path, key_node.start_mark.line + 1, _field_name(loc),
-                                                 f"key {key!r} is not a string")])
+                                                 f"key {shown} is not a string")])
                 if key in result:
                     raise ScenarioError([Problem(self.path, key_node.start_mark.line + 1, _field_name(loc + (key,)),
                                                  f"duplicate key {key!r} (first on line {self.lines[loc + (key,)]})")])
@@ -71,7 +144,7 @@ class _LineMap:
             return result
         if isinstance(node, yaml.SequenceNode):
             return [self.convert(item, loc + (i,)) for i, item in enumerate(node.value)]
-        return self._constructor.construct_object(node, deep=True)
+        return self._scalar(node, loc)
 
     def line_for(self, loc: tuple) -> int:
         """The line of the deepest part of `loc` that exists in the file (a missing key -> its parent)."""
@@ -131,11 +204,14 @@ def parse_text(text: str, path: str = "<string>") -> Scenario:
         line = text[: text.index("\t")].count("\n") + 1
         raise ScenarioError([Problem(path, line, "", "tab character: YAML indentation must use spaces")])
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = compose(text, path)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line = mark.line + 1 if mark else 0
         raise ScenarioError([Problem(path, line, "", f"not valid YAML: {error.problem}")]) from None
+    except yaml.reader.ReaderError as error:  # a control character YAML does not allow
+        line = text[:error.position].count("\n") + 1
+        raise ScenarioError([Problem(path, line, "", f"not valid YAML: character {error.character!r} is not allowed")]) from None
     if node is None:
         raise ScenarioError([Problem(path, 1, "", "the file is empty; a scenario is a mapping with name, duration and infrastructure")])
     lines = _LineMap(path)
@@ -159,7 +235,7 @@ def line_of(path: str, loc: tuple) -> int:
     try:
         text = Path(path).read_text(encoding="utf-8")
         lines = _LineMap(path)
-        lines.convert(yaml.compose(text, Loader=yaml.SafeLoader))
+        lines.convert(compose(text, path))
         return lines.line_for(loc)
     except (OSError, yaml.YAMLError, ScenarioError, UnicodeDecodeError):
         return 0

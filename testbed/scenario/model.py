@@ -94,6 +94,29 @@ def _positive(kind: str):
     return check
 
 
+# What no run on any machine can honour (issue 19), refused at validation. Each bound is far above
+# what a one-machine testbed runs and far below where arithmetic or the tools break:
+MAX_DURATION_S = 86_400.0       # a day: any duration or delay (a day of smoke traces is ~10 GB)
+MAX_BANDWIDTH_BPS = 100e9       # 100 Gbit/s: beyond any NIC a shaped link stands for (HTB takes 64-bit rates)
+MAX_SIZE_B = float(1 << 30)     # 1 GiB: any buffer or size
+NATS_MAX_PAYLOAD_B = 1 << 20    # nats-server's default max_payload (roles/launch.py does not raise it)
+MAX_RATE_PER_S = 1e6            # 1M msg/s from one publisher: the Python client peaks near 10^4
+MAX_SPEED_MPS = 10_000.0        # 10 km/s: smokes compress time (600 m/s); faster, a client crosses a
+                                # ~1 km MEC zone in under the 0.1 s a relink takes
+MAX_BYTE_RATE = 10e9            # 10 GB/s of BAD results per subscription
+
+
+def _at_most(kind: str, limit: float, unit: str, why: str):
+    def shown(value: float) -> str:
+        return f"{value:,.0f}{unit}" if 1e4 <= value < 1e15 and value == int(value) else f"{value:g}{unit}"
+
+    def check(value: float) -> float:
+        if value > limit:
+            raise ValueError(f"a {kind} of at most {shown(limit)} ({why}), got {shown(value)}")
+        return value
+    return check
+
+
 def _signed(parser):
     """Let a leading minus through the unit parser so the error can say 'negative' plainly."""
     def parse(value):
@@ -114,20 +137,28 @@ CityCode = Annotated[str, AfterValidator(_check_city)]
 PolicyName = Annotated[str, AfterValidator(_one_of(POLICIES))]
 DistanceName = Annotated[str, AfterValidator(_one_of(DISTANCES))]
 InitialPlacement = Annotated[str, AfterValidator(_one_of(INITIAL_PLACEMENTS))]
+_day = AfterValidator(_at_most("duration", MAX_DURATION_S, "s", "a day"))
 Duration = Annotated[
-    float, BeforeValidator(_signed(units.parse_duration)), AfterValidator(_non_negative("duration")), _unit("s")
+    float, BeforeValidator(_signed(units.parse_duration)), AfterValidator(_non_negative("duration")), _day, _unit("s")
 ]
 PositiveDuration = Annotated[
-    float, BeforeValidator(_signed(units.parse_duration)), AfterValidator(_positive("duration")), _unit("s")
+    float, BeforeValidator(_signed(units.parse_duration)), AfterValidator(_positive("duration")), _day, _unit("s")
 ]
 Bandwidth = Annotated[
-    float, BeforeValidator(_signed(units.parse_bandwidth)), AfterValidator(_positive("bandwidth")), _unit("bit")
+    float, BeforeValidator(_signed(units.parse_bandwidth)), AfterValidator(_positive("bandwidth")),
+    AfterValidator(_at_most("bandwidth", MAX_BANDWIDTH_BPS, "bit/s", "100 Gbit/s")), _unit("bit")
 ]
-Size = Annotated[float, BeforeValidator(_signed(units.parse_size)), AfterValidator(_positive("size")), _unit("B")]
-Rate = Annotated[float, BeforeValidator(_signed(units.parse_rate)), AfterValidator(_positive("rate")), _unit("/s")]
-Speed = Annotated[float, BeforeValidator(_signed(units.parse_speed)), AfterValidator(_positive("speed")), _unit("m/s")]
+Size = Annotated[float, BeforeValidator(_signed(units.parse_size)), AfterValidator(_positive("size")),
+                 AfterValidator(_at_most("size", MAX_SIZE_B, "B", "1 GiB")), _unit("B")]
+MessageSize = Annotated[Size, AfterValidator(_at_most("message size", NATS_MAX_PAYLOAD_B, "B",
+                                                      "nats-server's maximum payload, 1 MiB"))]
+Rate = Annotated[float, BeforeValidator(_signed(units.parse_rate)), AfterValidator(_positive("rate")),
+                 AfterValidator(_at_most("rate", MAX_RATE_PER_S, "/s", "per publisher; the client peaks near 10^4")),
+                 _unit("/s")]
+Speed = Annotated[float, BeforeValidator(_signed(units.parse_speed)), AfterValidator(_positive("speed")),
+                  AfterValidator(_at_most("speed", MAX_SPEED_MPS, "m/s", "relinks could not keep up")), _unit("m/s")]
 ByteRate = Annotated[float, BeforeValidator(_signed(units.parse_byte_rate)), AfterValidator(_non_negative("data rate")),
-                     _unit("B/s")]
+                     AfterValidator(_at_most("data rate", MAX_BYTE_RATE, "B/s", "10 GB/s")), _unit("B/s")]
 Fraction = Annotated[float, BeforeValidator(units.parse_fraction)]
 Count = Annotated[int, Field(ge=1, le=100_000)]
 
@@ -142,7 +173,7 @@ def _min_max(model, name: str):
 class Strict(BaseModel):
     """Unknown keys are errors, values are parsed once and never change."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # --- infrastructure -------------------------------------------------------------------------
@@ -373,7 +404,7 @@ class Bad(Strict):
 class Workload(Strict):
     kind: Literal["uav-swarm", "mmog", "hotspot", "bad", "none"]
     rate: Rate | None = None
-    message_size: Size = 1000.0
+    message_size: MessageSize = 1000.0
     topics: list[Topic] = []
     avatars: Annotated[int, Field(ge=1, le=100_000)] = 1
     groups: Annotated[int, Field(ge=1, le=10_000)] = 1
