@@ -99,7 +99,7 @@ bench-bad: setup  ## BAD Pub/Sub offline simulation, 10 brokers x 10,000 subscri
 bench-bad-live: setup  ## BAD's 11 schemes on the live smoke (scenarios/bad-smoke.yaml, ~20 min) -> results/bench/bad-live.json (BAD_LIVE_ARGS=--schemes nr+ldm,...)
 	$(BIN)/python -m testbed.bench.bad_live $(BAD_LIVE_ARGS)
 
-bench-tracking: setup  ## message tracking (seed 002): Table 2's storage at the paper's load replayed, latency per strategy live, traceback vs the traces (~20 min) -> results/bench/tracking.json, tracking-fig3/4/5, tracking-fp.png (TRACKING_ARGS=--quick ...)
+bench-tracking: setup  ## message tracking (seed 002): Table 2's storage at the paper's load replayed, latency per strategy live, traceback vs the traces (~23 min) -> results/bench/tracking.json, tracking-fig3/4/5, tracking-fp.png (TRACKING_ARGS=--quick ...)
 	$(BIN)/python -m testbed.bench.tracking $(TRACKING_ARGS)
 
 bench-capacity: setup  ## load the harness carries within its error budget: UAV and MMOG knees vs the paper's load, nats-server and the delay line alone -> results/bench/capacity.json, capacity.png (CAPACITY_ARGS=--quick ...)

@@ -17,15 +17,24 @@ COMPRESSIBLE = 0.6          # ... where a log of ids keeps at most 60 %
 SMALL_TP_FACTOR = 3.0       # Fig. 4: BF 135K with T_p = 1 s stores at least 3x what T_p = 8 s does
 
 
+ONE_BROKER_SHARE = 0.99  # a live run is judged only when its messages went through the setup's one broker
+
+
+def judged(run: dict) -> bool:
+    """The harness held the run, and the topics sat on the one broker the setup is about (not the
+    cloud, where unsettled coordinates may put them: another path, not a tracking cost)."""
+    return bool(run.get("valid")) and run.get("one_broker_share", 1.0) >= ONE_BROKER_SHARE
+
+
 def live_table(live: dict) -> list[dict]:
-    """Per configuration, over the rounds the harness held: mean and p99 E2E, and each round's
+    """Per configuration, over the rounds judged (`judged`): mean and p99 E2E, and each round's
     difference to NULL's run of the same round (side by side in time)."""
     runs = [r for r in live.get("runs", []) if r.get("ok") and r.get("messages")]
-    null = {r["round"]: r for r in runs if r["label"] == "NULL" and r.get("valid")}
+    null = {r["round"]: r for r in runs if r["label"] == "NULL" and judged(r)}
     table = []
     for label in dict.fromkeys(r["label"] for r in runs):
         mine = [r for r in runs if r["label"] == label]
-        held = [r for r in mine if r.get("valid")]
+        held = [r for r in mine if judged(r)]
         deltas = [r["mean_ms"] - null[r["round"]]["mean_ms"] for r in held if r["round"] in null]
         table.append({"label": label, "runs": len(mine), "held": len(held),
                       "mean_ms": statistics.fmean(r["mean_ms"] for r in held) if held else None,
@@ -52,7 +61,9 @@ def rules(result: dict) -> list[dict]:
     null, bf, log = table.get("NULL"), table.get("BF 99.999% 10K Tp=1"), table.get("ASYNC 10K Tp=1")
     if null and bf and log and None not in (bf["delta_mean_ms"], log["delta_mean_ms"]):
         close = max(LATENCY_CLOSE_MS, LATENCY_CLOSE_SHARE * null["mean_ms"])
-        bf_close, log_close = abs(bf["delta_mean_ms"]) <= close, abs(log["delta_mean_ms"]) <= close
+        # "not close" means slower than NULL beyond the noise: a log run faster than NULL's (it happens,
+        # by noise) is as close as can be, not a confirmation
+        bf_close, log_close = bf["delta_mean_ms"] <= close, log["delta_mean_ms"] <= close
         out.append(_rule("Fig. 3: with 10K buffers Bloom filters are close to NULL in latency and the log is not",
                          bf_close and not log_close,
                          f"mean E2E vs NULL's run of the same round: BF 10K {bf['delta_mean_ms']:+.3f} ms, ASYNC 10K "
@@ -196,7 +207,7 @@ def markdown_table(result: dict) -> list[str]:
     lines = []
     live = live_table(result.get("live", {}))
     if live:
-        lines += ["| live configuration | runs held | E2E mean ms | p99 ms | mean vs NULL ms | tracker CPU s "
+        lines += ["| live configuration | runs judged | E2E mean ms | p99 ms | mean vs NULL ms | tracker CPU s "
                   "(us/message) | B/message | gzip kept |", "|---|---|---|---|---|---|---|---|"]
         for r in live:
             lines.append(f"| {r['label']} | {r['held']}/{r['runs']} | {_num(r['mean_ms'])} | {_num(r['p99_ms'])} | "

@@ -41,7 +41,7 @@ def check_root() -> tuple[bool, str]:
 def check_namespaces() -> tuple[bool, str]:
     if os.geteuid() != 0:
         return False, "needs root to test"
-    name = "tbdoctorns"
+    name = f"tbdoctor{os.getpid()}"  # per process: two runs starting at once both probe (a shared name failed one)
     ok = subprocess.run(["ip", "netns", "add", name], capture_output=True).returncode == 0
     subprocess.run(["ip", "netns", "del", name], capture_output=True)
     return ok, "ip netns works" if ok else "cannot create a network namespace"

@@ -8,6 +8,7 @@ their checks), written as they happen so an interrupted run keeps what it record
 from __future__ import annotations
 
 import json
+import os
 import platform
 import signal
 import subprocess
@@ -25,6 +26,26 @@ from testbed.monitor import HealthMonitor
 from testbed.scenario.model import Scenario
 
 SNAPSHOT_PERIOD_S = 5.0  # E(t) through the run (analysis.estimates); one RPC per agent
+# The run stops while the results disk still has this much free: enough for the summary, the merged
+# events and the end screen (tens of MB at most), so what was recorded stays whole and readable.
+DISK_RESERVE_B = 64 << 20
+DISK_CHECK_S = 1.0
+
+
+class DiskFull(Exception):
+    """The results disk is nearly full: the run stops early, keeping what it recorded."""
+
+
+def disk_free(path: Path) -> int:
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+def check_disk(path: Path, reserve: int = DISK_RESERVE_B) -> None:
+    free = disk_free(path)
+    if free < reserve:
+        raise DiskFull(f"the results disk ({path}) has {free / 2**20:.0f} MB free, under the "
+                       f"{reserve / 2**20:.0f} MB the run keeps for its summary")
 
 
 class BadRunInput(ValueError):
@@ -139,6 +160,11 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
             "started": time.time(), "complete": False}
     (out / "run.json").write_text(json.dumps(meta, indent=2))
     code = 0
+    try:
+        check_disk(out)
+    except DiskFull as why:
+        session.say(f"not started: {why}")
+        return 1
     with (out / "events.jsonl").open("a") as events:
         try:
             with session:
@@ -155,6 +181,10 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
             code = 130
         except EmulationError as error:
             session.say(f"failed: {error}")
+            code = 1
+        except DiskFull as why:
+            session.say(f"stopped: {why}; network torn down, results so far kept in {out}")
+            meta["stopped"] = str(why)
             code = 1
     meta.update(finished=time.time(), complete=code == 0, handovers_planned=len(session.handovers))
     (out / "run.json").write_text(json.dumps(meta, indent=2))
@@ -249,11 +279,18 @@ def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None 
     pending = list(session.handovers)
     faults = sorted(session.scenario.faults, key=lambda f: f.at)
     done = 0
-    next_report = 0.0
+    next_report = next_disk_check = 0.0
     while True:
         elapsed = time.monotonic() - start
         if elapsed >= duration:
             break
+        if elapsed >= next_disk_check:
+            try:
+                check_disk(session.log_dir or Path("."))
+            except DiskFull as why:
+                _write_event(events, type="run_stopped", time=time.time(), reason=str(why), at_s=round(elapsed, 3))
+                raise
+            next_disk_check = elapsed + DISK_CHECK_S
         while pending and pending[0].time <= elapsed:
             planned = pending.pop(0)
             event = network.relink(planned.node, planned.to_site)

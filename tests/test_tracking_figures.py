@@ -58,6 +58,7 @@ def test_each_claim_can_hold_and_can_fail():
                                                                  "Table 2": True, "traceback": True}
     failing = _verdicts(_result(bf_delta=0.02, log_delta=0.03, fp=40, fn=1))
     assert failing["Fig. 3"] is False and failing["traceback"] is False
+    assert _verdicts(_result(bf_delta=0.02, log_delta=-0.8))["Fig. 3"] is False  # a log faster than NULL is close
     result = _result(0.0, 0.5)
     for run in result["live"]["runs"]:
         run["valid"] = run["label"] != "NULL"  # no NULL run the harness held: nothing to compare with
