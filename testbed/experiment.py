@@ -309,7 +309,7 @@ def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None 
             session.say(f"problem: {problem}")
         for event in [event for role in roles for event in role.supervise()]:
             _write_event(events, **event)
-            session.say(f"restarted: {event}")
+            session.say(f"supervision: {event['type']} {event.get('node') or event.get('process') or ''}".rstrip())
         if elapsed >= next_snapshot and coordinates is not None:
             snap = coordinates.snapshot()
             snap["phase"] = "run"

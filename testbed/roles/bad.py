@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from testbed.procs import json_lines, percentile, read_line, stop_group
-from testbed.roles.base import Role, RunContext
+from testbed.roles.base import Role, RunContext, newly_dead
 from testbed.roles.launch import start_nats
 from testbed.roles.workload import summarize
 from testbed.systems.bad.dataplane import hub_config, leaf_config
@@ -130,13 +130,8 @@ class BadRole(Role):
     def supervise(self) -> list[dict]:
         """A dead process is reported once (the run's record says when), never restarted: a BAD
         broker that restarts loses its subscribers' state, which this system does not recover."""
-        events = []
-        for what, process in self._processes().items():
-            if process.poll() is not None and what not in self.dead:
-                self.dead.add(what)
-                events.append({"type": "bad_process_died", "time": time.time(), "process": what,
-                               "exit_code": process.returncode})
-        return events
+        return [{"type": "bad_process_died", "time": time.time(), "process": what, "exit_code": code}
+                for what, code in newly_dead(self._processes(), self.dead)]
 
     def progress(self) -> str:
         moved = sum(1 for e in json_lines(self.logs / "bcs.jsonl") if e.get("type") == "bad_migration")

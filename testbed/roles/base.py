@@ -30,6 +30,19 @@ class RunContext:
         return self.out / "logs"
 
 
+def newly_dead(processes: dict, reported: set) -> list[tuple[str, int]]:
+    """(name, exit code) of each process that has exited since the last call, each once: the
+    experiment calls `supervise` every 50 ms, and a dead process stays dead (reported each time, one
+    crash was thousands of events and progress lines)."""
+    dead = []
+    for name, process in processes.items():
+        code = process.poll()
+        if code is not None and name not in reported:
+            reported.add(name)
+            dead.append((name, code))
+    return dead
+
+
 class Role:
     """A part of the run. Phases, in the order the experiment calls them:
 

@@ -17,7 +17,7 @@ from testbed.nc import snapshots
 from testbed.nc.proxy import NC_ANYCAST_IP
 from testbed.procs import json_lines, read_line, stop_group
 from testbed.roles.launch import SerfAgents, agent_nodes
-from testbed.roles.base import Role, RunContext
+from testbed.roles.base import Role, RunContext, newly_dead
 from testbed.roles.settle import Settled, describe_end, settle
 
 SETTLE_POLL_S = 2.0  # a snapshot costs one RPC per agent; 2 s lets a 5 s hold be seen three times
@@ -37,6 +37,7 @@ class Coordinates(Role):
         self.agents: SerfAgents | None = None
         self.proxies: dict[str, subprocess.Popen] = {}
         self.reporters: dict[str, subprocess.Popen] = {}
+        self._reported: dict[str, set[str]] = {}  # per kind, the processes reported dead
         rule = self.scenario.control.settle
         self.criterion = snapshots.Criterion(median_relative=rule.median_error, same_site_s=rule.same_site)
         self.settled: dict | None = None
@@ -109,13 +110,12 @@ class Coordinates(Role):
         return [describe_end(summary["settle"])] if summary.get("settle") else []
 
     def supervise(self) -> list[dict]:
-        """Restart what died; every restart is an event, never a silent gap."""
+        """Serf agents that died are restarted; a dead NC proxy or reporter is reported once. Every
+        one is an event, never a silent gap."""
         events = self.agents.supervise() if self.agents else []
         for kind, processes in (("nc_proxy", self.proxies), ("nc_reporter", self.reporters)):
-            for node, process in processes.items():
-                if process.poll() is not None:
-                    events.append({"type": f"{kind}_died", "time": time.time(), "node": node,
-                                   "exit_code": process.returncode})
+            events += [{"type": f"{kind}_died", "time": time.time(), "node": node, "exit_code": code}
+                       for node, code in newly_dead(processes, self._reported.setdefault(kind, set()))]
         return events
 
     def kill(self, node: str) -> list[dict]:

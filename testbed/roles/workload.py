@@ -11,7 +11,7 @@ from pathlib import Path
 
 from testbed.policies.topics import topic_class
 from testbed.procs import LineCounter, json_lines, percentile, read_line
-from testbed.roles.base import Role, RunContext
+from testbed.roles.base import Role, RunContext, newly_dead
 from testbed.roles.pubsub import WORKLOADS, PubSubRole, PubSubSystem
 
 
@@ -30,6 +30,7 @@ class PubSubWorkload(Role):
         self.network, self.topology, self.scenario = run.network, run.topology, run.scenario
         self.out, self.run_id, self.say = Path(run.out), run.run_id, run.say
         self.processes: dict[str, subprocess.Popen] = {}
+        self._reported: set[str] = set()  # processes whose exit supervise() has reported
         self.summaries: list[dict] = []
         self._deliveries = LineCounter(self.out / "traces", "*.jsonl")
         self._last_progress = (time.monotonic(), 0)
@@ -149,12 +150,9 @@ class PubSubWorkload(Role):
                 raise RuntimeError(f"workload in {name} did not attach (see logs/workload-{name}.log)")
 
     def supervise(self) -> list[dict]:
-        events = []
-        for name, process in self.processes.items():
-            if process.poll() is not None and process.returncode not in (0, None):
-                events.append({"type": "workload_died", "time": time.time(), "node": name,
-                               "exit_code": process.returncode})
-        return events
+        # exit 0 is a client process that finished its duration, not a crash
+        return [{"type": "workload_died", "time": time.time(), "node": name, "exit_code": code}
+                for name, code in newly_dead(self.processes, self._reported) if code != 0]
 
     def stop(self) -> None:
         """Stop the clients; each prints its summary line (sent, received, expected) on the way out."""
