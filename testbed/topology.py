@@ -15,7 +15,7 @@ from itertools import combinations
 
 from testbed.scenario import cities, zones
 from testbed.scenario.loader import Problem, ScenarioError, line_of
-from testbed.scenario.model import LinkParams, Scenario, scaled_count
+from testbed.scenario.model import ZOOKEEPER, LinkParams, Scenario, scaled_count
 
 # Addresses live only inside the run's own namespaces, so every run can use the same plan.
 GATEWAY_IP = "10.255.255.254"
@@ -306,6 +306,11 @@ def checked(scenario: Scenario, path: str) -> Topology:
         _check_bad(scenario, built, report)
     brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
     for i, fault in enumerate(scenario.faults):
+        if fault.restart_after is not None and fault.at + fault.restart_after >= scenario.duration:
+            report(("faults", i, "restart_after"), f"back at {fault.at + fault.restart_after:g}s, not within the "
+                                                   f"run's duration ({scenario.duration:g}s)")
+        if fault.kill == ZOOKEEPER:
+            continue
         if fault.kill not in brokers:
             why = ("the cloud node holds ZooKeeper and the topic manager; only edge brokers can be killed"
                    if fault.kill in built.nodes and built.nodes[fault.kill].role == "cloud" else "not a broker node")
@@ -315,7 +320,7 @@ def checked(scenario: Scenario, path: str) -> Topology:
     if scenario.faults and scenario.workload.kind == "none":
         report(("faults",), "faults kill brokers of the pub/sub system: the scenario needs a workload")
     if len({f.kill for f in scenario.faults}) != len(scenario.faults):
-        report(("faults",), "each broker can be killed once")
+        report(("faults",), "each broker, and ZooKeeper, can be killed once")
     if problems:
         raise ScenarioError(problems)
     return built

@@ -48,3 +48,34 @@ def test_a_killed_broker_has_its_topics_replaced_and_the_downtime_measured(tmp_p
             if float(json.loads(line)["send_time"]) > killed["time"] + SESSION_TIMEOUT_S + 5]
     assert late and {row["broker"] for row in late} == {"bzone2"}
     assert summary["delivered"] >= 0.9 * summary["expected_deliveries"]
+
+
+def test_zookeeper_killed_and_restarted_stops_the_control_plane_not_the_data_plane(tmp_path):
+    """`kill: zookeeper` with `restart_after` (issue 19): the control plane is gone for a while (the
+    manager's rounds fail), the data plane keeps delivering, and once ZooKeeper serves again from its
+    data the rounds resume."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "scenarios" / "failover-smoke.yaml").read_text())
+    data["name"] = "zk-outage"
+    data["faults"] = [{"at": "20s", "kill": "zookeeper", "restart_after": "8s"}]
+    scenario = tmp_path / "zk-outage.yaml"
+    scenario.write_text(yaml.safe_dump(data, sort_keys=False))
+    run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--results", str(tmp_path)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "ZooKeeper killed: back after" in run.stdout
+    (out,) = tmp_path.glob("zk-outage-*")
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    start = next(e["time"] for e in events if e["type"] == "run_start")
+    (killed,) = [e for e in events if e["type"] == "zookeeper_killed"]
+    (back,) = [e for e in events if e["type"] == "zookeeper_restarted"]
+    assert abs(killed["time"] - start - 20.0) < 1.0 and 8.0 <= back["time"] - killed["time"] < 8.0 + 30
+    outage = json.loads((out / "summary.json").read_text())["zookeeper_outage"]
+    print(f"\nZooKeeper outage: {outage}")
+    # the data plane does not need ZooKeeper: as many deliveries while it was down as just before
+    assert outage["delivered_while_down"] >= 0.8 * outage["delivered_before"] > 0
+    # the control plane stalled: the round due while ZooKeeper was down waited for it; then rounds resumed
+    assert outage["first_round_after_s"] >= outage["down_s"] - 0.5 and outage["rounds_after"] >= 1
+    rounds = [e for e in events if e["type"] == "round" and e["time"] > back["time"]]
+    assert rounds and rounds[-1]["brokers"] >= 2

@@ -202,3 +202,21 @@ def test_scenario_model_is_frozen():
     assert isinstance(scenario, Scenario)
     with pytest.raises(Exception):
         scenario.seed = 3
+
+
+def test_a_zookeeper_fault_needs_restart_after_and_a_broker_fault_refuses_it(tmp_path):
+    import yaml as _yaml
+
+    base = _yaml.safe_load((Path(__file__).resolve().parent.parent / "scenarios" / "failover-smoke.yaml").read_text())
+    cases = [([{"at": "20s", "kill": "zookeeper"}], "restart_after goes with kill: zookeeper"),
+             ([{"at": "20s", "kill": "bzone1", "restart_after": "5s"}], "restart_after goes with kill: zookeeper"),
+             ([{"at": "40s", "kill": "zookeeper", "restart_after": "20s"}], "back at 60s, not within the run's duration"),
+             ([{"at": "20s", "kill": "zookeeperx", "restart_after": "5s"}], "is not a valid name")]
+    for faults, expected in cases:
+        path = tmp_path / "f.yaml"
+        path.write_text(_yaml.safe_dump({**base, "faults": faults}, sort_keys=False))
+        with pytest.raises(ScenarioError, match=expected) as error:
+            topology.checked(load(path), str(path))
+        assert str(error.value).startswith(f"{path}:"), str(error.value)
+    path.write_text(_yaml.safe_dump({**base, "faults": [{"at": "20s", "kill": "zookeeper", "restart_after": "8s"}]}))
+    assert topology.checked(load(path), str(path)) is not None

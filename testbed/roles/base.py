@@ -49,7 +49,8 @@ class Role:
     start()       bring its processes up (before the coordinates settle)
     begin()       the measured run begins (clients attach and publish); returns when they have
     supervise()   every second or so: what died or restarted, as events (never a silent gap)
-    kill(node)    a scenario fault: `node` crashed for good; returns the role's fault events
+    kill(node)    a scenario fault: `node` crashed (for good, or until restore); returns fault events
+    restore(node) a fault's end: what was killed comes back (ZooKeeper after `restart_after`)
     progress()    a few words for the progress line
     stop()        stop its processes (also after an error or Ctrl-C; must be safe to call twice)
     events()      after stop: everything it recorded, as events to merge into the run's
@@ -78,6 +79,9 @@ class Role:
         return []
 
     def kill(self, node: str) -> list[dict]:
+        return []
+
+    def restore(self, node: str) -> list[dict]:
         return []
 
     def progress(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 import time
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from testbed.procs import LineCounter, json_lines, read_line, stop_group, wait_o
 from testbed.roles import balance
 from testbed.roles.base import Role, RunContext
 from testbed.roles.launch import start_agent, start_nats, start_zookeeper
+from testbed.scenario.model import ZOOKEEPER
 from testbed.systems.pubsub.broker import nats_url
 from testbed.tracking.config import TrackingConfig
 from testbed.tracking.store import TRACKING_DIR
@@ -150,6 +152,30 @@ class PubSubSystem:
         wait_or_kill([self.servers.pop(name), self.agents.pop(name), self.trackers.pop(name, None)], timeout=5)
         return {"type": "broker_killed", "time": time.time(), "node": name, "killed": killed}
 
+    def kill_zookeeper(self) -> dict:
+        """SIGKILL the cloud's ZooKeeper (a scenario fault): sessions and nodes stay on its disk."""
+        killed = time.time()
+        self.zk.process.kill()
+        self.zk.process.wait(timeout=10)
+        return {"type": "zookeeper_killed", "time": killed, "node": self.cloud}
+
+    def restore_zookeeper(self, events: list) -> threading.Thread:
+        """Start ZooKeeper again with its data, in a thread (the JVM takes seconds; the run's timeline
+        goes on); `zookeeper_restarted` is added to `events` once it serves again."""
+        began = time.time()
+
+        def start() -> None:
+            try:
+                took = self.zk.start()
+                events.append({"type": "zookeeper_restarted", "time": time.time(), "node": self.cloud,
+                               "began": began, "start_s": round(took, 3)})
+            except Exception as error:  # noqa: BLE001 - recorded: the rest of the run has no control plane
+                events.append({"type": "zookeeper_restart_failed", "time": time.time(), "error": str(error)})
+
+        thread = threading.Thread(target=start, daemon=True)
+        thread.start()
+        return thread
+
     def supervise(self) -> list[dict]:
         events = []
         for name in list(self.servers):
@@ -205,10 +231,18 @@ class PubSubRole(Role):
         self.system.start(say=self.run.say)
 
     def kill(self, node: str) -> list[dict]:
-        if node not in self.system.brokers():
+        if node == ZOOKEEPER:
+            self.faults.append(self.system.kill_zookeeper())
+        elif node in self.system.brokers():
+            self.faults.append(self.system.kill(node))
+        else:
             return []
-        self.faults.append(self.system.kill(node))
         return [self.faults[-1]]
+
+    def restore(self, node: str) -> list[dict]:
+        if node == ZOOKEEPER:
+            self._restoring = self.system.restore_zookeeper(self.faults)
+        return []
 
     def supervise(self) -> list[dict]:
         return self.system.supervise()
@@ -217,6 +251,8 @@ class PubSubRole(Role):
         return f"migrations {self._migrations.count()}"
 
     def stop(self) -> None:
+        if getattr(self, "_restoring", None) is not None:
+            self._restoring.join(timeout=70)  # a ZooKeeper still starting is stopped with the rest
         self.system.stop()
 
     def events(self) -> list[dict]:

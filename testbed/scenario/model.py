@@ -580,12 +580,29 @@ class Control(Strict):
         return self
 
 
+ZOOKEEPER = "zookeeper"  # a fault's target that is the cloud's ZooKeeper, not a node
+
+
+def _check_fault_target(value: str) -> str:
+    return value if value == ZOOKEEPER else check_name(value)
+
+
 class Fault(Strict):
-    """At `at` into the run, the broker node `kill` crashes for good: its nats-server, broker agent
-    and Serf agent are killed (SIGKILL) and not restarted. Its topics must be re-placed."""
+    """At `at` into the run, `kill` crashes. A broker node crashes for good: its nats-server, broker
+    agent and Serf agent are killed (SIGKILL) and not restarted; its topics must be re-placed.
+    `kill: zookeeper` kills the cloud's ZooKeeper (SIGKILL) and starts it again, with its data,
+    `restart_after` later: the control plane is gone meanwhile, the data plane is not."""
 
     at: PositiveDuration
-    kill: Name
+    kill: Annotated[str, AfterValidator(_check_fault_target)]
+    restart_after: PositiveDuration | None = None
+
+    @model_validator(mode="after")
+    def _restart_only_zookeeper(self) -> Fault:
+        if (self.kill == ZOOKEEPER) != (self.restart_after is not None):
+            raise ValueError("restart_after goes with kill: zookeeper, and zookeeper needs it "
+                             "(a broker is killed for good)")
+        return self
 
 
 class Tracking(Strict):
