@@ -126,7 +126,8 @@ def alias_bomb(levels: int = 9) -> str:
     ("name: x\nseed: " + "9" * 10_000 + "\nduration: 10s\n", "not a usable value"),
     ("name: x\nduration: 10s\nk: !!python/object/apply:os.system [ls]\n", "is not allowed"),
     ("name: x\nduration: 10s\nk: !!python/name:os.system \"\"\n", "could not determine a constructor"),
-    ("name: x\nduration: 10s\n? [a, b]\n: 1\n", "is not a string"),
+    ("name: x\nduration: 10s\n? [a, b]\n: 1\n", "key that is a list or mapping is not a string"),
+    ("name: x\nduration: 10s\n~: 1\n", "key None is not a string"),
     ("name: x\x01\nduration: 10s\n", "is not allowed"),
 ])
 def test_crafted_inputs_are_refused_within_the_bound_with_their_line(tmp_path, text, expected):

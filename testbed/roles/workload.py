@@ -276,8 +276,9 @@ def summarize(trace_dir: Path, thresholds: dict[str, float], events: list[dict],
 
 def zookeeper_outage(events: list[dict]) -> dict | None:
     """A ZooKeeper fault (kill: zookeeper): how long the control plane was gone (SIGKILL to serving
-    again, None if it never came back), and what failed meanwhile: the manager's rounds and the
-    clients' lookups (the data plane carries on: the caller counts its deliveries)."""
+    again, None if it never came back), and what it cost the control plane: the manager's rounds
+    (failed, or waiting for it), topics re-placed, brokers restarted (the data plane carries on:
+    the caller counts its deliveries)."""
     killed = next((e for e in events if e.get("type") == "zookeeper_killed"), None)
     if killed is None:
         return None

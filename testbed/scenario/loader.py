@@ -130,9 +130,10 @@ class _LineMap:
         if isinstance(node, yaml.MappingNode):
             result = {}
             for key_node, value_node in node.value:
-                key = self._scalar(key_node, loc) if isinstance(key_node, yaml.ScalarNode) else None
+                scalar = isinstance(key_node, yaml.ScalarNode)  # a list or mapping as key is never constructed
+                key = self._scalar(key_node, loc) if scalar else None
                 if not isinstance(key, str):
-                    shown = repr(key) if key is not None else "that is a list or mapping"
+                    shown = repr(key) if scalar else "that is a list or mapping"
                     raise ScenarioError([Problem(self.path, key_node.start_mark.line + 1, _field_name(loc),
                                                  f"key {shown} is not a string")])
                 if key in result:
