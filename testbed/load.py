@@ -87,6 +87,18 @@ def bad_rates(scenario: Scenario, topology: Topology) -> tuple[float, float]:
     return peak
 
 
+def autotune_rate(scenario: Scenario) -> float:
+    """Requests/s into all the auto-tuned publisher's variants at the busiest second of the run's
+    arrivals (every variant gets the same arrivals; each is one message to the broker and one delivery)."""
+    from collections import Counter
+
+    from testbed.systems.autotune.sources import arrivals
+
+    spec = scenario.workload.autotune
+    seconds = Counter(int(t) for t in arrivals(spec.source, scenario.duration, scenario.seed))
+    return max(seconds.values(), default=0) * len(spec.variants)
+
+
 def published_per_s(scenario: Scenario, topology: Topology) -> float:
     """Messages/s handed to brokers: every UAV publishes (the leader follow_leader, each follower
     sensor_data); in the MMOG case every player publishes its avatar's topic."""
@@ -99,6 +111,8 @@ def published_per_s(scenario: Scenario, topology: Topology) -> float:
         return hotspot_rates(scenario, topology)[0]
     if kind == "bad":
         return bad_rates(scenario, topology)[0]
+    if kind == "autotune":
+        return autotune_rate(scenario)
     return 0.0
 
 
@@ -115,6 +129,8 @@ def deliveries_per_s(scenario: Scenario, topology: Topology) -> float:
         return hotspot_rates(scenario, topology)[1]
     if kind == "bad":
         return bad_rates(scenario, topology)[1]
+    if kind == "autotune":
+        return autotune_rate(scenario)
     return 0.0
 
 

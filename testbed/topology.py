@@ -231,6 +231,33 @@ def _check_mmog(scenario: Scenario, built: Topology, report) -> None:
             return
 
 
+def autotune_nodes(built: Topology) -> tuple[str, str, str]:
+    """The auto-tuned publisher's three parties: (publisher node, subscriber node, the broker at the
+    subscriber's site), as `_check_autotune` guarantees them."""
+    publisher = built.placed("publisher")[0][0]
+    subscriber, site = built.placed("subscriber")[0]
+    broker = next(n.name for n in built.nodes.values() if n.role == "broker" and n.site == site)
+    return publisher, subscriber, broker
+
+
+def _check_autotune(scenario: Scenario, built: Topology, report) -> None:
+    """Seed 003's setting: one publisher node (every variant runs there), one subscriber node next to
+    the broker it reads from, the broker at the subscriber's site; no faults or mobility (the
+    experiment is about the publisher and the path, not about the placement)."""
+    publishers, subscribers = built.placed("publisher"), built.placed("subscriber")
+    if len(publishers) != 1 or len(subscribers) != 1:
+        report(("nodes", "clients"), f"the autotune workload needs one node with role publisher and one with role "
+                                     f"subscriber, found {len(publishers)} and {len(subscribers)}")
+        return
+    site = subscribers[0][1]
+    if not any(n.role == "broker" and n.site == site for n in built.nodes.values()):
+        report(("nodes", "brokers_per_site"), f"the subscriber's site {site} has no broker to read from")
+    if scenario.faults:
+        report(("faults",), "the autotune workload takes no faults")
+    if scenario.mobility.model != "none":
+        report(("mobility", "model"), "the autotune workload's nodes do not move")
+
+
 def _check_hotspot(scenario: Scenario, built: Topology, report) -> None:
     """The hot-spot workload (issue 14) runs on static client nodes; its hot site must be an edge
     site with some of them (its topics' clients live there), and its surge within the run."""
@@ -304,6 +331,8 @@ def checked(scenario: Scenario, path: str) -> Topology:
         _check_hotspot(scenario, built, report)
     if scenario.workload.kind == "bad":
         _check_bad(scenario, built, report)
+    if scenario.workload.kind == "autotune":
+        _check_autotune(scenario, built, report)
     brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
     for i, fault in enumerate(scenario.faults):
         if fault.restart_after is not None and fault.at + fault.restart_after >= scenario.duration:

@@ -7,13 +7,14 @@ service). Adding a system means adding a role here, not editing the experiment.
 
 from __future__ import annotations
 
+from testbed.roles.autotune import AutotuneRole
 from testbed.roles.bad import BadRole
 from testbed.roles.base import Role, RunContext
 from testbed.roles.coordinates import Coordinates
 from testbed.roles.pubsub import PubSubRole
 from testbed.roles.workload import PubSubWorkload
 
-ROLES: tuple[type[Role], ...] = (Coordinates, PubSubRole, PubSubWorkload, BadRole)
+ROLES: tuple[type[Role], ...] = (Coordinates, PubSubRole, PubSubWorkload, BadRole, AutotuneRole)
 
 
 def for_run(run: RunContext) -> list[Role]:

@@ -30,6 +30,11 @@ class RoleError(RuntimeError):
 class Coordinates(Role):
     name = "coordinates"
 
+    @classmethod
+    def wanted(cls, scenario) -> bool:
+        """Every system places by coordinates but the auto-tuned publisher's, whose broker is fixed."""
+        return scenario.workload.kind != "autotune"
+
     def __init__(self, run: RunContext, others: list[Role] = ()):
         super().__init__(run, list(others))
         self.network, self.topology, self.scenario = run.network, run.topology, run.scenario

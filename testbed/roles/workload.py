@@ -15,6 +15,17 @@ from testbed.roles.base import Role, RunContext, newly_dead
 from testbed.roles.pubsub import WORKLOADS, PubSubRole, PubSubSystem
 
 
+def release_start(start_path: Path) -> None:
+    """Write the common start time for the workload processes waiting on `start_path` and return
+    just before it: the run's clock (its run_start event) starts just before the first message, so
+    that message lands in the first time bucket; planned times are counted from `start`, 50 ms later."""
+    start = time.time() + 1.0
+    partial = start_path.with_suffix(".tmp")
+    partial.write_text(f"{start:.6f}")
+    partial.replace(start_path)  # atomic: a process polling the file never reads half a number
+    time.sleep(max(0.0, start - time.time() - 0.05))
+
+
 class PubSubWorkload(Role):
     """The scenario's clients: one process per swarm (uav-swarm), player and game server (mmog) or static
     client node (hotspot), publishing and subscribing through the pub/sub role's lookup service."""
@@ -90,7 +101,7 @@ class PubSubWorkload(Role):
         for name in plan["servers"]:
             self._launch(self.topology.nodes[name], "mmog", own, rate)
         self._wait_attached()
-        self._release(start_path)
+        release_start(start_path)
         edges = len({e["edge"] for e in plan["edges"]})
         self.say(f"workload: {len(plan['players'])} players on {edges} edge sites ({len(plan['servers'])} game "
                  f"servers) in {scenario.workload.groups} groups publishing at {rate:g} msg/s each, "
@@ -112,22 +123,12 @@ class PubSubWorkload(Role):
                 self._launch(self.topology.nodes[name], "hotspot", ["--plan", str(plan_path), "--start-file",
                                                                     str(start_path)], rate)
         self._wait_attached()
-        self._release(start_path)
+        release_start(start_path)
         spec, surge = scenario.workload.hotspot, scenario.workload.hotspot.surge
         self.say(f"workload: {spec.topics} topics (Zipf {spec.zipf:g}, rank 1 at {rate:g} msg/s), "
                  f"{spec.hot_topics()} at {spec.hot_site}, {len(plan['subscribers'])} subscribers on "
                  f"{len(self.processes)} nodes"
                  + (f"; surge at {surge.at:g}s: {surge.topics} topics x {surge.publishers} publishers" if surge else ""))
-
-    def _release(self, start_path: Path) -> None:
-        """Write the common start time for the workload processes waiting on `start_path` and return
-        just before it: the run's clock (its run_start event) starts just before the first message, so
-        that message lands in the first time bucket; planned times are counted from `start`, 50 ms later."""
-        start = time.time() + 1.0
-        partial = start_path.with_suffix(".tmp")
-        partial.write_text(f"{start:.6f}")
-        partial.replace(start_path)  # atomic: a process polling the file never reads half a number
-        time.sleep(max(0.0, start - time.time() - 0.05))
 
     def _launch(self, node, kind: str, own: list[str], rate: float) -> None:
         """One workload process in `node` (`python -m testbed.systems.pubsub.workloads <kind>`): its

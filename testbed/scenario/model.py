@@ -20,6 +20,7 @@ from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES
 from testbed.policies.bad import MIGRATIONS as BAD_MIGRATIONS
 from testbed.policies.bad import PLACEMENTS as BAD_PLACEMENTS
 from testbed.policies.bad import BalancerConfig
+from testbed.policies.autotune import TuningConfig
 from testbed.policies.initial import DEFAULT_INITIAL_PLACEMENT, INITIAL_PLACEMENTS
 from testbed.policies.overload import Overload as OverloadThresholds
 from testbed.policies.pulsar_lm.config import PULSAR_CAPACITIES as LM_CAPACITIES
@@ -35,6 +36,8 @@ from testbed.tracking.config import STRATEGIES as TRACKING_STRATEGIES
 from testbed.tracking.config import LOG_RECORD_BYTES, TrackingConfig
 
 BAD_DEFAULTS = BalancerConfig()
+TUNING_DEFAULTS = TuningConfig()
+AUTOTUNE_TRACES = ("sls-synthetic",)  # shipped request traces, testbed/data/autotune/<name>.csv
 NAME_MAX = 8
 NAME_RE = re.compile(r"[a-z][a-z0-9]*")
 SCENARIO_NAME_RE = re.compile(r"[a-z0-9][a-z0-9-]*")
@@ -275,7 +278,7 @@ class ClientGroup(Strict):
     """`count` client nodes named `<name>1..<name>N`; a UAV swarm node carries `members` UAVs."""
 
     name: Name
-    role: Literal["uav-swarm", "game-server", "avatar", "static", "subscriber"]
+    role: Literal["uav-swarm", "game-server", "avatar", "static", "subscriber", "publisher"]
     count: Count
     members: Count = 1
     mobile: bool = False
@@ -401,8 +404,105 @@ class Bad(Strict):
         return self
 
 
+class Step(Strict):
+    start: Duration
+    end: PositiveDuration
+    rate: Rate
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Step:
+        if self.end <= self.start:
+            raise ValueError(f"end ({self.end:g}s) must come after start ({self.start:g}s)")
+        return self
+
+
+class Source(Strict):
+    """Where the auto-tuned publisher's requests come from (seed 003): `poisson` at `rate`; `steps`,
+    piecewise Poisson (Table II when `steps` is left out), its times multiplied by `time_scale`; or
+    `trace`, a shipped trace's arrivals with inter-arrival times divided by `speedup`."""
+
+    kind: Literal["poisson", "steps", "trace"]
+    rate: Rate | None = None
+    steps: list[Step] | None = None
+    time_scale: Annotated[float, Field(gt=0, le=1000, allow_inf_nan=False)] = 1.0
+    trace: Literal[AUTOTUNE_TRACES] | None = None
+    speedup: Annotated[float, Field(gt=0, le=10_000, allow_inf_nan=False)] = 1.0
+
+    @model_validator(mode="after")
+    def _complete(self) -> Source:
+        if (self.kind == "poisson") != (self.rate is not None):
+            raise ValueError("a poisson source needs a rate, and only it takes one")
+        if self.steps is not None and self.kind != "steps":
+            raise ValueError("steps are for a steps source")
+        if (self.kind == "trace") != (self.trace is not None):
+            raise ValueError(f"a trace source needs trace (one of {', '.join(AUTOTUNE_TRACES)}), and only it takes one")
+        return self
+
+
+class Variant(Strict):
+    """One publisher of the run: N fixed at `batch`, or tuned from it (`tuned: true`)."""
+
+    name: Name
+    batch: Annotated[int, Field(ge=1, le=10_000)]
+    tuned: bool = False
+
+
+class Tuning(Strict):
+    """Table I of seed 003 (testbed.policies.autotune.TuningConfig has the defaults)."""
+
+    t_min: PositiveDuration = TUNING_DEFAULTS.t_min
+    t_max: PositiveDuration = TUNING_DEFAULTS.t_max
+    alpha: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = TUNING_DEFAULTS.alpha
+    gamma: Annotated[float, Field(ge=0, lt=1, allow_inf_nan=False)] = TUNING_DEFAULTS.gamma
+    beta: Annotated[float, Field(ge=1, le=100, allow_inf_nan=False)] = TUNING_DEFAULTS.beta
+    n_min: Annotated[int, Field(ge=1, le=10_000)] = TUNING_DEFAULTS.n_min
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Tuning:
+        if self.t_max < self.t_min:
+            raise ValueError(f"t_max ({self.t_max:g}s) must not be below t_min ({self.t_min:g}s)")
+        return self
+
+    def config(self) -> TuningConfig:
+        return TuningConfig(**self.model_dump())
+
+
+class PullSpeed(Strict):
+    """The subscriber: mean time between pulls and mean time to read one message (both exponential,
+    seed 003 V-A); both 0 (the default) is a subscriber that never lags."""
+
+    pull_interval: Duration = 0.0
+    pull_time: Duration = 0.0
+
+
+class Autotune(Strict):
+    """The auto-tuned batching publisher (seed 003): every variant is its own publisher process on the
+    publisher node with its own stream on the subscriber's broker, all fed the same arrivals.
+    `workers`: W; `input_buffer`: the receive side's buffer (requests beyond it are dropped);
+    `broker_buffer`: each stream's capacity in messages (full, it refuses: flow control);
+    `poll`: T_poll without tuning (the paper's 50 ms); `retry`: a WT's wait before resending."""
+
+    source: Source
+    variants: list[Variant] = Field(min_length=1, max_length=24)
+    workers: Annotated[int, Field(ge=1, le=1000)] = 16
+    input_buffer: Annotated[int, Field(ge=1, le=1_000_000)] = 100
+    broker_buffer: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    poll: PositiveDuration = 0.05
+    retry: PositiveDuration = 0.01
+    tuning: Tuning = Tuning()
+    subscriber: PullSpeed = PullSpeed()
+
+    @model_validator(mode="after")
+    def _unique(self) -> Autotune:
+        names = [v.name for v in self.variants]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate name {duplicates[0]!r} in variants")
+        return self
+
+
 class Workload(Strict):
-    kind: Literal["uav-swarm", "mmog", "hotspot", "bad", "none"]
+    kind: Literal["uav-swarm", "mmog", "hotspot", "bad", "autotune", "none"]
     rate: Rate | None = None
     message_size: MessageSize = 1000.0
     topics: list[Topic] = []
@@ -410,12 +510,18 @@ class Workload(Strict):
     groups: Annotated[int, Field(ge=1, le=10_000)] = 1
     hotspot: Hotspot | None = None
     bad: Bad | None = None
+    autotune: Autotune | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> Workload:
         if (self.kind == "bad") != (self.bad is not None):
             raise ValueError("workload kind 'bad' needs a bad block, and only it takes one")
-        if self.kind == "bad":
+        if (self.kind == "autotune") != (self.autotune is not None):
+            raise ValueError("workload kind 'autotune' needs an autotune block, and only it takes one")
+        if self.kind == "autotune":
+            if len(self.topics) != 1:
+                raise ValueError("the autotune workload needs one topic class (its requests) with a threshold")
+        elif self.kind == "bad":
             missing = sorted({c.name for c in self.bad.channels} - {t.name for t in self.topics})
             if missing:
                 raise ValueError(f"every channel needs a threshold in topics: add {{name: {missing[0]}, threshold: ...}}")
@@ -689,7 +795,7 @@ class Scenario(Strict):
                     f"client names {group.name}1..{group.name}{scaled_count(group.count, self.scale)} "
                     f"would exceed {NAME_MAX} characters; shorten {group.name!r}"
                 )
-        if self.tracking.strategy != "none" and self.workload.kind in ("bad", "none"):
+        if self.tracking.strategy != "none" and self.workload.kind in ("bad", "autotune", "none"):
             raise ValueError("tracking is for the pub/sub workloads (uav-swarm, mmog, hotspot)")
         if self.mobility.model == "random-waypoint" and not infra.mec_zones:
             raise ValueError("random-waypoint mobility needs a mec_zones infrastructure (an area to fly over)")

@@ -245,7 +245,7 @@ async def attach(args, events: EventLog, edge: dict) -> None:
         events.add("player_attached", client=args.node, edge=edge["edge"], proxy=None, miss=str(error))
 
 
-async def _wait_start(path: Path, stop: asyncio.Event, timeout: float = 300.0) -> float | None:
+async def wait_start(path: Path, stop: asyncio.Event, timeout: float = 300.0) -> float | None:
     """The common start time (epoch s) the experiment writes once every MMOG client is ready."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not stop.is_set():
@@ -274,7 +274,7 @@ async def _main_mmog(args) -> int:
         await publisher.start()
     print(json.dumps({"ready": True, "avatar": client.avatar, "publishers": len(client.publishers),
                       "subscribers": len(client.subscribers)}), flush=True)
-    client.start = await _wait_start(Path(args.start_file), stop) if args.start_file else None
+    client.start = await wait_start(Path(args.start_file), stop) if args.start_file else None
     if client.start is None:
         client.start = time.time() + 0.5
     gc.freeze()
@@ -385,7 +385,7 @@ async def _main_hotspot(args) -> int:
         await client.start()
     print(json.dumps({"ready": True, "publishers": len(first), "surge": len(later),
                       "subscribers": len(subscribers)}), flush=True)
-    start = await _wait_start(Path(args.start_file), stop) if args.start_file else None
+    start = await wait_start(Path(args.start_file), stop) if args.start_file else None
     start = start or time.time() + 0.5
     gc.freeze()
     work = [asyncio.create_task(pub.run(duration=args.duration, start=start + p["start_s"])) for pub, p in first]
