@@ -244,6 +244,10 @@ def _check_autotune(scenario: Scenario, built: Topology, report) -> None:
     """Seed 003's setting: one publisher node (every variant runs there), one subscriber node next to
     the broker it reads from, the broker at the subscriber's site; no faults or mobility (the
     experiment is about the publisher and the path, not about the placement)."""
+    if scenario.faults:
+        report(("faults",), "the autotune workload takes no faults")
+    if scenario.mobility.model != "none":
+        report(("mobility", "model"), "the autotune workload's nodes do not move")
     publishers, subscribers = built.placed("publisher"), built.placed("subscriber")
     if len(publishers) != 1 or len(subscribers) != 1:
         report(("nodes", "clients"), f"the autotune workload needs one node with role publisher and one with role "
@@ -252,10 +256,6 @@ def _check_autotune(scenario: Scenario, built: Topology, report) -> None:
     site = subscribers[0][1]
     if not any(n.role == "broker" and n.site == site for n in built.nodes.values()):
         report(("nodes", "brokers_per_site"), f"the subscriber's site {site} has no broker to read from")
-    if scenario.faults:
-        report(("faults",), "the autotune workload takes no faults")
-    if scenario.mobility.model != "none":
-        report(("mobility", "model"), "the autotune workload's nodes do not move")
 
 
 def _check_hotspot(scenario: Scenario, built: Topology, report) -> None:

@@ -11,8 +11,9 @@ on the emulated network, publishing to a real broker over one TCP connection.
   the stream acknowledges it. A stream that is full (the subscriber lags) refuses the message; the
   WT tries again after `retry` (message-level flow control from a real broker, where the paper's
   simulator modelled it). The stream drops a resent duplicate by its message id.
-- The pool of W workers is shared: a freed WT serves a waiting receive before the MPT
-  (non-preemptive priority for receiving, section IV-A).
+- The pool of W workers is shared. With tuning, a freed WT serves a waiting receive before the MPT
+  (non-preemptive priority for receiving, section IV-A, part of the paper's tuned publisher: "with
+  auto-tuning, MRT has nonpreemptive priority", V-B-3); without, the pool serves in order of asking.
 
 Every poll is a line in the poll log (N, T_poll, the estimates, how many waited and left); at the
 end one JSON line on stdout: arrivals, drops, acknowledgements, refusals.
@@ -53,10 +54,11 @@ class Request:
 
 
 class WorkerPool:
-    """W workers shared by the MRT and the MPT; a freed worker serves a waiting receive first."""
+    """W workers shared by the MRT and the MPT. With `receive_first`, a freed worker serves a
+    waiting receive before a waiting publish; without, whoever asked first."""
 
-    def __init__(self, size: int):
-        self.size, self.free = size, size
+    def __init__(self, size: int, receive_first: bool = True):
+        self.size, self.free, self.receive_first = size, size, receive_first
         self.waiting: tuple[deque, deque] = (deque(), deque())
 
     @property
@@ -68,7 +70,7 @@ class WorkerPool:
             self.free -= 1
             return
         future = asyncio.get_running_loop().create_future()
-        self.waiting[priority].append(future)
+        self.waiting[priority if self.receive_first else PUBLISH].append(future)
         await future
 
     def release(self) -> None:
@@ -85,7 +87,7 @@ class AutotunedPublisher:
     def __init__(self, js, subject: str, node: str, tuner: Tuner, workers: int, input_buffer: int, size: int,
                  retry_s: float, ack_timeout_s: float, poll_log: Path, health: ClientHealth | None = None):
         self.js, self.subject, self.node, self.tuner = js, subject, node, tuner
-        self.pool, self.input_buffer = WorkerPool(workers), input_buffer
+        self.pool, self.input_buffer = WorkerPool(workers, receive_first=tuner.tuned), input_buffer
         self.payload, self.retry_s, self.ack_timeout_s = bytes(size), retry_s, ack_timeout_s
         self.health = health
         self.inbox: deque[Request] = deque()

@@ -105,7 +105,7 @@ class VariantConsumer:
                 await asyncio.sleep(self.rng.expovariate(1 / self.pull_interval))
             await self._pull(batch=self.buffer, no_wait=True)
             gate = []  # what the stream holds at the instant the subscriber comes back
-            while True:
+            while len(gate) < self.buffer:  # a request filled to its batch ends without a status
                 msg = await self.queue.get()
                 if _status(msg) is not None:
                     break
