@@ -114,7 +114,37 @@ BENCHES = (
                    tuple(f"badsim-fig{n}.png" for n in range(5, 15)), "--figures-only", quick=()),
 )
 BAD_LIVE = "bad-live.json"  # BAD's schemes live (make bench-bad-live, ~20 min): read when present, never run
-TRACKING = "tracking.json"  # message tracking (make bench-tracking, ~20 min): read when present, never run
+
+
+@dataclass(frozen=True)
+class LongBench:
+    """A live benchmark too long for `make paper` to run (20 min or more): its JSON is read when
+    present. `figures`: the analysis module that draws it and judges its claims
+    (draw(result, out, stem), markdown_table(result), headline(result, scale))."""
+
+    key: str          # the index's entry and FIGURE_IMAGES' key; also the JSON's and the figures' stem
+    title: str
+    figures: str
+    minutes: int
+    scale: str
+
+    @property
+    def json(self) -> Path:
+        return BENCH_DIR / f"{self.key}.json"
+
+    @property
+    def make(self) -> str:
+        return f"make bench-{self.key}"
+
+
+LONG_BENCHES = (
+    LongBench("tracking", "message tracking", "analysis.tracking_figures", 23,
+              "live: one broker at 300 msg/s (scenarios/bench/tracking.yaml); storage: the paper's 5,000 msg/s "
+              "replayed through the same recorder; accuracy: scenarios/tracking-smoke.yaml"),
+    LongBench("autotune", "publisher auto-tuning", "analysis.autotune_figures", 20,
+              "live: scenarios/autotune.yaml per experiment, the publisher 140 ms RTT from a JetStream broker "
+              "(20-280 ms in the RTT sweep), 4-12 publishers side by side on the same arrivals"),
+)
 FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
                  "fig5": ["fig5.png", "fig5_configured.png"], "fig6": ["fig6.png"], "fig7a": ["fig7a.png"],
                  "fig7b": ["fig7b.png"], "fig8": ["fig8-comparable.png", "fig8-comparable-p95.png"],
@@ -123,7 +153,8 @@ FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.pn
                  "load-balancing": ["balance.png", "balance-compare.png", "balance-uav-swarm.png", "balance-mmog.png"],
                  "bad-sim": [f"badsim-fig{n}.png" for n in (13, 12, 11, 14, 5, 6, 7, 8, 9, 10)],
                  "bad-live": ["bad-live.png", "bad-live-load.png", "bad-live-latency.png"],
-                 "tracking": ["tracking-fig3.png", "tracking-fig4.png", "tracking-fig5.png", "tracking-fp.png"]}
+                 "tracking": ["tracking-fig3.png", "tracking-fig4.png", "tracking-fig5.png", "tracking-fp.png"],
+                 "autotune": [f"autotune-fig{n}.png" for n in range(8, 15)] + ["autotune-rtt.png", "autotune-drops.png"]}
 
 
 @dataclass
@@ -454,44 +485,41 @@ def entries(state: State):
     if balance_policies(state.options):
         out.append(_balance_entry(state, failed))
     out.append(_bad_live_entry(state, failed))
-    out.append(_tracking_entry(state, failed))
+    out += [_long_bench_entry(bench, state, failed) for bench in LONG_BENCHES]
     return out
 
 
-def tracking_step(state: State) -> Step:
-    """Message tracking's figures (analysis.tracking_figures) from results/bench/tracking.json, if present."""
+def long_bench_step(bench: LongBench, state: State) -> Step:
+    """A long benchmark's figures (its analysis module) from its JSON, if present."""
+    import importlib
     import json
 
-    from analysis import tracking_figures
-
-    step = Step("message tracking figures (analysis.tracking_figures)", figures=("tracking",))
-    source = BENCH_DIR / TRACKING
-    if not source.exists():
-        step.status, step.detail = "skipped", f"{_rel(source)} missing (make bench-tracking, ~20 min)"
+    step = Step(f"{bench.title} figures ({bench.figures})", figures=(bench.key,))
+    if not bench.json.exists():
+        step.status, step.detail = "skipped", f"{_rel(bench.json)} missing ({bench.make}, ~{bench.minutes} min)"
         return step
-    drawn = tracking_figures.draw(json.loads(source.read_text()), state.options.out, "tracking")
+    drawn = importlib.import_module(bench.figures).draw(json.loads(bench.json.read_text()), state.options.out, bench.key)
     step.status, step.detail = "ok", "; ".join(drawn) or "drew nothing"
     return step
 
 
-def _tracking_entry(state: State, failed: dict):
-    """"Message tracking" (seed 002): the paper's Fig. 3-5 claims and the traceback against the traces."""
+def _long_bench_entry(bench: LongBench, state: State, failed: dict):
+    """A long benchmark's index entry: its claims as rules, its table, what is missing."""
+    import importlib
     import json
 
-    from analysis import headlines, tracking_figures
+    from analysis import headlines
     from analysis.paper_index import Entry
 
-    source = BENCH_DIR / TRACKING
-    entry = Entry("tracking", images=FIGURE_IMAGES["tracking"], failed=failed.get("tracking", []), source=_rel(source),
-                  scale="live: one broker at 300 msg/s (scenarios/bench/tracking.yaml); storage: the paper's "
-                        "5,000 msg/s replayed through the same recorder; accuracy: scenarios/tracking-smoke.yaml")
-    if not source.exists():
-        entry.missing.append(f"{_rel(source)} (make bench-tracking)")
+    entry = Entry(bench.key, images=FIGURE_IMAGES[bench.key], failed=failed.get(bench.key, []), source=_rel(bench.json),
+                  scale=bench.scale)
+    if not bench.json.exists():
+        entry.missing.append(f"{_rel(bench.json)} ({bench.make})")
         return entry
-    result = json.loads(source.read_text())
-    entry.table = tracking_figures.markdown_table(result)
+    figures, result = importlib.import_module(bench.figures), json.loads(bench.json.read_text())
+    entry.table = figures.markdown_table(result)
     try:
-        entry.headline = tracking_figures.headline(result, entry.scale)
+        entry.headline = figures.headline(result, entry.scale)
     except headlines.MissingInput as error:
         entry.missing.append(str(error))
     return entry
@@ -614,7 +642,7 @@ def plan(options: Options) -> list[tuple[str, Callable[[State], Step]]]:
     if balance_policies(options):
         todo.append(("load balancing figures and table", balance_step))
     todo.append(("BAD live figures", bad_live_step))
-    todo.append(("message tracking figures", tracking_step))
+    todo += [(f"{bench.title} figures", lambda state, b=bench: long_bench_step(b, state)) for bench in LONG_BENCHES]
     return todo
 
 

@@ -318,7 +318,8 @@ def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat():
     assert len(runs) == 2 * (2 * 2 + 1) and all("(repeat 1/2)" in n for n in runs[:5])
     assert [n for n in runs if "hotspot" in n] == [  # the hot spot under the balance policies asked for
         f"run scenarios/hotspot-smoke.yaml --policy epulsar (repeat {r}/2)" for r in (1, 2)]
-    assert names[-3:] == ["load balancing figures and table", "BAD live figures", "message tracking figures"]
+    assert names[-4:] == ["load balancing figures and table", "BAD live figures", "message tracking figures",
+                          "publisher auto-tuning figures"]
     assert names[-7:-3] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run",
                           "run scenarios/mmog-smoke.yaml --policy epulsar --distance one_way",
                           "PySpark comparison of the one_way run"]

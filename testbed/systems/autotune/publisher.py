@@ -39,6 +39,7 @@ import nats.errors
 import nats.js.errors
 
 from testbed.policies.autotune import Tuner, TuningConfig
+from testbed.procs import percentile
 from testbed.systems.pubsub.clienthealth import ClientHealth
 from testbed.systems.pubsub.workloads import wait_start
 
@@ -85,11 +86,11 @@ class WorkerPool:
 
 class AutotunedPublisher:
     def __init__(self, js, subject: str, node: str, tuner: Tuner, workers: int, input_buffer: int, size: int,
-                 retry_s: float, ack_timeout_s: float, poll_log: Path, health: ClientHealth | None = None):
+                 retry_s: float, ack_timeout_s: float, poll_log: Path):
         self.js, self.subject, self.node, self.tuner = js, subject, node, tuner
         self.pool, self.input_buffer = WorkerPool(workers, receive_first=tuner.tuned), input_buffer
         self.payload, self.retry_s, self.ack_timeout_s = bytes(size), retry_s, ack_timeout_s
-        self.health = health
+        self.source_late_ms: list[float] = []
         self.inbox: deque[Request] = deque()
         self.inbox_ready = asyncio.Event()
         self.store: deque[Request] = deque()
@@ -187,19 +188,24 @@ class AutotunedPublisher:
 
     # -- the source ----------------------------------------------------------------------------------
     async def feed(self, arrivals: list[float], start: float) -> None:
-        """Hand each request to the receive side at its arrival time (the external sources)."""
+        """Hand each request to the receive side at its arrival time (the external sources). A
+        request is stamped when it arrives, so a source that wakes late moves an arrival, not a
+        latency: its lateness is reported (summary), not fed to the saturation guard's publisher
+        budget, which is for open-loop publishers timed from their due times. The guard still
+        watches this process's event loop (a blocked loop delays polls and acknowledgements)."""
         for seq, offset in enumerate(arrivals):
             delay = start + offset - time.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             now = time.time()
-            if self.health is not None:
-                self.health.published(now - start - offset, now)
+            self.source_late_ms.append(1e3 * (now - start - offset))
             self.receive(Request(seq, now))
 
     def summary(self) -> dict:
+        late = sorted(self.source_late_ms)
         return {**self.counts, "waiting": len(self.store), "in_flight": self.in_flight, "inbox": len(self.inbox),
-                "n_last": self.tuner.n}
+                "n_last": self.tuner.n, "source_late_p99_ms": round(percentile(late, 0.99), 3) if late else None,
+                "source_late_max_ms": round(late[-1], 3) if late else None}
 
     def close(self) -> None:
         self.log.close()
@@ -213,13 +219,16 @@ async def _main(args) -> int:
     config = TuningConfig(**json.loads(args.tuning))
     publisher = AutotunedPublisher(js, args.subject, args.node, Tuner(config, args.n, args.tuned, args.poll),
                                    args.workers, args.input_buffer, args.size, args.retry, args.ack_timeout,
-                                   args.poll_log, health)
+                                   args.poll_log)
     print(json.dumps({"ready": True, "variant": args.variant}), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     start = await wait_start(Path(args.start_file), stop)
+    if start is not None:
+        start += args.phase
+        await asyncio.sleep(max(0.0, start - time.time()))
     work = [asyncio.create_task(c) for c in (publisher.mrt(), publisher.mpt(), health.run())]
     if start is not None:
         feed = asyncio.create_task(publisher.feed(arrivals, start))
@@ -252,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ack-timeout", type=float, default=5.0, help="how long a WT waits for an acknowledgement, s")
     parser.add_argument("--arrivals", type=Path, required=True, help="JSON list of arrival times, s from the start")
     parser.add_argument("--start-file", type=Path, required=True, help="where the common start time appears")
+    parser.add_argument("--phase", type=float, default=0.0,
+                        help="start this much after the common start, s (arrivals and polls shift together)")
     parser.add_argument("--poll-log", type=Path, required=True)
     parser.add_argument("--health", type=Path, default=None)
     return asyncio.run(_main(parser.parse_args(argv)))
