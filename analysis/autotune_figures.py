@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from analysis.headlines import Headline, MissingInput
+from analysis.headlines import Headline, MissingInput, rule, rules_headline
 
 LOADS = ("load-1.75", "load-17.5", "load-35", "load-55")
 TUNED_SPREAD_MS = 15.0     # Fig. 9: "the same irrespective of the initial N": tuned means within 15 ms ...
@@ -34,11 +34,6 @@ def _spread_ok(values) -> bool:
     return high - low <= max(TUNED_SPREAD_MS, TUNED_SPREAD_SHARE * low)
 
 
-def _rule(claim: str, holds: bool | None, evidence: str, why_not: str = "") -> dict:
-    verdict = "not testable" if holds is None else ("holds" if holds else "does not hold")
-    return {"claim": claim, "holds": holds, "verdict": verdict, "evidence": evidence, "untestable": why_not}
-
-
 def _fmt_means(means: dict[int, float]) -> str:
     return ", ".join(f"N {n}: {m:.0f}" for n, m in sorted(means.items()))
 
@@ -49,29 +44,29 @@ def rules(result: dict) -> list[dict]:
     if low:
         fixed = _means(low, False)
         best = min(fixed, key=fixed.get)
-        out.append(_rule("Fig. 8: without tuning N = 1 is best at 1.75 requests/s", best == 1,
+        out.append(rule("Fig. 8: without tuning N = 1 is best at 1.75 requests/s", best == 1,
                          f"mean ms {_fmt_means(fixed)}"))
     if mid:
         fixed = _means(mid, False)
         best = min(fixed, key=fixed.get)
-        out.append(_rule("Fig. 8: without tuning the best N at 35 requests/s is near 10",
+        out.append(rule("Fig. 8: without tuning the best N at 35 requests/s is near 10",
                          fixed.get(10, float("inf")) <= (1 + NEAR_BEST_SHARE) * fixed[best],
                          f"best N {best} ({fixed[best]:.0f} ms), N 10: {fixed.get(10, float('nan')):.0f} ms"))
     if high:
         fixed = _means(high, False)
         best = min(fixed.values())
-        out.append(_rule("Fig. 8: at 55 requests/s a small N is slow", fixed.get(1, 0) >= SMALL_N_SLOW_FACTOR * best,
+        out.append(rule("Fig. 8: at 55 requests/s a small N is slow", fixed.get(1, 0) >= SMALL_N_SLOW_FACTOR * best,
                          f"N 1: {fixed.get(1, float('nan')):.0f} ms vs best {best:.0f} ms"))
     loads = [(name, run) for name in LOADS if (run := _ok(result, name))]
     if loads:
         spreads = {name: _means(run, True) for name, run in loads}
-        out.append(_rule("Fig. 9: with tuning the latency does not depend on the initial N",
+        out.append(rule("Fig. 9: with tuning the latency does not depend on the initial N",
                          all(_spread_ok(m.values()) for m in spreads.values() if m),
                          "; ".join(f"{name[5:]}/s: {min(m.values()):.0f}-{max(m.values()):.0f} ms"
                                    for name, m in spreads.items() if m)))
         close = {name: (statistics.fmean(_means(run, True).values()), min(_means(run, False).values()))
                  for name, run in loads}
-        out.append(_rule("Tuning comes within 15 % of the best fixed N at every load, without knowing the load",
+        out.append(rule("Tuning comes within 15 % of the best fixed N at every load, without knowing the load",
                          all(t <= (1 + TUNED_VS_BEST_SHARE) * b for t, b in close.values()),
                          "; ".join(f"{name[5:]}/s: tuned {t:.0f} vs best fixed {b:.0f} ms" for name, (t, b) in close.items())))
     if mid:
@@ -80,37 +75,33 @@ def rules(result: dict) -> list[dict]:
         n_means = [v["n_mean"] for v in mid["variants"].values() if v["tuned"] and v["n_mean"] is not None]
         if n_means:
             n = statistics.fmean(n_means)
-            out.append(_rule("Fig. 10: at 35 requests/s tuned N averages near the best fixed N",
+            out.append(rule("Fig. 10: at 35 requests/s tuned N averages near the best fixed N",
                              best / 2 <= n <= best * 2, f"tuned N mean {n:.1f}, best fixed N {best}"))
     for name, fig in (("trace-x1", "12"), ("trace-x50", "13")):
         run = _ok(result, name)
         if run:
             tuned = _means(run, True)
-            out.append(_rule(f"Fig. {fig}: on the bursty trace ({name[6:]}) tuning gives the same latency from any N",
+            out.append(rule(f"Fig. {fig}: on the bursty trace ({name[6:]}) tuning gives the same latency from any N",
                              _spread_ok(tuned.values()), f"tuned {min(tuned.values()):.0f}-{max(tuned.values()):.0f} ms; "
                                                          f"fixed {_fmt_means(_means(run, False))}"))
     slow = _ok(result, "slow")
     if slow:
         fixed = sum(v["dropped"] or 0 for v in slow["variants"].values() if not v["tuned"])
         tuned = sum(v["dropped"] or 0 for v in slow["variants"].values() if v["tuned"])
-        out.append(_rule("V-B-3: under a slow subscriber the untuned publisher drops requests, the tuned one none",
+        out.append(rule("V-B-3: under a slow subscriber the untuned publisher drops requests, the tuned one none",
                          fixed > 0 and tuned == 0, f"dropped: fixed {fixed}, tuned {tuned} "
                                                    f"(of {slow['arrivals']} per publisher)"))
     judged = [name for name, run in result.get("experiments", {}).items() if run.get("ok") and not run.get("valid")]
-    for rule in out:
+    for verdict in out:
         if judged:
-            rule["evidence"] += f" [harness saturated in: {', '.join(judged)}]"
+            verdict["evidence"] += f" [harness saturated in: {', '.join(judged)}]"
     return out
 
 
 def headline(result: dict, scale: str) -> Headline:
     if not result.get("experiments"):
         raise MissingInput("no results/bench/autotune.json (make bench-autotune)")
-    verdicts = rules(result)
-    testable = [v for v in verdicts if v["holds"] is not None]
-    text = "; ".join(f"{v['claim'].split(':')[0]} {v['verdict']} ({v['evidence']})" for v in testable)
-    return Headline(text or "nothing testable", all(v["holds"] for v in testable) if testable else None, scale,
-                    {"verdicts": verdicts}, untestable="" if testable else "no experiment completed")
+    return rules_headline(rules(result), scale, "no experiment completed")
 
 
 def best_n_by_rtt(result: dict) -> list[tuple[float, int, float, float | None]]:

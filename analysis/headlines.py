@@ -45,6 +45,22 @@ class Headline:
         return "-" if self.agrees is None else ("yes" if self.agrees else "no")
 
 
+def rule(claim: str, holds: bool | None, evidence: str, why_not: str = "") -> dict:
+    """One claim's verdict as a benchmark's rules report it: holds, does not hold, or not testable
+    (then `why_not` is its evidence)."""
+    word = "not testable" if holds is None else ("holds" if holds else "does not hold")
+    return {"claim": claim, "holds": holds, "verdict": word, "evidence": why_not if holds is None else evidence}
+
+
+def rules_headline(verdicts: list[dict], scale: str, nothing: str) -> Headline:
+    """The index's line from a benchmark's `rule`s: each testable claim's verdict with its numbers;
+    it agrees when every testable one holds. `nothing`: why none was testable."""
+    testable = [v for v in verdicts if v["holds"] is not None]
+    text = "; ".join(f"{v['claim'].split(':')[0]} {v['verdict']} ({v['evidence']})" for v in testable)
+    return Headline(text or "nothing testable", all(v["holds"] for v in testable) if testable else None, scale,
+                    {"verdicts": verdicts}, untestable="" if testable else nothing)
+
+
 # The rules' numbers, each tied to the paper's mechanism (AGREEMENT_RULES words them).
 PLACEMENT_THRESHOLD_S = {"mmog": 0.100, "uav": 0.040}  # 5.5: Fig. 4 / Fig. 5 (placement rows may carry their own)
 WELL_ABOVE_POINTS = 0.10    # Fig. 4: hash's violation ratio at least 10 points above ePulsar's ...

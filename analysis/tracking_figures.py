@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from analysis.headlines import Headline, MissingInput
+from analysis.headlines import Headline, MissingInput, rule, rules_headline
 
 LATENCY_CLOSE_MS = 0.1      # Fig. 3: "close to NULL" = the mean E2E within 0.1 ms or 5 % of NULL's ...
 LATENCY_CLOSE_SHARE = 0.05  # ... whichever is larger (this machine's run-to-run noise at 300 msg/s)
@@ -50,11 +50,6 @@ def live_table(live: dict) -> list[dict]:
     return table
 
 
-def _rule(claim: str, verdict: bool | None, evidence: str, why_not: str = "") -> dict:
-    word = "not testable" if verdict is None else ("holds" if verdict else "does not hold")
-    return {"claim": claim, "holds": verdict, "verdict": word, "evidence": why_not if verdict is None else evidence}
-
-
 def rules(result: dict) -> list[dict]:
     out = []
     table = {row["label"]: row for row in live_table(result.get("live", {}))}
@@ -64,30 +59,30 @@ def rules(result: dict) -> list[dict]:
         # "not close" means slower than NULL beyond the noise: a log run faster than NULL's (it happens,
         # by noise) is as close as can be, not a confirmation
         bf_close, log_close = bf["delta_mean_ms"] <= close, log["delta_mean_ms"] <= close
-        out.append(_rule("Fig. 3: with 10K buffers Bloom filters are close to NULL in latency and the log is not",
+        out.append(rule("Fig. 3: with 10K buffers Bloom filters are close to NULL in latency and the log is not",
                          bf_close and not log_close,
                          f"mean E2E vs NULL's run of the same round: BF 10K {bf['delta_mean_ms']:+.3f} ms, ASYNC 10K "
                          f"{log['delta_mean_ms']:+.3f} ms (close: within {close:.2f} ms); NULL {null['mean_ms']:.2f} ms"))
     else:
-        out.append(_rule("Fig. 3: with 10K buffers Bloom filters are close to NULL in latency and the log is not", None,
+        out.append(rule("Fig. 3: with 10K buffers Bloom filters are close to NULL in latency and the log is not", None,
                          "", "NULL, BF 10K and ASYNC 10K need a run the harness held in the same round"))
     replay = {row["label"]: row for row in result.get("replay", {}).get("configs", [])}
     full_bf = [r for r in replay.values() if r.get("strategy") == "bloom" and r.get("gzip_ratio_full") is not None]
     logs = [r for r in replay.values() if r.get("strategy") == "log"]
     if full_bf and logs:
         worst_bf, best_log = min(r["gzip_ratio_full"] for r in full_bf), max(r["gzip_ratio"] for r in logs)
-        out.append(_rule("Fig. 4-5: full filters do not compress, logs do",
+        out.append(rule("Fig. 4-5: full filters do not compress, logs do",
                          worst_bf >= INCOMPRESSIBLE and best_log <= COMPRESSIBLE,
                          f"gzip keeps >= {worst_bf:.2f} of full filters' bytes, <= {best_log:.2f} of the logs'"))
     else:
-        out.append(_rule("Fig. 4-5: full filters do not compress, logs do", None, "", "no replay"))
+        out.append(rule("Fig. 4-5: full filters do not compress, logs do", None, "", "no replay"))
     tp1, tp8 = replay.get("BF 99.999% 135K Tp=1"), replay.get("BF 99.999% 135K Tp=8")
     if tp1 and tp8:
-        out.append(_rule("Fig. 4: a small T_p hurts Bloom filters' storage (135K, 99.999 %: T_p 1 s vs 8 s)",
+        out.append(rule("Fig. 4: a small T_p hurts Bloom filters' storage (135K, 99.999 %: T_p 1 s vs 8 s)",
                          tp1["bytes_per_message"] >= SMALL_TP_FACTOR * tp8["bytes_per_message"],
                          f"{tp1['bytes_per_message']:.0f} vs {tp8['bytes_per_message']:.0f} B/message"))
     else:
-        out.append(_rule("Fig. 4: a small T_p hurts Bloom filters' storage", None, "", "the replay lacks T_p 1 or 8"))
+        out.append(rule("Fig. 4: a small T_p hurts Bloom filters' storage", None, "", "the replay lacks T_p 1 or 8"))
     # Table 2's last column, for the filters (the same m, k, n as the paper's): the log's records differ
     # (ours: publisher and delivery records of 20 bytes; the paper's 16-byte ids, one per message).
     paper_full = result.get("replay", {}).get("paper_full", {})
@@ -95,19 +90,19 @@ def rules(result: dict) -> list[dict]:
                 if label in replay and label.startswith("BF")]
     if compared:
         wrong = [label for label, ours, theirs in compared if ours != theirs]
-        out.append(_rule("Table 2: which filter configurations store full filters at 5,000 msg/s", not wrong,
+        out.append(rule("Table 2: which filter configurations store full filters at 5,000 msg/s", not wrong,
                          f"{len(compared) - len(wrong)} of {len(compared)} agree"
                          + (f"; differ: {', '.join(wrong)}" if wrong else "")))
     acc = result.get("accuracy", {})
     if acc.get("ok"):
         fp, expected = acc["false_positives"], acc["expected_false_positives"]
         bound = expected + 4 * expected ** 0.5 + 3
-        out.append(_rule("traceback: no false negative, and false positives as eq. 2 expects (ours)",
+        out.append(rule("traceback: no false negative, and false positives as eq. 2 expects (ours)",
                          acc["false_negatives"] == 0 and abs(fp - expected) <= bound - expected,
                          f"{acc['messages']} messages, {acc['false_negatives']} false negatives; {fp} false positives "
                          f"in {acc['negative_tests']} tests vs {expected:.1f} expected"))
     else:
-        out.append(_rule("traceback: no false negative, and false positives as eq. 2 expects (ours)", None, "",
+        out.append(rule("traceback: no false negative, and false positives as eq. 2 expects (ours)", None, "",
                          "the accuracy run did not complete"))
     return out
 
@@ -233,8 +228,4 @@ def headline(result: dict, scale: str) -> Headline:
     """The index's line: each claim's verdict with its numbers."""
     if not result:
         raise MissingInput("no results/bench/tracking.json (make bench-tracking)")
-    verdicts = rules(result)
-    testable = [v for v in verdicts if v["holds"] is not None]
-    text = "; ".join(f"{v['claim'].split(':')[0]} {v['verdict']} ({v['evidence']})" for v in testable)
-    return Headline(text or "nothing testable", all(v["holds"] for v in testable) if testable else None, scale,
-                    {"verdicts": verdicts}, untestable="" if testable else "no part of the bench completed")
+    return rules_headline(rules(result), scale, "no part of the bench completed")

@@ -278,7 +278,7 @@ def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None 
     _write_event(events, type="run_start", time=t0, run_id=session.run_id)
     pending = list(session.handovers)
     faults = sorted(session.scenario.faults, key=lambda f: f.at)
-    restores: list[tuple[float, str]] = []  # (when, what) a killed part comes back
+    restores: list[tuple[float, str, bool]] = []  # (when, what, was it killed) a killed or paused part comes back
     done = 0
     next_report = next_disk_check = 0.0
     while True:
@@ -302,18 +302,20 @@ def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None 
         while faults and faults[0].at <= elapsed:
             fault = faults.pop(0)
             for role in reversed(roles):  # as a crash would: the system's processes with the node's agent
-                for event in role.kill(fault.kill):
+                found = role.kill(fault.kill) if fault.kill is not None else role.pause(fault.pause)
+                for event in found:
                     event["planned_at_s"] = fault.at
-            if fault.restart_after is None:
-                session.say(f"fault: broker {fault.kill} killed for good at {elapsed:.1f}s")
+            what = "killed" if fault.kill is not None else "paused"
+            if fault.back_after is None:
+                session.say(f"fault: broker {fault.target} killed for good at {elapsed:.1f}s")
             else:
-                restores.append((fault.at + fault.restart_after, fault.kill))
-                session.say(f"fault: {fault.kill} killed at {elapsed:.1f}s, back in {fault.restart_after:g}s")
+                restores.append((fault.at + fault.back_after, fault.target, fault.kill is not None))
+                session.say(f"fault: {fault.target} {what} at {elapsed:.1f}s, back in {fault.back_after:g}s")
         while restores and min(restores)[0] <= elapsed:
-            _, target = restores.pop(restores.index(min(restores)))
+            _, target, killed = restores.pop(restores.index(min(restores)))
             for role in roles:
-                role.restore(target)
-            session.say(f"fault over: {target} restarting at {elapsed:.1f}s")
+                role.restore(target) if killed else role.resume(target)
+            session.say(f"fault over: {target} {'restarting' if killed else 'resumed'} at {elapsed:.1f}s")
         for problem in network.check():
             _write_event(events, type="data_path_problem", time=time.time(), detail=problem)
             session.say(f"problem: {problem}")

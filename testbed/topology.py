@@ -335,21 +335,23 @@ def checked(scenario: Scenario, path: str) -> Topology:
         _check_autotune(scenario, built, report)
     brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
     for i, fault in enumerate(scenario.faults):
-        if fault.restart_after is not None and fault.at + fault.restart_after >= scenario.duration:
-            report(("faults", i, "restart_after"), f"back at {fault.at + fault.restart_after:g}s, not within the "
+        back = "restart_after" if fault.restart_after is not None else "resume_after"
+        if fault.back_after is not None and fault.at + fault.back_after >= scenario.duration:
+            report(("faults", i, back), f"back at {fault.at + fault.back_after:g}s, not within the "
                                                    f"run's duration ({scenario.duration:g}s)")
-        if fault.kill == ZOOKEEPER:
+        if fault.target == ZOOKEEPER:
             continue
-        if fault.kill not in brokers:
-            why = ("the cloud node holds ZooKeeper and the topic manager; only edge brokers can be killed"
-                   if fault.kill in built.nodes and built.nodes[fault.kill].role == "cloud" else "not a broker node")
-            report(("faults", i, "kill"), f"{fault.kill!r}: {why}; brokers: {', '.join(brokers) or 'none'}")
+        field, verb = ("kill", "killed") if fault.kill is not None else ("pause", "paused")
+        if fault.target not in brokers:
+            why = (f"the cloud node holds ZooKeeper and the topic manager; only edge brokers can be {verb}"
+                   if fault.target in built.nodes and built.nodes[fault.target].role == "cloud" else "not a broker node")
+            report(("faults", i, field), f"{fault.target!r}: {why}; brokers: {', '.join(brokers) or 'none'}")
         if fault.at >= scenario.duration:
             report(("faults", i, "at"), f"{fault.at:g}s is not within the run's duration ({scenario.duration:g}s)")
     if scenario.faults and scenario.workload.kind == "none":
         report(("faults",), "faults kill brokers of the pub/sub system: the scenario needs a workload")
-    if len({f.kill for f in scenario.faults}) != len(scenario.faults):
-        report(("faults",), "each broker, and ZooKeeper, can be killed once")
+    if len({f.target for f in scenario.faults}) != len(scenario.faults):
+        report(("faults",), "each broker, and ZooKeeper, can be the target of one fault")
     if problems:
         raise ScenarioError(problems)
     return built

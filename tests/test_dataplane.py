@@ -394,3 +394,19 @@ def test_zookeeper_restarted_without_its_data_gets_everything_back(plane):
     assert plane.summary(pub)["sent"] == 20
     time.sleep(0.3)
     assert plane.summary(sub, stop=True)["received"] == 20
+
+
+def test_a_fenced_broker_gives_its_topics_up_and_registers_again(plane):
+    """Fast failover's fencing (issue 19): the topic manager deletes a broker's registration and
+    owner nodes when it judges it gone; a broker that is alive after all (it was paused) drops the
+    topics, tells their clients, and registers again, so no topic has two owners."""
+    assert plane.command("bzone1", op="acquire", topic="fenced")["ok"]
+    assert "fenced" in plane.meta.fence("bzone1")
+    assert plane.meta.owner("fenced") is None
+    status = wait_for(lambda: (s := plane.command("bzone1", op="status")) and "fenced" not in s["owned"] and s)
+    assert status and status["counters"]["fenced"] >= 1, status
+    assert wait_for(lambda: "bzone1" in plane.meta.brokers())  # alive, so registered again
+    # the broker can be given topics again, and keeps them
+    assert plane.command("bzone1", op="acquire", topic="fenced")["ok"]
+    time.sleep(0.5)
+    assert "fenced" in plane.command("bzone1", op="status")["owned"] and plane.meta.owner("fenced")["broker"] == "bzone1"

@@ -14,7 +14,7 @@ import pytest
 from testbed.nc.coordinate import Coordinate
 from testbed.policies import ONE_WAY, RTT, latency
 from testbed.systems.pubsub.client import Endpoint, Publisher, Subscriber
-from testbed.systems.pubsub.lookup import parse_lookup
+from testbed.systems.pubsub.lookup import parse_lookup, parse_lost
 from testbed.systems.pubsub.trace_schema import FIELDS as TRACE_FIELDS
 from testbed.systems.pubsub.metadata import check_topic
 from testbed.systems.pubsub.reports import ClientEntry, Owned, parse_nc_report, topic_report
@@ -86,6 +86,13 @@ def test_lookup_requests_carry_the_asker_when_they_can():
     for bad in (b"{}", b'{"topic": "a/b"}', b"not json"):
         with pytest.raises((ValueError, KeyError)):
             parse_lookup(bad)
+
+
+def test_a_lookup_may_say_which_broker_its_client_lost():
+    assert parse_lost(json.dumps({"topic": "t", "lost": "bzone1"}).encode()) == "bzone1"
+    for request in (b'{"topic": "t"}', b'{"topic": "t", "lost": 7}', b'{"topic": "t", "lost": ""}', b"not json",
+                    b"[1]", json.dumps({"lost": "x" * 65}).encode()):
+        assert parse_lost(request) is None
 
 
 def test_payload_carries_id_seq_and_scheduled_time_at_the_configured_size():

@@ -1,5 +1,7 @@
 """A broker killed for good mid-run (scenarios/failover-smoke.yaml, root only; about 80 s): its topics
-are re-placed near their clients and every client's downtime is measured."""
+are re-placed near their clients within a second (fast failover: the clients tell the topic manager,
+which probes the broker and fences it) and every client's downtime is measured; a paused broker
+gives its topics up when it resumes; ZooKeeper killed and restarted."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from pathlib import Path
 from tests.needs import FULL_SYSTEM
 
 ROOT = Path(__file__).resolve().parent.parent
-SESSION_TIMEOUT_S = 6.0  # the broker agent's ZooKeeper session: how long a dead broker still owns its topics
+FAILOVER_P50_S = 1.0  # issue 19's target for the clients' downtime after a broker crash (was 6-7.6 s: the session)
 pytestmark = FULL_SYSTEM
 
 
@@ -39,13 +41,15 @@ def test_a_killed_broker_has_its_topics_replaced_and_the_downtime_measured(tmp_p
     assert set(orphans) == {"follow_leader-swarm1", "sensor_data-swarm1"}
     assert all(o["dead"] == "bzone1" and o["broker"] == "bzone2" and o["carried"] for o in orphans.values())
     assert failover["topics_replaced"] == 2
-    # Every client (3 UAVs x 2 topics) lost its broker and came back; the downtime is bounded by the
-    # ZooKeeper session timeout plus the clients' lookup back-off.
+    # Every client (3 UAVs x 2 topics) lost its broker and came back within a second: the topic
+    # manager probed bzone1 on the clients' word (refused at once) and fenced it, not waiting for
+    # its ZooKeeper session (6 s) to expire.
     assert failover["clients_lost_broker"] == 6 and failover["clients_recovered"] == 6
-    assert SESSION_TIMEOUT_S - 1 <= failover["downtime_p50_s"] <= failover["downtime_max_s"] <= SESSION_TIMEOUT_S + 4
+    assert failover["brokers_fenced"] == ["bzone1"] and failover["fence_probe_s"] < 0.5
+    assert failover["downtime_p50_s"] < FAILOVER_P50_S and failover["downtime_max_s"] < 2 * FAILOVER_P50_S
     # After the failover the traffic flows through bzone2, and almost everything was delivered.
     late = [json.loads(line) for path in (out / "traces").glob("*.jsonl") for line in path.open()
-            if float(json.loads(line)["send_time"]) > killed["time"] + SESSION_TIMEOUT_S + 5]
+            if float(json.loads(line)["send_time"]) > killed["time"] + 3]
     assert late and {row["broker"] for row in late} == {"bzone2"}
     assert summary["delivered"] >= 0.9 * summary["expected_deliveries"]
 
@@ -79,3 +83,44 @@ def test_zookeeper_killed_and_restarted_stops_the_control_plane_not_the_data_pla
     assert outage["first_round_after_s"] >= outage["down_s"] - 0.5 and outage["rounds_after"] >= 1
     rounds = [e for e in events if e["type"] == "round" and e["time"] > back["time"]]
     assert rounds and rounds[-1]["brokers"] >= 2
+
+
+def test_a_paused_broker_is_fenced_and_gives_its_topics_up_when_it_resumes(tmp_path):
+    """`pause: bzone1` (SIGSTOP of its node for 4 s, issue 19): the clients notice the silence (NATS
+    pings), the topic manager's probe times out and fences bzone1, the topics go to bzone2; when
+    bzone1 resumes (its ZooKeeper session still alive) its owner nodes' watches tell it the topics are
+    gone, and it gives them up rather than serve them beside their new owner: no split brain."""
+    import yaml
+
+    data = yaml.safe_load((ROOT / "scenarios" / "failover-smoke.yaml").read_text())
+    data.update(name="paused", duration="40s", faults=[{"at": "18s", "pause": "bzone1", "resume_after": "4s"}])
+    scenario = tmp_path / "paused.yaml"
+    scenario.write_text(yaml.safe_dump(data, sort_keys=False))
+    run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--results", str(tmp_path)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (out,) = tmp_path.glob("paused-*")
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    (paused,) = [e for e in events if e["type"] == "broker_paused"]
+    (resumed,) = [e for e in events if e["type"] == "broker_resumed"]
+    assert {"nats-server", "serf"} < set(paused["paused"]) and 3.5 < resumed["time"] - paused["time"] < 5.5
+    failover = json.loads((out / "summary.json").read_text())["failover"]
+    print(f"\npaused broker: {failover}")
+    assert failover["brokers_paused"] == ["bzone1"] and failover["brokers_fenced"] == ["bzone1"]
+    (fenced,) = [e for e in events if e["type"] == "broker_fenced"]
+    assert paused["time"] < fenced["time"] < resumed["time"] and fenced["probe_s"] >= 0.4  # a timeout, not a refusal
+    assert sorted(fenced["fenced"]) == ["follow_leader-swarm1", "sensor_data-swarm1"]
+    # every client noticed the silence and came back while bzone1 was still paused
+    assert failover["clients_lost_broker"] == failover["clients_recovered"] == 6
+    downtimes = [e for e in events if e["type"] == "downtime" and e.get("reason") == "broker_lost"]
+    assert all(e["time"] < resumed["time"] for e in downtimes), downtimes
+    # on resuming, bzone1 gave both topics up (its session was alive: the watches told it)
+    gave_up = [e for e in events if e["type"] == "ownership_fenced"]
+    assert sorted(e["topic"] for e in gave_up) == sorted(fenced["fenced"])
+    assert all(resumed["time"] <= e["time"] < resumed["time"] + 2 for e in gave_up)
+    # nothing of those topics went through bzone1 after it resumed, but by a migration back to it
+    back = [e for e in events if e["type"] == "migration_end" and e.get("to_broker") == "bzone1" and e.get("ok")]
+    until = min([e["time"] for e in back], default=float("inf"))
+    rows = [json.loads(line) for path in (out / "traces").glob("*.jsonl") for line in path.open()]
+    served = [r for r in rows if r["broker"] == "bzone1" and resumed["time"] + 0.5 < float(r["receive_time"]) < until]
+    assert not served, served[:3]

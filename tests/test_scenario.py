@@ -211,12 +211,21 @@ def test_a_zookeeper_fault_needs_restart_after_and_a_broker_fault_refuses_it(tmp
     cases = [([{"at": "20s", "kill": "zookeeper"}], "restart_after goes with kill: zookeeper"),
              ([{"at": "20s", "kill": "bzone1", "restart_after": "5s"}], "restart_after goes with kill: zookeeper"),
              ([{"at": "40s", "kill": "zookeeper", "restart_after": "20s"}], "back at 60s, not within the run's duration"),
-             ([{"at": "20s", "kill": "zookeeperx", "restart_after": "5s"}], "is not a valid name")]
+             ([{"at": "20s", "kill": "zookeeperx", "restart_after": "5s"}], "is not a valid name"),
+             ([{"at": "20s", "pause": "bzone1"}], "resume_after goes with pause, and a pause needs it"),
+             ([{"at": "20s", "kill": "bzone1", "pause": "bzone2", "resume_after": "3s"}], "give exactly one of kill and pause"),
+             ([{"at": "20s"}], "give exactly one of kill and pause"),
+             ([{"at": "20s", "pause": "cloud", "resume_after": "3s"}], "only edge brokers can be paused"),
+             ([{"at": "20s", "pause": "swarm1", "resume_after": "3s"}], "'swarm1': not a broker node"),
+             ([{"at": "45s", "pause": "bzone1", "resume_after": "5s"}], "back at 50s, not within the run's duration"),
+             ([{"at": "10s", "pause": "bzone1", "resume_after": "3s"}, {"at": "20s", "kill": "bzone1"}],
+              "each broker, and ZooKeeper, can be the target of one fault")]
     for faults, expected in cases:
         path = tmp_path / "f.yaml"
         path.write_text(_yaml.safe_dump({**base, "faults": faults}, sort_keys=False))
         with pytest.raises(ScenarioError, match=expected) as error:
             topology.checked(load(path), str(path))
         assert str(error.value).startswith(f"{path}:"), str(error.value)
-    path.write_text(_yaml.safe_dump({**base, "faults": [{"at": "20s", "kill": "zookeeper", "restart_after": "8s"}]}))
+    path.write_text(_yaml.safe_dump({**base, "faults": [{"at": "20s", "kill": "zookeeper", "restart_after": "8s"},
+                                                        {"at": "20s", "pause": "bzone2", "resume_after": "3s"}]}))
     assert topology.checked(load(path), str(path)) is not None

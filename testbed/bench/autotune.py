@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import yaml
 
+from testbed.bench.runs import run_scenario
 from testbed.procs import json_lines, percentile
 from testbed.systems.autotune.sources import TABLE_II
 
@@ -95,12 +95,9 @@ def n_series(rows: list[dict], start: float, bucket_s: float = 1.0) -> list[list
 
 
 def run_one(path: Path, runs: Path, backend: str) -> dict:
-    before = set(runs.glob("*"))
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(path), "--backend", backend,
-                           "--results", str(runs)], capture_output=True, text=True)
-    (run_dir,) = set(runs.glob("*")) - before or {None}
-    if done.returncode != 0 or run_dir is None or not (run_dir / "summary.json").exists():
-        return {"ok": False, "error": (done.stderr or done.stdout)[-1500:]}
+    run_dir, error = run_scenario(path, runs, backend)
+    if run_dir is None or not (run_dir / "summary.json").exists():
+        return {"ok": False, "error": error or f"{run_dir} has no summary.json"}
     summary = json.loads((run_dir / "summary.json").read_text())
     harness, tune = summary.get("harness", {}), summary["autotune"]
     start = min((e["time"] for e in json_lines(run_dir / "events.jsonl") if e.get("type") == "run_start"), default=0.0)

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import yaml
+
+from testbed.bench.runs import run_scenario
 
 OUT = Path("results/bench")
 SCHEMES = ("rnd+none", "rnd+ldm", "rnd+sdm", "rr+none", "rr+ldm", "rr+sdm",
@@ -44,12 +45,9 @@ def variant(scenario: Path, scheme: str, out: Path) -> Path:
 
 
 def run_one(path: Path, runs: Path, backend: str) -> dict:
-    before = set(runs.glob("*"))
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(path), "--backend", backend,
-                           "--results", str(runs)], capture_output=True, text=True)
-    (run_dir,) = set(runs.glob("*")) - before or {None}
-    if done.returncode != 0 or run_dir is None:
-        return {"ok": False, "error": (done.stderr or done.stdout)[-1500:]}
+    run_dir, error = run_scenario(path, runs, backend)
+    if run_dir is None:
+        return {"ok": False, "error": error}
     summary = json.loads((run_dir / "summary.json").read_text())
     harness = summary.get("harness", {})
     return {"ok": True, "run": str(run_dir), "bad": summary["bad"], "classes": summary["classes"],

@@ -24,7 +24,6 @@ import argparse
 import json
 import random
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.bench.runs import run_scenario
 from testbed.tracking.bloom import PRESETS
 from testbed.tracking.config import TrackingConfig
 from testbed.tracking.msgid import MessageId, node_id
@@ -189,16 +189,6 @@ def variant(scenario: Path, case: Case, out: Path, **extra) -> Path:
     return path
 
 
-def _run(path: Path, runs: Path, backend: str) -> tuple[Path | None, str]:
-    before = set(runs.glob("*"))
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(path), "--backend", backend,
-                           "--results", str(runs)], capture_output=True, text=True)
-    made = sorted(set(runs.glob("*")) - before)
-    if done.returncode != 0 or not made:
-        return None, (done.stderr or done.stdout)[-1500:]
-    return made[0], ""
-
-
 def latency(run_dir: Path, broker: str = "bzone1") -> dict:
     """E2E mean, p50 and p99 (ms) over every delivered message of the run's traces, and the share
     that went through `broker` (the setup's one broker: a topic placed on the cloud instead adds a
@@ -221,7 +211,7 @@ def latency(run_dir: Path, broker: str = "bzone1") -> dict:
 
 
 def live_one(case: Case, work: Path, backend: str, round_no: int) -> dict:
-    run_dir, error = _run(variant(SCENARIO, case, work), work / "runs", backend)
+    run_dir, error = run_scenario(variant(SCENARIO, case, work), work / "runs", backend)
     if run_dir is None:
         return {"label": case.label, "round": round_no, "ok": False, "error": error}
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -240,7 +230,7 @@ def live_one(case: Case, work: Path, backend: str, round_no: int) -> dict:
 def accuracy(work: Path, backend: str) -> dict:
     from analysis.tracking import check_run
 
-    run_dir, error = _run(SMOKE, work / "runs", backend)
+    run_dir, error = run_scenario(SMOKE, work / "runs", backend)
     if run_dir is None:
         return {"ok": False, "error": error}
     result = check_run(run_dir, sample=1_000_000)

@@ -233,19 +233,35 @@ class Network:
         teardown works as usual. Returns the names of what was killed."""
         import signal
 
+        return self._signal_processes(node, signal.SIGKILL)
+
+    def pause(self, node: str) -> list[str]:
+        """The node stops answering without failing: SIGSTOP every process in it (its sockets stay
+        open, its peers see silence). Returns the names of what was stopped."""
+        import signal
+
+        return self._signal_processes(node, signal.SIGSTOP)
+
+    def resume(self, node: str) -> list[str]:
+        import signal
+
+        return self._signal_processes(node, signal.SIGCONT)
+
+    def _signal_processes(self, node: str, signum: int) -> list[str]:
+        """Send `signum` to every process of the node but the emulator's own shell into it."""
         from testbed.emulation.netns import pids_in
 
-        killed = []
+        reached = []
         for pid in pids_in(self.nodes[node].pid):
             try:
                 if b"mininet:" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     continue  # the emulator's shell into the node (Containernet's), not the node's own
                 name = Path(f"/proc/{pid}/comm").read_text().strip()
-                os.kill(pid, signal.SIGKILL)
-                killed.append(name)
+                os.kill(pid, signum)
+                reached.append(name)
             except OSError:
                 continue  # exited meanwhile
-        return sorted(killed)
+        return sorted(reached)
 
     def cmd(self, node: str, command: str) -> str:
         """Run a shell command in a node and return its output (trusted, internal commands only)."""

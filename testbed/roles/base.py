@@ -51,6 +51,8 @@ class Role:
     supervise()   every second or so: what died or restarted, as events (never a silent gap)
     kill(node)    a scenario fault: `node` crashed (for good, or until restore); returns fault events
     restore(node) a fault's end: what was killed comes back (ZooKeeper after `restart_after`)
+    pause(node)   a scenario fault: `node`'s processes are stopped (SIGSTOP); returns fault events
+    resume(node)  the pause's end (SIGCONT after `resume_after`)
     progress()    a few words for the progress line
     stop()        stop its processes (also after an error or Ctrl-C; must be safe to call twice)
     events()      after stop: everything it recorded, as events to merge into the run's
@@ -82,6 +84,12 @@ class Role:
         return []
 
     def restore(self, node: str) -> list[dict]:
+        return []
+
+    def pause(self, node: str) -> list[dict]:
+        return []
+
+    def resume(self, node: str) -> list[dict]:
         return []
 
     def progress(self) -> str:

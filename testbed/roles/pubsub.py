@@ -244,6 +244,20 @@ class PubSubRole(Role):
             self._restoring = self.system.restore_zookeeper(self.faults)
         return []
 
+    def pause(self, node: str) -> list[dict]:
+        if node not in self.system.brokers():
+            return []
+        self.faults.append({"type": "broker_paused", "time": time.time(), "node": node,
+                            "paused": self.system.network.pause(node)})
+        return [self.faults[-1]]
+
+    def resume(self, node: str) -> list[dict]:
+        if node not in self.system.brokers():
+            return []
+        self.faults.append({"type": "broker_resumed", "time": time.time(), "node": node,
+                            "resumed": self.system.network.resume(node)})
+        return [self.faults[-1]]
+
     def supervise(self) -> list[dict]:
         return self.system.supervise()
 

@@ -197,10 +197,15 @@ class PubSubWorkload(Role):
         lost = max(0, expected - summary["delivered"])
         if "failover" in summary:
             f = summary["failover"]
+            hit = ", ".join([f"killed {b}" for b in f["brokers_killed"]] + [f"paused {b}" for b in f["brokers_paused"]])
             lines.append(
-                f"failover: killed {', '.join(f['brokers_killed'])}; {f['topics_replaced']} topics re-placed; "
+                f"failover: {hit}; {f['topics_replaced']} topics re-placed; "
                 f"{f['clients_recovered']} of {f['clients_lost_broker']} clients back on a broker, downtime "
-                + (f"p50 {f['downtime_p50_s']:.2f} s, max {f['downtime_max_s']:.2f} s" if f["downtime_max_s"] else "-"))
+                + (f"p50 {f['downtime_p50_s']:.2f} s, max {f['downtime_max_s']:.2f} s" if f["downtime_max_s"] else "-")
+                + (f"; fenced {', '.join(f['brokers_fenced'])} after a probe of {f['fence_probe_s']:.2f} s"
+                   if f["brokers_fenced"] else "")
+                + (f"; {len(f['ownership_fenced'])} topics given up by the paused broker on resuming"
+                   if f["ownership_fenced"] else ""))
         if "zookeeper_outage" in summary:
             z = summary["zookeeper_outage"]
             lines.append(
@@ -267,7 +272,7 @@ def summarize(trace_dir: Path, thresholds: dict[str, float], events: list[dict],
                "violations_detected": sum(e.get("type") == "violation_detected" for e in events),
                "rounds_failed": sum(e.get("type") == "round_failed" for e in events),
                "published": sent, "delivered": received}
-    if any(e.get("type") == "broker_killed" for e in events):
+    if any(e.get("type") in ("broker_killed", "broker_paused") for e in events):
         summary["failover"] = failover(events)
     if outage:
         outage["delivered_while_down"], outage["delivered_before"] = around
@@ -304,8 +309,14 @@ def failover(events: list[dict]) -> dict:
     downs = [e for e in events if e.get("type") == "downtime" and e.get("reason") == "broker_lost"]
     recovered = {(e["topic"], e["client"], e.get("role")) for e in downs}
     values = sorted(e["downtime_s"] for e in downs)
+    fenced = [e for e in events if e.get("type") == "broker_fenced"]
     return {"brokers_killed": sorted(e["node"] for e in events if e.get("type") == "broker_killed"),
+            "brokers_paused": sorted(e["node"] for e in events if e.get("type") == "broker_paused"),
             "topics_replaced": len({e["topic"] for e in events if e.get("type") == "orphan_replaced" and e.get("broker")}),
             "clients_lost_broker": len(lost), "clients_recovered": len(lost & recovered),
             "downtime_p50_s": percentile(values, 0.5),
-            "downtime_max_s": values[-1] if values else None}
+            "downtime_max_s": values[-1] if values else None,
+            # fast failover: the topic manager probed a broker its clients lost and fenced it
+            "brokers_fenced": sorted({e["broker"] for e in fenced}),
+            "fence_probe_s": max((e["probe_s"] for e in fenced), default=None),
+            "ownership_fenced": sorted(e["topic"] for e in events if e.get("type") == "ownership_fenced")}

@@ -694,21 +694,38 @@ def _check_fault_target(value: str) -> str:
 
 
 class Fault(Strict):
-    """At `at` into the run, `kill` crashes. A broker node crashes for good: its nats-server, broker
-    agent and Serf agent are killed (SIGKILL) and not restarted; its topics must be re-placed.
-    `kill: zookeeper` kills the cloud's ZooKeeper (SIGKILL) and starts it again, with its data,
-    `restart_after` later: the control plane is gone meanwhile, the data plane is not."""
+    """At `at` into the run, `kill` crashes or `pause` stops a part. A broker node crashes for good:
+    its nats-server, broker agent and Serf agent are killed (SIGKILL) and not restarted; its topics
+    must be re-placed. `kill: zookeeper` kills the cloud's ZooKeeper (SIGKILL) and starts it again,
+    with its data, `restart_after` later: the control plane is gone meanwhile, the data plane is not.
+    `pause: <broker>` stops every process of a broker node (SIGSTOP) for `resume_after` (SIGCONT):
+    a broker that is only slow, which must not end up owning a topic another broker owns."""
 
     at: PositiveDuration
-    kill: Annotated[str, AfterValidator(_check_fault_target)]
+    kill: Annotated[str, AfterValidator(_check_fault_target)] | None = None
     restart_after: PositiveDuration | None = None
+    pause: Annotated[str, AfterValidator(check_name)] | None = None
+    resume_after: PositiveDuration | None = None
 
     @model_validator(mode="after")
-    def _restart_only_zookeeper(self) -> Fault:
-        if (self.kill == ZOOKEEPER) != (self.restart_after is not None):
+    def _one_kind(self) -> Fault:
+        if (self.kill is None) == (self.pause is None):
+            raise ValueError("a fault is a kill or a pause: give exactly one of kill and pause")
+        if self.kill is not None and (self.kill == ZOOKEEPER) != (self.restart_after is not None):
             raise ValueError("restart_after goes with kill: zookeeper, and zookeeper needs it "
                              "(a broker is killed for good)")
+        if (self.pause is not None) != (self.resume_after is not None):
+            raise ValueError("resume_after goes with pause, and a pause needs it")
         return self
+
+    @property
+    def target(self) -> str:
+        return self.kill if self.kill is not None else self.pause
+
+    @property
+    def back_after(self) -> float | None:
+        """How long until the part is back (a restart or a resume); None: killed for good."""
+        return self.restart_after if self.restart_after is not None else self.resume_after
 
 
 class Tracking(Strict):

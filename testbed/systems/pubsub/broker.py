@@ -30,6 +30,7 @@ from pathlib import Path
 from testbed.nc.coordinate import Coordinate
 from testbed.nc.serf import SerfError, SerfRPC
 from testbed.systems.pubsub.client import connect_nats
+from testbed.systems.pubsub.peers import Peers
 from testbed.systems.pubsub.metadata import Metadata, check_topic
 from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES, get_distance
 from testbed.policies.snapshot import BrokerReport, coord_to_dict
@@ -75,14 +76,15 @@ class BrokerAgent:
         self.monitor = args.monitor or f"http://{self.local_url.split('//')[-1].split(':')[0]}:{MONITOR_PORT}/varz"
         self.events_path = Path(args.events) if args.events else None
         self.serf_name = args.serf_name or args.node
-        self.meta = Metadata(args.zk, session_timeout=args.session_timeout, on_restored=self._restored_threadsafe)
+        self.meta = Metadata(args.zk, session_timeout=args.session_timeout, on_restored=self._restored_threadsafe,
+                             on_fenced=self._fenced_threadsafe)
         self.sampler = ResourceSampler(capacity_bps=args.bandwidth)
         self.owned: dict[str, Owned] = {}
         self.grace: dict[str, Grace] = {}
-        self.peers: dict[str, object] = {}
-        self._connecting: dict[str, asyncio.Future] = {}
+        self.peers = Peers(f"agent-{self.name}")
         self.counters = {"nc_reports": 0, "malformed": 0, "strays": 0, "forwarded": 0, "bridged": 0,
-                         "redirects": 0, "dropped": 0, "reacquired": 0, "lost": 0, "reports_written": 0}
+                         "redirects": 0, "dropped": 0, "reacquired": 0, "lost": 0, "reports_written": 0,
+                         "fenced": 0}
         self.last_report: dict | None = None
         self.coord: Coordinate | None = None
         self._varz: tuple[float, int] | None = None
@@ -106,36 +108,17 @@ class BrokerAgent:
         task.add_done_callback(self._tasks.discard)
 
     async def _peer(self, address: str):
-        """A connection to another broker's nats-server (one per address, shared by concurrent callers)."""
-        nc = self.peers.get(address)
-        if nc is not None and not nc.is_closed:
-            return nc
-        if address not in self._connecting:
-            self._connecting[address] = asyncio.ensure_future(connect_nats(address, name=f"agent-{self.name}"))
-        try:
-            nc = await asyncio.shield(self._connecting[address])
-        finally:
-            self._connecting.pop(address, None)
-        self.peers[address] = nc
-        return nc
+        return await self.peers.get(address)
 
     async def _warm_peers(self) -> None:
-        """Connect ahead to every registered broker, so a migration does not wait for a TCP and NATS
-        handshake with the new owner (as Pulsar's brokers keep their admin clients)."""
+        """Connect ahead to every registered broker (`peers.Peers`)."""
         try:
             brokers = await self.zk(self.meta.brokers)
         except Exception:  # noqa: BLE001 - next period
             return
-        for name, info in brokers.items():
-            address = info.get("address")
-            if name != self.name and address and address not in self.peers and address not in self._connecting:
-                self.spawn(self._peer_quietly(address))
-
-    async def _peer_quietly(self, address: str) -> None:
-        try:
-            await self._peer(address)
-        except Exception as error:  # noqa: BLE001 - a broker that is gone; a migration to it will say so
-            self.event("peer_unreachable", address=address, error=f"{type(error).__name__}: {error}")
+        self.peers.warm([info.get("address") for name, info in brokers.items() if name != self.name], self.spawn,
+                        lambda address, error: self.event("peer_unreachable", address=address,
+                                                          error=f"{type(error).__name__}: {error}"))
 
     async def zk(self, fn, *args):
         return await asyncio.to_thread(fn, *args)
@@ -165,11 +148,11 @@ class BrokerAgent:
         reporter = asyncio.create_task(self._report_loop())
         await stop.wait()
         reporter.cancel()
-        for nc in [self.nc, *self.peers.values()]:
-            try:
-                await nc.close()
-            except Exception:  # noqa: BLE001 - closing on the way out
-                pass
+        await self.peers.close()
+        try:
+            await self.nc.close()
+        except Exception:  # noqa: BLE001 - closing on the way out
+            pass
         await self.zk(self.meta.stop)
 
     # -- commands ---------------------------------------------------------------------------------
@@ -401,6 +384,20 @@ class BrokerAgent:
             self.owned.pop(topic, None)
             self.spawn(self._tell_wrong_broker(topic))
         self.event("zk_session_restored", reacquired=reacquired, lost=lost)
+
+    def _fenced_threadsafe(self, topic: str) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self._fenced, topic)
+
+    def _fenced(self, topic: str) -> None:
+        """The topic manager judged this broker gone and took `topic` from it (we were paused, or too
+        slow to answer its probe): drop it and send its clients to the new owner. (The registration,
+        deleted too, is made again by `metadata`: this broker is alive.)"""
+        if self.owned.pop(topic, None) is None:
+            return
+        self.counters["fenced"] += 1
+        self.event("ownership_fenced", topic=topic)
+        self.spawn(self._tell_wrong_broker(topic))
 
     # -- monitoring -------------------------------------------------------------------------------
     def _serf_coordinate(self) -> Coordinate | None:

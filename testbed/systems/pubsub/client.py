@@ -53,6 +53,8 @@ RELOOKUP_CONNECT_S = 2.0  # a nats-server that is up accepts within an RTT; a de
 # ZooKeeper session expires (~6 s); with pauses doubling to 2 s a retry could land just before the
 # expiry and wait 2 s more (downtime 6 s or 8.5 s by chance, on either backend). 0.5 s bounds that.
 RELOOKUP_PAUSE_MAX_S = 0.5
+PING_INTERVAL_S = 1.0  # nats-py's default is 2 minutes: a paused broker would hold its clients that long
+MAX_PINGS_OUT = 2      # unanswered pings before the connection counts as dropped (~2-3 s)
 # Message tracking (seed 002): a subscriber tells its broker's tracker when it attaches and leaves, and
 # the tracker tells a publisher its clock's correction (testbed.systems.pubsub.tracker).
 TRACK_ATTACH, TRACK_DETACH, TRACK_SKEW, TRACK_TIME = ("_ep.track.attach", "_ep.track.detach", "_ep.track.skew",
@@ -83,13 +85,15 @@ async def _log_error(error: Exception) -> None:
 async def connect_nats(address: str, name: str | None = None, timeout: float = 10.0, disconnected_cb=None):
     """A NATS connection that reconnects forever once up (a restarted nats-server) but gives up on
     a first connect after `timeout` (a broker that is gone). Agents use it too. `disconnected_cb`
-    (a coroutine function) runs each time the connection drops."""
+    (a coroutine function) runs each time the connection drops, also when a server stops answering
+    pings (PING_INTERVAL_S x MAX_PINGS_OUT: a paused broker, whose TCP connections stay open)."""
     return await asyncio.wait_for(nats.connect(address, name=name, connect_timeout=5, max_reconnect_attempts=-1,
                                                reconnect_time_wait=0.2, error_cb=_log_error,
+                                               ping_interval=PING_INTERVAL_S, max_outstanding_pings=MAX_PINGS_OUT,
                                                disconnected_cb=disconnected_cb), timeout)
 
 
-async def _reachable(address: str, timeout: float = 1.0) -> None:
+async def reachable(address: str, timeout: float = 1.0) -> None:
     """Raises unless something accepts TCP at nats://host:port (a refused connect fails at once,
     where a NATS connect would keep retrying until its timeout)."""
     host, port = address.removeprefix("nats://").rsplit(":", 1)
@@ -97,11 +101,13 @@ async def _reachable(address: str, timeout: float = 1.0) -> None:
     writer.close()
 
 
-async def lookup(topic: str, lookup_nc, timeout: float = 10.0, asker: dict | None = None) -> dict:
+async def lookup(topic: str, lookup_nc, timeout: float = 10.0, asker: dict | None = None,
+                 lost: str | None = None) -> dict:
     """{"topic", "broker", "address"} from `_ep.lookup` (the topic manager at the cloud broker).
     `asker`: {"client", "role", "coord"}, who asks and from where, so that the topic manager can place
-    a topic nobody owns near its first client (testbed.systems.pubsub.lookup.parse_lookup)."""
-    request = {"topic": topic, **(asker or {})}
+    a topic nobody owns near its first client (testbed.systems.pubsub.lookup.parse_lookup). `lost`:
+    the broker whose connection dropped, which the topic manager probes and fences if it is gone."""
+    request = {"topic": topic, **(asker or {}), **({"lost": lost} if lost else {})}
     reply = await lookup_nc.request("_ep.lookup", json.dumps(request).encode(), timeout=timeout)
     answer = json.loads(reply.data)
     if not answer.get("address"):
@@ -164,7 +170,7 @@ class TopicClient:
         self.current = await self._attach(broker, address)
         self._spawn(self._report_loop())
 
-    async def _lookup(self, first: bool = False) -> tuple[str, str]:
+    async def _lookup(self, first: bool = False, lost: str | None = None) -> tuple[str, str]:
         """The topic's broker. The first lookup says who asks and from where (the coordinate the client
         would report), so a topic nobody owns yet can start near it; later ones (after a disconnect or
         a lost broker) ask for a topic the manager already knows, and save the coordinate query."""
@@ -173,7 +179,7 @@ class TopicClient:
         asker = {"client": self.name, "role": self.role, "coord": await self._coordinate()} if first else None
         while True:
             try:
-                answer = await lookup(self.topic, self._lookup_nc, asker=asker)
+                answer = await lookup(self.topic, self._lookup_nc, asker=asker, lost=lost)
                 return answer["broker"], answer["address"]
             except (LookupError, nats.errors.Error, asyncio.TimeoutError) as error:
                 self.events.add("lookup_failed", topic=self.topic, client=self.name, error=str(error))
@@ -239,7 +245,7 @@ class TopicClient:
         self.events.add("broker_lost", topic=self.topic, client=self.name, role=self.role, broker=ep.broker)
         self._open_downtime("broker_lost", ep, None)
         if self.lookup_url:
-            self._spawn(self._relookup(ep))
+            self._spawn(self._relookup(ep, lost=True))
 
     def _open_downtime(self, reason: str, ep: Endpoint, target: str | None) -> None:
         if self.downtime is None:
@@ -264,8 +270,10 @@ class TopicClient:
             self._spawn(self._detach(old))
             self.events.add("relinked", topic=self.topic, client=self.name, role=self.role, frm=old.broker, to=broker)
 
-    async def _relookup(self, old: Endpoint) -> None:
-        """Baseline: the broker dropped us; find the topic's new owner through the topic manager."""
+    async def _relookup(self, old: Endpoint, lost: bool = False) -> None:
+        """Baseline: the broker dropped us; find the topic's new owner through the topic manager.
+        `lost`: the connection dropped (not a disconnect order): the lookups say so, and the topic
+        manager probes the broker and fences it if it is gone (fast failover)."""
         async with self._move_lock:
             if self.current is not old:
                 return
@@ -273,10 +281,10 @@ class TopicClient:
             self._spawn(self._detach(old))
             pause = 0.2
             while True:
-                broker, address = await self._lookup()
+                broker, address = await self._lookup(lost=old.broker if lost else None)
                 try:  # a broker that is up accepts at once; a dead one is tried again after the next lookup
                     if address == old.address:  # still the broker we lost: is it back?
-                        await _reachable(address)
+                        await reachable(address)
                     new = await self._attach(broker, address, timeout=RELOOKUP_CONNECT_S)
                     break
                 except Exception as error:  # noqa: BLE001 - look up again: the owner may change meanwhile

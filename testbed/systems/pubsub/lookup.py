@@ -6,6 +6,14 @@ A lookup request is {"topic": t} plus, from the client library, the asker: {"cli
 unowned topic from the asker's coordinate (`control.initial_placement: first_lookup`); a missing or
 malformed asker only loses that (the lookup is still answered).
 
+Fast failover (issue 19): a client whose connection to its broker dropped says so in its lookup
+({"lost": b}). The service probes b (a TCP connect to its nats-server, then its agent's status)
+within PROBE_S; a broker that fails the probe is fenced: its registration and owner nodes are
+deleted from ZooKeeper, so its topics are orphans at once instead of when its ZooKeeper session
+expires (6 s), and the lookup places them anew. A broker that was only slow (paused) and comes back
+learns from its owner nodes' watches that it lost them and redirects its clients
+(`metadata.Metadata.fence`, the broker agent's `_fenced`): no topic keeps two owners.
+
 The topic manager (`manager.TopicManager`) is this service with a placement policy for unowned
 topics. Run alone (the data-plane tests), it places a topic on the broker planned for it on
 `_ep.lookup.plan` ({"topic": t, "broker": b}, used once), else on the default broker.
@@ -21,12 +29,25 @@ import json
 import logging
 import signal
 import sys
+import time
 
 from testbed.policies.initial import asker_clients
 from testbed.policies.snapshot import ClientNC, TopicClients, coord_from_dict
-from testbed.systems.pubsub.client import connect_nats
+from testbed.systems.pubsub.client import connect_nats, reachable
 from testbed.systems.pubsub.metadata import Metadata, check_topic
+from testbed.systems.pubsub.peers import Peers
 from testbed.systems.pubsub.reports import check_coordinate
+
+PROBE_S = 0.5  # a live broker's nats-server accepts and its agent answers well within this on any emulated path
+
+
+def parse_lost(data: bytes) -> str | None:
+    """The broker a lookup says its client lost ({"lost": name}), or None."""
+    try:
+        lost = json.loads(data).get("lost")
+    except (ValueError, AttributeError):
+        return None
+    return lost if isinstance(lost, str) and 0 < len(lost) <= 64 else None
 
 
 def parse_lookup(data: bytes) -> tuple[str, TopicClients | None]:
@@ -48,15 +69,24 @@ class LookupService:
         self.nats_url, self.default = nats_url, default
         self.meta = Metadata(zk)
         self.plan: dict[str, str] = {}
-        self.peers: dict[str, object] = {}
+        self.peers = Peers("lookup")
         self.locks: dict[str, asyncio.Lock] = {}
         self.answered = 0
         self._tasks: set = set()
 
     async def _peer(self, address: str):
-        if address not in self.peers or self.peers[address].is_closed:
-            self.peers[address] = await connect_nats(address, name="lookup")
-        return self.peers[address]
+        return await self.peers.get(address)
+
+    async def warm_peers(self) -> None:
+        """Connect ahead to every registered broker: an orphan's acquire at its new owner then waits
+        for no handshake (`peers.Peers`)."""
+        brokers = await asyncio.to_thread(self.meta.brokers)
+        self.peers.warm([info.get("address") for info in brokers.values()], self._spawn)
+
+    def _spawn(self, coro) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def resolve(self, topic: str, asker: TopicClients | None = None) -> dict:
         """The topic's owner, assigning it if it has none; `asker` (who asks, `parse_lookup`) is for
@@ -79,18 +109,49 @@ class LookupService:
                 return {"topic": topic, **answer["owner"]}
             return {"topic": topic, "error": answer.get("error", "acquire failed")}
 
+    async def suspect(self, broker: str) -> dict | None:
+        """A client lost `broker`: probe it, and fence it if it fails the probe. Returns what was
+        found ({"broker", "alive", "probe_s", "fenced": topics}) or None when the broker is no longer
+        registered (fenced already, or its session expired). One probe per broker at a time: the
+        clients that lost it together wait for the first one's answer."""
+        async with self.locks.setdefault(f"broker {broker}", asyncio.Lock()):
+            registered = (await asyncio.to_thread(self.meta.brokers)).get(broker)
+            if registered is None:
+                return None
+            started = time.monotonic()
+            alive = await self.probe(broker, registered["address"])
+            found = {"broker": broker, "alive": alive, "probe_s": round(time.monotonic() - started, 4), "fenced": []}
+            if not alive:
+                found["fenced"] = await asyncio.to_thread(self.meta.fence, broker)
+            return found
+
+    async def probe(self, broker: str, address: str) -> bool:
+        """Whether `broker` serves: its nats-server accepts a TCP connection and its agent answers a
+        status request, each within PROBE_S. A killed node refuses at once; a paused one times out."""
+        try:
+            await reachable(address, timeout=PROBE_S)
+            peer = await asyncio.wait_for(self._peer(address), PROBE_S)
+            reply = await peer.request(f"_ep.cmd.{broker}", b'{"op": "status"}', timeout=PROBE_S)
+            return bool(json.loads(reply.data).get("ok"))
+        except Exception:  # noqa: BLE001 - any failure to answer in time is a failed probe
+            return False
+
     async def _on_lookup(self, msg) -> None:
-        task = asyncio.get_running_loop().create_task(self._answer(msg))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._spawn(self._answer(msg))
 
     async def _answer(self, msg) -> None:
         try:
+            lost = parse_lost(msg.data)
+            if lost is not None:
+                self.suspected(await self.suspect(lost))
             answer = await self.resolve(*parse_lookup(msg.data))
         except Exception as error:  # noqa: BLE001 - the client must get an answer
             answer = {"error": f"{type(error).__name__}: {error}"}
         self.answered += 1
         await msg.respond(json.dumps(answer).encode())
+
+    def suspected(self, found: dict | None) -> None:
+        """What a suspicion found (`suspect`); the topic manager records it as an event."""
 
     async def _on_plan(self, msg) -> None:
         try:
@@ -115,8 +176,8 @@ class LookupService:
         await nc.flush()
         print("ready", flush=True)
         await stop.wait()
-        for conn in [nc, *self.peers.values()]:
-            await conn.close()
+        await self.peers.close()
+        await nc.close()
         await asyncio.to_thread(self.meta.stop)
 
 

@@ -137,6 +137,10 @@ class TopicManager(LookupService):
             return await self._place_orphan(topic, via="lookup")
         return await super().resolve(topic)
 
+    def suspected(self, found: dict | None) -> None:
+        if found is not None:
+            emit("broker_fenced" if not found["alive"] else "broker_suspected", **found)
+
     async def _place_orphan(self, topic: str, via: str) -> dict:
         """Assign a topic whose owner died (as planned in self.plan) and record where it went."""
         async with self.orphan_locks.setdefault(topic, asyncio.Lock()):  # once, however many clients ask
@@ -166,6 +170,7 @@ class TopicManager(LookupService):
                 emit("round_failed", round=self.round, error=f"{type(error).__name__}: {error}")
 
     async def one_round(self) -> None:
+        await self.warm_peers()
         snapshot, clients = await asyncio.to_thread(self.state)
         await self.replace_orphans(snapshot, clients)
         if self.mode == "pingpong":

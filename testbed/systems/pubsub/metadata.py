@@ -48,10 +48,11 @@ class Metadata:
     kazoo handler (the harness passes one that connects inside a node: `roles.launch.node_metadata`)."""
 
     def __init__(self, hosts: str, handler=None, session_timeout: float = 10.0, on_restored=None,
-                 client_id: tuple[int, bytes] | None = None):
+                 client_id: tuple[int, bytes] | None = None, on_fenced=None):
         self.zk = KazooClient(hosts=hosts, timeout=session_timeout, handler=handler or SequentialThreadingHandler(),
                               client_id=client_id, connection_retry={"max_tries": -1, "delay": 0.2, "max_delay": 1.0})
         self.on_restored = on_restored
+        self.on_fenced = on_fenced  # (topic) in a kazoo thread: another client deleted our owner node
         self.registration: tuple[str, dict] | None = None
         self.owned: dict[str, dict] = {}
         self.events: list[dict] = []
@@ -152,10 +153,25 @@ class Metadata:
     # brokers --------------------------------------------------------------------------------------
     def register_broker(self, name: str, address: str, site: str = "", cloud: bool = False) -> None:
         data = {"name": name, "address": address, "site": site, "cloud": cloud}
+        path = f"{ROOT}/brokers/{name}"
         with self._lock:
             self.registration = (name, data)
-            if not self._create_ephemeral(f"{ROOT}/brokers/{name}", data, replace_own=True):
+            if not self._create_ephemeral(path, data, replace_own=True):
                 raise MetadataError(f"another live broker is registered as {name}")
+        self._watch_registration(path, data)
+
+    def _watch_registration(self, path: str, data: dict) -> None:
+        """Register again when the registration is deleted by someone else (the topic manager fenced
+        this broker, judging it gone): a broker that still runs to see it is alive, and may be given
+        topics anew. Its topics are not taken back (their owner nodes' watches give them up)."""
+        def changed(event) -> None:
+            if self.registration is None or self.registration[1] != data:
+                return
+            if event.type == "DELETED":
+                self.events.append({"type": "zk_registration_fenced", "time": time.time()})
+                self.zk.create_async(path, _dumps(data), ephemeral=True, makepath=True)
+            self.zk.exists_async(path, watch=changed)
+        self.zk.exists(path, watch=changed)
 
     def brokers(self) -> dict[str, dict]:
         found = {}
@@ -173,11 +189,53 @@ class Metadata:
         # The ZooKeeper round trips run outside the lock, so concurrent migrations pipeline over the
         # session instead of queueing one WAN round trip after another; only the bookkeeping is locked.
         # A node naming this broker from another session is its previous incarnation's: take it over.
-        if self._create_ephemeral(f"{ROOT}/topics/{check_topic(topic)}/owner", data, replace_own=True):
+        path = f"{ROOT}/topics/{check_topic(topic)}/owner"
+        if self._create_ephemeral(path, data, replace_own=True):
             with self._lock:
                 self.owned[topic] = data
+            self._watch_owner(topic, path, data)
             return True
         return False
+
+    def _watch_owner(self, topic: str, path: str, data: dict) -> None:
+        """Tell `on_fenced` when our owner node is deleted by someone else (the topic manager fencing
+        a broker it judged gone) while we still hold the topic: a broker that was only slow must give
+        the topic up, or it would have two owners. Our own release drops the topic first, so it never
+        counts; a watch is one-shot, so any other change re-arms it."""
+        def changed(event) -> None:
+            with self._lock:
+                ours = self.owned.get(topic) == data
+                if ours and event.type == "DELETED":
+                    self.owned.pop(topic, None)
+            if not ours:
+                return
+            if event.type == "DELETED":
+                self.events.append({"type": "zk_owner_fenced", "time": time.time(), "topic": topic})
+                if self.on_fenced:
+                    self.on_fenced(topic)
+            else:
+                self.zk.exists_async(path, watch=changed)  # never block kazoo's callback thread
+        self.zk.exists(path, watch=changed)
+
+    def fence(self, broker: str) -> list[str]:
+        """Take everything from `broker`, judged gone before its session expired: delete its
+        registration and the owner nodes naming it (each by version: a node re-created meanwhile is
+        left alone). Returns the topics it owned."""
+        fenced = []
+        for topic in self.topics():
+            path = f"{ROOT}/topics/{topic}/owner"
+            try:
+                raw, stat = self.zk.get(path)
+                if json.loads(raw).get("broker") == broker:
+                    self.zk.delete(path, version=stat.version)
+                    fenced.append(topic)
+            except (NoNodeError, BadVersionError, ValueError):
+                pass
+        try:
+            self.zk.delete(f"{ROOT}/brokers/{broker}")
+        except NoNodeError:
+            pass
+        return fenced
 
     def adopt(self, broker: str, address: str) -> list[str]:
         """A restarted broker agent takes back the topics its previous session still owns."""
