@@ -118,8 +118,9 @@ def test_a_paused_broker_is_fenced_and_gives_its_topics_up_when_it_resumes(tmp_p
     gave_up = [e for e in events if e["type"] == "ownership_fenced"]
     assert sorted(e["topic"] for e in gave_up) == sorted(fenced["fenced"])
     assert all(resumed["time"] <= e["time"] < resumed["time"] + 2 for e in gave_up)
-    # nothing of those topics went through bzone1 after it resumed, but by a migration back to it
-    back = [e for e in events if e["type"] == "migration_end" and e.get("to_broker") == "bzone1" and e.get("ok")]
+    # nothing of those topics went through bzone1 after it resumed until the topic manager moved them
+    # back to it (the nearest broker again: a migration, announced by its start, not a second owner)
+    back = [e for e in events if e["type"] == "migration_start" and e.get("to_broker") == "bzone1"]
     until = min([e["time"] for e in back], default=float("inf"))
     rows = [json.loads(line) for path in (out / "traces").glob("*.jsonl") for line in path.open()]
     served = [r for r in rows if r["broker"] == "bzone1" and resumed["time"] + 0.5 < float(r["receive_time"]) < until]

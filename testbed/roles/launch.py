@@ -39,6 +39,9 @@ SERF_PORT = 7946
 AGENT_ROLES = {"cloud", "broker", "nc-proxy", "game-server", "static", "subscriber", "star"}
 
 
+SNAPSHOT_RPC_S = 0.5  # an agent answers its own node's RPC in milliseconds; a paused one never does
+
+
 class AgentError(RuntimeError):
     """Serf is missing or the agents did not form a cluster."""
 
@@ -91,9 +94,9 @@ class SerfAgents:
             self.agents[node] = Agent(node, self._spawn(node))
         progress(f"serf: {len(self.agents)} agents started, seeds {', '.join(seeds)}")
 
-    def rpc(self, node: str) -> SerfRPC:
+    def rpc(self, node: str, timeout: float = 5.0) -> SerfRPC:
         """A connection to `node`'s agent from the harness (its RPC listens inside the node only)."""
-        return SerfRPC(connect=functools.partial(connect_in, self.network.nodes[node].pid))
+        return SerfRPC(timeout=timeout, connect=functools.partial(connect_in, self.network.nodes[node].pid))
 
     def wait_joined(self, timeout_s: float = 60.0, progress=lambda _m: None) -> float:
         """Wait until a seed sees every agent alive; returns the seconds it took."""
@@ -114,11 +117,13 @@ class SerfAgents:
         raise AgentError(f"serf agents did not join within {timeout_s:g}s: missing {missing}")
 
     def coordinates(self) -> dict[str, Coordinate]:
-        """Every agent's own view of its coordinate (agents that do not answer are left out)."""
+        """Every agent's own view of its coordinate (agents that do not answer within SNAPSHOT_RPC_S
+        are left out: a paused node's agent accepts the connection and never answers, and the run's
+        timeline, which takes these snapshots, must not wait for it)."""
         found = {}
         for node in self.agents:
             try:
-                with self.rpc(node) as rpc:
+                with self.rpc(node, timeout=SNAPSHOT_RPC_S) as rpc:
                     coordinate = rpc.coordinate(node)
             except (OSError, SerfError):
                 continue
