@@ -270,10 +270,11 @@ def test_entries_mark_absent_bench_json_as_missing(tmp_path, monkeypatch):
     state.steps.append(paper.Step("bench monitoring (fig6)", "failed", detail="exit 1", figures=("fig6",)))
     by_fig = {e.figure: e for e in paper.entries(state)}
     assert list(by_fig) == ["fig3b", "fig4", "fig5", "fig6", "fig7a", "fig7b", "bad-sim", "fig8-smoke", "fig9", "fig8",
-                            "fig9-one_way", "violations", "load-balancing", "bad-live", "tracking"]
+                            "fig9-one_way", "violations", "load-balancing", "bad-live", "tracking", "autotune"]
     assert by_fig["bad-sim"].missing == [f"{tmp_path / 'bad.json'} (make bench-bad)"]
     assert by_fig["bad-live"].missing == [f"{tmp_path / 'bad-live.json'} (make bench-bad-live)"]
     assert by_fig["tracking"].missing == [f"{tmp_path / 'tracking.json'} (make bench-tracking)"]
+    assert by_fig["autotune"].missing == [f"{tmp_path / 'autotune.json'} (make bench-autotune)"]
     assert by_fig["load-balancing"].headline is None and "no runs with a load summary" in by_fig["load-balancing"].missing
     assert by_fig["fig3b"].headline is not None and not by_fig["fig3b"].missing
     assert by_fig["fig4"].headline is None and "placement.json (make bench-placement)" in by_fig["fig4"].missing[0]
@@ -320,7 +321,7 @@ def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat():
         f"run scenarios/hotspot-smoke.yaml --policy epulsar (repeat {r}/2)" for r in (1, 2)]
     assert names[-4:] == ["load balancing figures and table", "BAD live figures", "message tracking figures",
                           "publisher auto-tuning figures"]
-    assert names[-7:-3] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run",
+    assert names[-8:-4] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run",
                           "run scenarios/mmog-smoke.yaml --policy epulsar --distance one_way",
                           "PySpark comparison of the one_way run"]
     assert "uav-comparable" not in " ".join(n for n, _ in paper.plan(paper.Options(repeats=1, asides=False)))

@@ -108,14 +108,18 @@ class Metadata:
             self.zk.start_async()
 
     def _restore(self) -> None:
-        reacquired, lost = [], []
+        reacquired, lost, watches = [], [], []
         with self._lock:
             if self.registration:
                 name, data = self.registration
-                self._create_ephemeral(f"{ROOT}/brokers/{name}", data, replace_own=True)
+                path = f"{ROOT}/brokers/{name}"
+                if self._create_ephemeral(path, data, replace_own=True):
+                    watches.append(lambda path=path, data=data: self._watch_registration(path, data))
             for topic, data in list(self.owned.items()):
-                if self._create_ephemeral(f"{ROOT}/topics/{topic}/owner", data, replace_own=True):
+                path = f"{ROOT}/topics/{topic}/owner"
+                if self._create_ephemeral(path, data, replace_own=True):
                     reacquired.append(topic)
+                    watches.append(lambda topic=topic, path=path, data=data: self._watch_owner(topic, path, data))
                 else:
                     lost.append(topic)
                     self.owned.pop(topic, None)
@@ -123,6 +127,8 @@ class Metadata:
                             "lost": lost})
         if self.on_restored:
             self.on_restored(reacquired, lost)
+        for watch in watches:  # a new session has no watches: fencing must still be noticed
+            watch()
 
     def _create_ephemeral(self, path: str, data: dict, replace_own: bool = False) -> bool:
         """Create an ephemeral node; True if it is ours now (created, or already ours)."""
