@@ -38,7 +38,7 @@ scenario: setup  ## the default smoke scenario end to end, then its figures (SCE
 	$(BIN)/testbed figures $$(dirname $$(ls -td results/*/run.json | head -1))
 
 test: setup  ## the test suite (namespace tests need root; Containernet tests skip with the reason)
-	$(BIN)/python -m pytest -q -ra
+	$(BIN)/python -m pytest -q -ra --durations=25
 
 figures: venv
 	$(BIN)/testbed figures
