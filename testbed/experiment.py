@@ -301,13 +301,18 @@ def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None 
                          call_s=round(event.duration_s, 4))
         while faults and faults[0].at <= elapsed:
             fault = faults.pop(0)
+            if fault.relay is not None:  # the emulation's own part: the shaper's check restarts it
+                link = network.kill_relay(*fault.relay)
+                _write_event(events, type="relay_killed", time=time.time(), link=link, planned_at_s=fault.at)
+                session.say(f"fault: the delay line of {link} killed at {elapsed:.1f}s")
+                continue
             for role in reversed(roles):  # as a crash would: the system's processes with the node's agent
                 found = role.kill(fault.kill) if fault.kill is not None else role.pause(fault.pause)
                 for event in found:
                     event["planned_at_s"] = fault.at
             what = "killed" if fault.kill is not None else "paused"
             if fault.back_after is None:
-                session.say(f"fault: broker {fault.target} killed for good at {elapsed:.1f}s")
+                session.say(f"fault: {fault.target} killed for good at {elapsed:.1f}s")
             else:
                 restores.append((fault.at + fault.back_after, fault.target, fault.kill is not None))
                 session.say(f"fault: {fault.target} {what} at {elapsed:.1f}s, back in {fault.back_after:g}s")

@@ -108,7 +108,8 @@ def judge(row: dict, budget: Budget = BUDGET) -> list[str]:
     """The causes (short codes) that make one second of `row` saturated; [] when within budget.
 
     `row` keys (absent = not measured): publisher_n, publisher_over, relay_tx, relay_over,
-    relay_harness_drops, loop_lag_max_ms, cpu_idle."""
+    relay_harness_drops, relay_down_ms (a dead relay's link, within the second), loop_lag_max_ms,
+    cpu_idle."""
     causes = []
     if over_p99(row.get("publisher_over", 0), row.get("publisher_n", 0)):
         causes.append("publishers")
@@ -116,6 +117,8 @@ def judge(row: dict, budget: Budget = BUDGET) -> list[str]:
         causes.append("relays")
     if row.get("relay_harness_drops", 0) > budget.harness_drops:
         causes.append("relay-drops")
+    if row.get("relay_down_ms", 0) > 0:
+        causes.append("relay-down")
     if (row.get("loop_lag_max_ms") or 0.0) > budget.loop_lag_max_ms:
         causes.append("event-loops")
     idle = row.get("cpu_idle")
@@ -128,6 +131,7 @@ CAUSE_TEXT = {
     "publishers": ("publisher_late_max_ms", "publishers late by up to {value}: the machine cannot offer this load"),
     "relays": ("relay_late_max_ms", "delay line late by up to {value}: emulated links are longer than configured"),
     "relay-drops": ("relay_harness_drops", "delay line lost {value} frames of its own (socket buffers full)"),
+    "relay-down": ("relay_down_ms", "a delay line died and was restarted: its link forwarded nothing for {value}"),
     "event-loops": ("loop_lag_max_ms", "client event loops blocked for up to {value}: receive times are late"),
     "cpu": ("cpu_idle", "the machine's CPU was {value} idle: processes queue for a core"),
 }

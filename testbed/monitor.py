@@ -151,6 +151,12 @@ class HealthMonitor:
             earlier.update(relay_tx=relays["tx"], relay_over=relays["over_budget"],
                            relay_late_max_ms=round(relays["late_max_ms"], 3),
                            relay_harness_drops=relays["harness_drops"])
+            for began, ended in relays.get("outages", []):  # a dead relay's link forwarded nothing
+                ended = min(ended, now)
+                for s in range(int(began), int(ended) + 1):
+                    slot_s = self.pending.setdefault(s, {})
+                    slot_s["relay_down_ms"] = slot_s.get("relay_down_ms", 0.0) + round(
+                        1e3 * (min(ended, s + 1) - max(began, s)), 3)
         self.clients.read(self.pending)
         self._emit(upto=int(now) - LAG_S)
 

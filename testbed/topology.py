@@ -15,7 +15,7 @@ from itertools import combinations
 
 from testbed.scenario import cities, zones
 from testbed.scenario.loader import Problem, ScenarioError, line_of
-from testbed.scenario.model import ZOOKEEPER, LinkParams, Scenario, scaled_count
+from testbed.scenario.model import MANAGER, ZOOKEEPER, LinkParams, Scenario, scaled_count
 
 # Addresses live only inside the run's own namespaces, so every run can use the same plan.
 GATEWAY_IP = "10.255.255.254"
@@ -104,6 +104,9 @@ class Topology:
 
     def site_rtt(self, a: str, b: str) -> float:
         return 2 * self.site_one_way(a, b)
+
+
+PUBSUB_CLIENT_ROLES = ("uav-swarm", "game-server", "avatar", "static")  # nodes running pub/sub client processes
 
 
 def cloud_site_name(cloud: str) -> str:
@@ -334,24 +337,39 @@ def checked(scenario: Scenario, path: str) -> Topology:
     if scenario.workload.kind == "autotune":
         _check_autotune(scenario, built, report)
     brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
+    clients = {n.name for n in built.nodes.values() if n.role in PUBSUB_CLIENT_ROLES}
     for i, fault in enumerate(scenario.faults):
+        if fault.at >= scenario.duration:
+            report(("faults", i, "at"), f"{fault.at:g}s is not within the run's duration ({scenario.duration:g}s)")
         back = "restart_after" if fault.restart_after is not None else "resume_after"
         if fault.back_after is not None and fault.at + fault.back_after >= scenario.duration:
             report(("faults", i, back), f"back at {fault.at + fault.back_after:g}s, not within the "
                                                    f"run's duration ({scenario.duration:g}s)")
         if fault.target == ZOOKEEPER:
             continue
+        if fault.target == MANAGER:
+            if scenario.nodes.cloud_brokers < 2:
+                report(("faults", i, "kill"), "killing the topic manager needs a standby: nodes.cloud_brokers of 2 "
+                                              "or more (a manager in every cloud node)")
+            continue
+        if fault.relay is not None:
+            a, b = fault.relay
+            if not (built.link_between(a, b) or (a in built.nodes and built.nodes[a].site == b)):
+                report(("faults", i, "relay"), f"no link between {a!r} and {b!r}: name two linked sites, or a node "
+                                               f"and its site (its access link)")
+            continue
         field, verb = ("kill", "killed") if fault.kill is not None else ("pause", "paused")
+        if fault.kill is not None and fault.target in clients:
+            continue  # a client node's workload process crashes
         if fault.target not in brokers:
             why = (f"the cloud node holds ZooKeeper and the topic manager; only edge brokers can be {verb}"
-                   if fault.target in built.nodes and built.nodes[fault.target].role == "cloud" else "not a broker node")
+                   if fault.target in built.nodes and built.nodes[fault.target].role == "cloud"
+                   else "not a broker node" + (" or a client node" if fault.kill is not None else ""))
             report(("faults", i, field), f"{fault.target!r}: {why}; brokers: {', '.join(brokers) or 'none'}")
-        if fault.at >= scenario.duration:
-            report(("faults", i, "at"), f"{fault.at:g}s is not within the run's duration ({scenario.duration:g}s)")
     if scenario.faults and scenario.workload.kind == "none":
         report(("faults",), "faults kill brokers of the pub/sub system: the scenario needs a workload")
     if len({f.target for f in scenario.faults}) != len(scenario.faults):
-        report(("faults",), "each broker, and ZooKeeper, can be the target of one fault")
+        report(("faults",), "each broker, ZooKeeper and link can be the target of one fault")
     if problems:
         raise ScenarioError(problems)
     return built

@@ -87,7 +87,8 @@ class Plane(PubSubSystem):
         self.meta = node_metadata(self.zk.hosts, self.pid("cloud")).start()
 
     def _start_manager(self) -> None:
-        self.manager_process = start_lookup(self.net, self.cloud, self.zk.hosts, self.manager.default, self.log_dir)
+        self.managers = {self.cloud: start_lookup(self.net, self.cloud, self.zk.hosts, self.manager.default,
+                                                  self.log_dir)}
 
     def pid(self, node: str) -> int:
         return self.net.nodes[node].pid

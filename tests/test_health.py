@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from testbed import health
 from testbed.emulation.shaping import RelayCounters
 from testbed.monitor import classify
@@ -36,6 +38,7 @@ def test_judge_names_each_cause():
     row = second(0, publisher_n=1000, publisher_over=500, relay_tx=100, relay_over=2, relay_harness_drops=3,
                  loop_lag_max_ms=50.0, cpu_idle=0.01)
     assert health.judge(row) == ["publishers", "relays", "relay-drops", "event-loops", "cpu"]
+    assert health.judge(second(0, relay_down_ms=80.0)) == ["relay-down"]
 
 
 def test_unmeasured_parts_do_not_saturate():
@@ -133,3 +136,31 @@ def test_the_monitor_keeps_the_first_end_and_merges_clients_lines(tmp_path):
     assert (row["publisher_n"], row["publisher_over"], row["loop_lag_max_ms"]) == (4, 2, 1.5)
     assert row["causes"] == ["publishers"] and result["valid"] is False
     assert (tmp_path / "health.jsonl").read_text().count("\n") == len(monitor.rows)
+
+
+def test_a_dead_relays_outage_marks_the_seconds_it_spans(tmp_path):
+    """The shaper restarts a relay that died and reports (from, to) its link forwarded nothing; the
+    monitor marks each second the outage touches, with the milliseconds within it."""
+    import time
+
+    from testbed.monitor import HealthMonitor
+
+    now = time.time()
+    began = int(now) - 3 + 0.9  # 0.1 s in one second, 0.15 s in the next
+    relays = {"tx": 0, "over_budget": 0, "late_max_ms": 0.0, "harness_drops": 0, "outages": []}
+    outage = [(began, began + 0.25)]
+
+    class Shaper:  # the monitor's first poll (at start) only asks; the outage comes with a later one
+        def health(self):
+            answer, relays["outages"] = dict(relays), list(outage)
+            outage.clear()
+            return answer
+
+    monitor = HealthMonitor("none", Shaper(), tmp_path, tmp_path / "health.jsonl")
+    monitor.start(now - 6)
+    monitor.tick(now)
+    monitor.stop()
+    monitor.finish()
+    down = {r["t"]: r["relay_down_ms"] for r in monitor.rows if r.get("relay_down_ms")}
+    assert down == {int(began): pytest.approx(100.0, abs=0.01), int(began) + 1: pytest.approx(150.0, abs=0.01)}
+    assert all(r["causes"] == ["relay-down"] for r in monitor.rows if r["t"] in down)

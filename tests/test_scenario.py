@@ -148,7 +148,7 @@ def test_override_of_unknown_site(tmp_path):
 
 @pytest.mark.parametrize("fault,expected", [
     ("{at: 5s, kill: cloud}", "'cloud': the cloud node holds ZooKeeper and the topic manager"),
-    ("{at: 5s, kill: bzone9}", "'bzone9': not a broker node; brokers: bzone1, bzone2"),
+    ("{at: 5s, kill: bzone9}", "'bzone9': not a broker node or a client node; brokers: bzone1, bzone2"),
     ("{at: 10s, kill: bzone1}", "10s is not within the run's duration (10s)"),
 ])
 def test_faults_name_an_edge_broker_within_the_run(tmp_path, fault, expected):
@@ -213,13 +213,18 @@ def test_a_zookeeper_fault_needs_restart_after_and_a_broker_fault_refuses_it(tmp
              ([{"at": "40s", "kill": "zookeeper", "restart_after": "20s"}], "back at 60s, not within the run's duration"),
              ([{"at": "20s", "kill": "zookeeperx", "restart_after": "5s"}], "is not a valid name"),
              ([{"at": "20s", "pause": "bzone1"}], "resume_after goes with pause, and a pause needs it"),
-             ([{"at": "20s", "kill": "bzone1", "pause": "bzone2", "resume_after": "3s"}], "give exactly one of kill and pause"),
-             ([{"at": "20s"}], "give exactly one of kill and pause"),
+             ([{"at": "20s", "kill": "bzone1", "pause": "bzone2", "resume_after": "3s"}], "give exactly one of kill, pause"),
+             ([{"at": "20s"}], "give exactly one of kill, pause and relay"),
              ([{"at": "20s", "pause": "cloud", "resume_after": "3s"}], "only edge brokers can be paused"),
              ([{"at": "20s", "pause": "swarm1", "resume_after": "3s"}], "'swarm1': not a broker node"),
              ([{"at": "45s", "pause": "bzone1", "resume_after": "5s"}], "back at 50s, not within the run's duration"),
              ([{"at": "10s", "pause": "bzone1", "resume_after": "3s"}, {"at": "20s", "kill": "bzone1"}],
-              "each broker, and ZooKeeper, can be the target of one fault")]
+              "each broker, ZooKeeper and link can be the target of one fault"),
+             ([{"at": "10s", "relay": ["zone1", "zone9"]}], "no link between 'zone1' and 'zone9'"),
+             ([{"at": "10s", "kill": "manager"}], "killing the topic manager needs a standby: nodes.cloud_brokers of 2"),
+             ([{"at": "10s", "relay": ["swarm1", "zone2"]}], "no link between 'swarm1' and 'zone2'"),
+             ([{"at": "10s", "relay": ["zone1"]}], "relay"),
+             ([{"at": "10s", "relay": ["zone1", "zone2"], "kill": "bzone1"}], "give exactly one of kill, pause and relay")]
     for faults, expected in cases:
         path = tmp_path / "f.yaml"
         path.write_text(_yaml.safe_dump({**base, "faults": faults}, sort_keys=False))
@@ -227,5 +232,8 @@ def test_a_zookeeper_fault_needs_restart_after_and_a_broker_fault_refuses_it(tmp
             topology.checked(load(path), str(path))
         assert str(error.value).startswith(f"{path}:"), str(error.value)
     path.write_text(_yaml.safe_dump({**base, "faults": [{"at": "20s", "kill": "zookeeper", "restart_after": "8s"},
-                                                        {"at": "20s", "pause": "bzone2", "resume_after": "3s"}]}))
+                                                        {"at": "20s", "pause": "bzone2", "resume_after": "3s"},
+                                                        {"at": "20s", "relay": ["zone1", "zone2"]},
+                                                        {"at": "20s", "relay": ["swarm1", "zone1"]},
+                                                        {"at": "30s", "kill": "swarm1"}]}))
     assert topology.checked(load(path), str(path)) is not None

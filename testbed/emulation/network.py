@@ -303,6 +303,19 @@ class Network:
         self.relinks.append(event)
         return event
 
+    def kill_relay(self, a: str, b: str) -> str:
+        """A scenario fault: the relay of the link between sites `a` and `b`, or of node `a`'s access
+        link (`b` its site), dies. Returns which link; the shaper's check restarts it."""
+        if frozenset((a, b)) in self.site_links:
+            shaped = self.site_links[frozenset((a, b))][0]
+        elif a in self.access and self.node_site.get(a) == b:
+            shaped = self.access[a]
+        else:
+            raise EmulationError(f"no link between {a} and {b}")
+        if self.shaper is None or not self.shaper.kill_relay(shaped):
+            raise EmulationError(f"the link {a}-{b} has no relay process to kill (shaper {getattr(self.shaper, 'name', None)})")
+        return f"{a}-{b} (link {shaped.index})"
+
     def check(self) -> list[str]:
         """Problems seen in the data path since the last call (e.g. a delay line that died)."""
         return self.shaper.check() if self.shaper else []

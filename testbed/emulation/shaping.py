@@ -15,6 +15,7 @@ import json
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from dataclasses import dataclass, field
 
@@ -142,8 +143,13 @@ class Shaper:
         raise NotImplementedError
 
     def check(self) -> list[str]:
-        """Problems seen since the last call (e.g. a relay that died)."""
+        """Problems seen since the last call (e.g. a relay that died, and was restarted)."""
         return []
+
+    def kill_relay(self, link: ShapedLink) -> bool:
+        """A scenario fault: the process forwarding `link` dies (SIGKILL); False where the shaper has
+        no such process (netem lives in the kernel)."""
+        return False
 
     def health(self) -> dict | None:
         """The shaper's own timeliness since the last call, for the saturation guard
@@ -164,6 +170,8 @@ class DelayLineShaper(Shaper):
         self.binary = delayline.ensure_built()
         self.links: dict[int, ShapedLink] = {}
         self._counters = RelayCounters()
+        self._alive_at: dict[int, float] = {}  # each relay's last sign of life (check)
+        self.outages: list[tuple[float, float]] = []  # (from, to) epoch s a dead relay's link forwarded nothing
 
     def shape(self, link: ShapedLink) -> None:
         dl = self.delayline
@@ -194,20 +202,44 @@ class DelayLineShaper(Shaper):
             relay.wait()
 
     def check(self) -> list[str]:
+        """A relay that died is restarted at once (the experiment calls this every 50 ms): its link
+        forwarded nothing from its last sign of life until then, an emulation error the saturation
+        guard marks (`outages`, drained by `health`)."""
         problems = []
+        now = time.time()
         for link in list(self.links.values()):
             if link.relay and link.relay.poll() is not None:
-                err = _tail(self.log_dir / f"delayline-{link.index}.log")
-                problems.append(f"delay line of link {link.index} ({link.near_node.name}:{link.near_intf}) "
-                                f"exited with {link.relay.returncode}: {err.strip()}")
-                self.links.pop(link.index)
+                code = link.relay.returncode
+                err = _tail(self.log_dir / f"delayline-{link.index}.log").strip()
+                down_from = self._alive_at.get(link.index, now)
+                try:
+                    self.shape(link)
+                    restarted = time.time()
+                    self.outages.append((down_from, restarted))
+                    problems.append(f"delay line of link {link.index} ({link.near_node.name}:{link.near_intf}) "
+                                    f"exited with {code}: {err}; restarted, the link forwarded nothing for "
+                                    f"{1e3 * (restarted - down_from):.0f} ms")
+                except ShaperError as error:
+                    self.links.pop(link.index)
+                    self.outages.append((down_from, float("inf")))
+                    problems.append(f"delay line of link {link.index} exited with {code}: {err}; restart failed: {error}")
+            elif link.relay:
+                self._alive_at[link.index] = now
         return problems
+
+    def kill_relay(self, link: ShapedLink) -> bool:
+        if link.relay is None or link.relay.poll() is not None:
+            return False
+        link.relay.kill()
+        return True
 
 
     def health(self) -> dict:
         relays = [(link.relay, self.log_dir / f"delayline-{link.index}.log") for link in self.links.values()
                   if link.relay is not None]
-        return self._counters.poll(relays)
+        found = self._counters.poll(relays)
+        found["outages"], self.outages = self.outages, []
+        return found
 
 
 class NetemShaper(Shaper):

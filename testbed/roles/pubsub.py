@@ -19,7 +19,7 @@ from testbed.procs import LineCounter, json_lines, read_line, stop_group, wait_o
 from testbed.roles import balance
 from testbed.roles.base import Role, RunContext
 from testbed.roles.launch import start_agent, start_nats, start_zookeeper
-from testbed.scenario.model import ZOOKEEPER
+from testbed.scenario.model import MANAGER, ZOOKEEPER
 from testbed.systems.pubsub.broker import nats_url
 from testbed.tracking.config import TrackingConfig
 from testbed.tracking.store import TRACKING_DIR
@@ -61,7 +61,7 @@ class PubSubSystem:
     servers: dict = field(default_factory=dict)
     agents: dict = field(default_factory=dict)
     trackers: dict = field(default_factory=dict)
-    manager_process: subprocess.Popen | None = None
+    managers: dict = field(default_factory=dict)  # cloud node -> its topic manager (one elected, the others standing by)
 
     @property
     def cloud(self) -> str:
@@ -115,30 +115,51 @@ class PubSubSystem:
         return process
 
     def _start_manager(self, timeout: float = 30.0) -> None:
+        """A topic manager in every cloud node: the first one's is elected (it starts alone); the
+        others stand by in the election and take over when the leader dies (issue 19)."""
+        clouds = [n.name for n in self.topology.nodes.values() if n.role == "cloud"]
+        self.managers = {self.cloud: self._spawn_manager(self.cloud)}
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if any(e.get("type") == "elected" for e in self.manager_events()):
+                break
+            if self.managers[self.cloud].poll() is not None:
+                deadline = 0
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("the topic manager did not start (see manager.log)")
+        for node in clouds[1:]:
+            self.managers[node] = self._spawn_manager(node)
+
+    def _spawn_manager(self, node: str) -> subprocess.Popen:
         m = self.manager
         cpu, memory, network, output_rate = m.overload
-        argv = [self.network.python, "-m", "testbed.systems.pubsub.manager", "--node", self.cloud, "--nats", self.lookup_url,
+        argv = [self.network.python, "-m", "testbed.systems.pubsub.manager", "--node", node, "--nats", self.lookup_url,
                 "--zk", self.zk.hosts, "--policy", m.policy, "--workflow", m.workflow, "--executors", str(m.executors),
                 "--period", f"{m.period:g}", "--mode", m.mode, "--threshold", f"{m.threshold:g}",
                 "--cpu", f"{cpu:g}", "--memory", f"{memory:g}", "--network", f"{network:g}",
                 "--output-rate", f"{output_rate:g}", "--distance", m.distance, "--initial-placement", m.initial_placement,
                 "--seed", str(m.seed), *m.load_manager.to_argv(), *(["--default", m.default] if m.default else [])]
-        self.manager_out = self.log_dir / "manager.jsonl"
-        log = (self.log_dir / "manager.log").open("ab")
-        out = self.manager_out.open("ab")
-        self.manager_process = self.network.popen(self.cloud, argv, stdout=out, stderr=log)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if any(e.get("type") == "elected" for e in self.manager_events()):
-                return
-            if self.manager_process.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise RuntimeError(f"the topic manager did not start (see {log.name})")
+        suffix = "" if node == self.cloud else f"-{node}"
+        log = (self.log_dir / f"manager{suffix}.log").open("ab")
+        out = (self.log_dir / f"manager{suffix}.jsonl").open("ab")
+        return self.network.popen(node, argv, stdout=out, stderr=log)
 
     def manager_events(self) -> list[dict]:
-        path = getattr(self, "manager_out", None)
-        return list(json_lines(path)) if path else []
+        """Every manager's events (the leader's decisions; a standby's election), by time."""
+        found = [e for path in sorted(self.log_dir.glob("manager*.jsonl")) for e in json_lines(path)]
+        return sorted(found, key=lambda e: e.get("time", 0))
+
+    def kill_manager(self) -> dict:
+        """SIGKILL the elected topic manager (a scenario fault): a standby must take over once the
+        leader's ZooKeeper session expires; lookups and rounds wait meanwhile."""
+        elected = [e for e in self.manager_events() if e.get("type") == "elected"]
+        leader = elected[-1]["node"] if elected else self.cloud
+        process = self.managers[leader]
+        killed = time.time()
+        process.kill()
+        process.wait(timeout=10)
+        return {"type": "manager_killed", "time": killed, "node": leader, "standbys": len(self.managers) - 1}
 
     def kill(self, name: str) -> dict:
         """Crash broker node `name` for good (a scenario fault): every process in it is killed (its
@@ -193,7 +214,7 @@ class PubSubSystem:
         return events
 
     def stop(self) -> None:
-        stop_group([self.manager_process, *self.agents.values()])
+        stop_group([*self.managers.values(), *self.agents.values()])
         stop_group(self.trackers.values(), timeout=30)  # they store what they hold in memory
         stop_group(self.servers.values())
         if self.zk is not None:
@@ -233,6 +254,8 @@ class PubSubRole(Role):
     def kill(self, node: str) -> list[dict]:
         if node == ZOOKEEPER:
             self.faults.append(self.system.kill_zookeeper())
+        elif node == MANAGER:
+            self.faults.append(self.system.kill_manager())
         elif node in self.system.brokers():
             self.faults.append(self.system.kill(node))
         else:

@@ -41,6 +41,7 @@ class PubSubWorkload(Role):
         self.network, self.topology, self.scenario = run.network, run.topology, run.scenario
         self.out, self.run_id, self.say = Path(run.out), run.run_id, run.say
         self.processes: dict[str, subprocess.Popen] = {}
+        self.crashed: list[dict] = []  # client_killed events (scenario faults)
         self._reported: set[str] = set()  # processes whose exit supervise() has reported
         self.summaries: list[dict] = []
         self._deliveries = LineCounter(self.out / "traces", "*.jsonl")
@@ -150,6 +151,16 @@ class PubSubWorkload(Role):
             if read_line(process, 120) is None:
                 raise RuntimeError(f"workload in {name} did not attach (see logs/workload-{name}.log)")
 
+    def kill(self, node: str) -> list[dict]:
+        """A scenario fault: the client node's workload process crashes (SIGKILL of everything in the
+        node); not restarted. Its clients' traffic ends there; the others' must go on."""
+        if node not in self.processes:
+            return []
+        self._reported.add(node)  # the crash is this event, not also a `workload_died`
+        self.crashed.append({"type": "client_killed", "time": time.time(), "node": node,
+                             "killed": self.network.crash(node)})
+        return [self.crashed[-1]]
+
     def supervise(self) -> list[dict]:
         # exit 0 is a client process that finished its duration, not a crash
         return [{"type": "workload_died", "time": time.time(), "node": name, "exit_code": code}
@@ -171,8 +182,8 @@ class PubSubWorkload(Role):
         self.processes = {}
 
     def events(self) -> list[dict]:
-        """Client events (lookups, redirects, downtimes)."""
-        found = []
+        """Client events (lookups, redirects, downtimes), and the clients killed by faults."""
+        found = list(self.crashed)
         for path in sorted((self.out / "logs").glob("clients-*.jsonl")):
             found.extend(json_lines(path))
         return found
@@ -206,6 +217,15 @@ class PubSubWorkload(Role):
                    if f["brokers_fenced"] else "")
                 + (f"; {len(f['ownership_fenced'])} topics given up by the paused broker on resuming"
                    if f["ownership_fenced"] else ""))
+        if "manager_handover" in summary:
+            h = summary["manager_handover"]
+            lines.append(f"topic manager in {h['killed']} killed: " + (
+                f"{h['elected']} elected {h['gap_s']:.1f} s later, {h['rounds_after']} rounds since" if h["elected"]
+                else f"no standby took over ({h['standbys']} standing by)"))
+        for c in summary.get("client_crashes", []):
+            lines.append(f"client {c['node']} killed: its last message sent {c['last_sent_s']} s and received "
+                         f"{c['last_received_s']} s after the crash; the other clients delivered {c['others_after']} "
+                         f"messages after it against {c['others_before']} in as long before")
         if "zookeeper_outage" in summary:
             z = summary["zookeeper_outage"]
             lines.append(
@@ -274,10 +294,52 @@ def summarize(trace_dir: Path, thresholds: dict[str, float], events: list[dict],
                "published": sent, "delivered": received}
     if any(e.get("type") in ("broker_killed", "broker_paused") for e in events):
         summary["failover"] = failover(events)
+    if any(e.get("type") == "client_killed" for e in events):
+        summary["client_crashes"] = client_crashes(events, trace_dir)
+    handover = manager_handover(events)
+    if handover:
+        summary["manager_handover"] = handover
     if outage:
         outage["delivered_while_down"], outage["delivered_before"] = around
         summary["zookeeper_outage"] = outage
     return summary
+
+
+def client_crashes(events: list[dict], trace_dir: Path) -> list[dict]:
+    """Per client node killed by a fault: the last message it sent and received (as the traces saw
+    them; its clients are `<node>` or `<node>-<member>`), and what the other clients delivered in as
+    long a time before and after the crash (the others must not notice)."""
+    out = []
+    rows = list(trace_rows(trace_dir))
+    end = max((float(r["receive_time"]) for r in rows), default=0.0)
+    for crash in (e for e in events if e.get("type") == "client_killed"):
+        node, at = crash["node"], crash["time"]
+        span = max(0.0, end - at)
+
+        def mine(name) -> bool:
+            return name == node or str(name).startswith(f"{node}-")
+        ours = [r for r in rows if mine(r["producer"]) or mine(r["consumer"])]
+        others = [float(r["receive_time"]) for r in rows if not (mine(r["producer"]) or mine(r["consumer"]))]
+        out.append({"node": node, "time": at, "killed": crash.get("killed", []),
+                    "last_sent_s": max((float(r["send_time"]) - at for r in ours if mine(r["producer"])), default=None),
+                    "last_received_s": max((float(r["receive_time"]) - at for r in ours if mine(r["consumer"])),
+                                           default=None),
+                    "others_before": sum(at - span <= t < at for t in others),
+                    "others_after": sum(at <= t <= at + span for t in others)})
+    return out
+
+
+def manager_handover(events: list[dict]) -> dict | None:
+    """The elected topic manager killed (kill: manager): which standby took over and after how
+    long (the leader's ZooKeeper session), and the control plane's rounds after it."""
+    killed = next((e for e in events if e.get("type") == "manager_killed"), None)
+    if killed is None:
+        return None
+    elected = next((e for e in events if e.get("type") == "elected" and e.get("time", 0) > killed["time"]), None)
+    return {"killed": killed["node"], "time": killed["time"], "standbys": killed.get("standbys"),
+            "elected": elected["node"] if elected else None,
+            "gap_s": round(elected["time"] - killed["time"], 3) if elected else None,
+            "rounds_after": sum(e.get("type") == "round" for e in events if e.get("time", 0) > killed["time"])}
 
 
 def zookeeper_outage(events: list[dict]) -> dict | None:

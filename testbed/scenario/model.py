@@ -687,10 +687,11 @@ class Control(Strict):
 
 
 ZOOKEEPER = "zookeeper"  # a fault's target that is the cloud's ZooKeeper, not a node
+MANAGER = "manager"  # a fault's target that is the elected topic manager (a standby takes over)
 
 
 def _check_fault_target(value: str) -> str:
-    return value if value == ZOOKEEPER else check_name(value)
+    return value if value in (ZOOKEEPER, MANAGER) else check_name(value)
 
 
 class Fault(Strict):
@@ -698,19 +699,24 @@ class Fault(Strict):
     its nats-server, broker agent and Serf agent are killed (SIGKILL) and not restarted; its topics
     must be re-placed. `kill: zookeeper` kills the cloud's ZooKeeper (SIGKILL) and starts it again,
     with its data, `restart_after` later: the control plane is gone meanwhile, the data plane is not.
+    `kill: manager` kills the elected topic manager for good; with two or more cloud brokers a
+    standby manager (one in every cloud node) is elected once the leader's ZooKeeper session expires.
     `pause: <broker>` stops every process of a broker node (SIGSTOP) for `resume_after` (SIGCONT):
-    a broker that is only slow, which must not end up owning a topic another broker owns."""
+    a broker that is only slow, which must not end up owning a topic another broker owns.
+    `relay: [a, b]` kills the delay-line process of the link between sites a and b (or of node a's
+    access link, b its site): an emulation error the harness must detect, repair and mark."""
 
     at: PositiveDuration
     kill: Annotated[str, AfterValidator(_check_fault_target)] | None = None
     restart_after: PositiveDuration | None = None
     pause: Annotated[str, AfterValidator(check_name)] | None = None
     resume_after: PositiveDuration | None = None
+    relay: tuple[Name, Name] | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Fault:
-        if (self.kill is None) == (self.pause is None):
-            raise ValueError("a fault is a kill or a pause: give exactly one of kill and pause")
+        if sum(k is not None for k in (self.kill, self.pause, self.relay)) != 1:
+            raise ValueError("a fault is a kill, a pause or a relay: give exactly one of kill, pause and relay")
         if self.kill is not None and (self.kill == ZOOKEEPER) != (self.restart_after is not None):
             raise ValueError("restart_after goes with kill: zookeeper, and zookeeper needs it "
                              "(a broker is killed for good)")
@@ -720,6 +726,8 @@ class Fault(Strict):
 
     @property
     def target(self) -> str:
+        if self.relay is not None:
+            return "-".join(self.relay)
         return self.kill if self.kill is not None else self.pause
 
     @property

@@ -64,10 +64,13 @@ def parse_lookup(data: bytes) -> tuple[str, TopicClients | None]:
         return topic, None
 
 
+SESSION_S = 6.0  # the manager's ZooKeeper session (the brokers' too): a dead leader hands over this much later
+
+
 class LookupService:
     def __init__(self, nats_url: str, zk: str, default: str):
         self.nats_url, self.default = nats_url, default
-        self.meta = Metadata(zk)
+        self.meta = Metadata(zk, session_timeout=SESSION_S)
         self.plan: dict[str, str] = {}
         self.peers = Peers("lookup")
         self.locks: dict[str, asyncio.Lock] = {}
