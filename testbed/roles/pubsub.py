@@ -62,6 +62,7 @@ class PubSubSystem:
     agents: dict = field(default_factory=dict)
     trackers: dict = field(default_factory=dict)
     managers: dict = field(default_factory=dict)  # cloud node -> its topic manager (one elected, the others standing by)
+    managers_killed: set = field(default_factory=set)  # killed by a fault: not restarted
 
     @property
     def cloud(self) -> str:
@@ -156,6 +157,7 @@ class PubSubSystem:
         elected = [e for e in self.manager_events() if e.get("type") == "elected"]
         leader = elected[-1]["node"] if elected else self.cloud
         process = self.managers[leader]
+        self.managers_killed.add(leader)
         killed = time.time()
         process.kill()
         process.wait(timeout=10)
@@ -207,6 +209,11 @@ class PubSubSystem:
                 self._start_broker(name)
                 events.append({"type": "broker_restart", "time": time.time(), "node": name,
                                "nats_exit": codes[0], "agent_exit": codes[1]})
+        for node, process in list(self.managers.items()):
+            if process.poll() is not None and node not in self.managers_killed:
+                # stepped down (its session expired with ZooKeeper away) or crashed: back as a standby
+                self.managers[node] = self._spawn_manager(node)
+                events.append({"type": "manager_restart", "time": time.time(), "node": node, "exit": process.poll()})
         for name, tracker in list(self.trackers.items()):
             if tracker.poll() is not None and name in self.servers:
                 self.trackers[name] = self._start_tracker(name)

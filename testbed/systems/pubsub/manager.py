@@ -24,15 +24,21 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import sys
 import threading
 import time
+
+from kazoo.client import KazooState
 
 from testbed.systems.pubsub.lookup import LookupService
 from testbed.policies.snapshot import BrokerReport, Migration, Snapshot, TopicClients, TopicReport
 from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DISTANCES, INITIAL_PLACEMENTS, DEFAULT_POLICY,
                                POLICIES, ControlOptions, LoadManagerConfig, Overload, controller_for, get_distance,
                                get_policy)
+
+
+LEADERSHIP_LOST_EXIT = 3  # the exit code of a manager that stepped down (`TopicManager.step_down`)
 
 
 def emit(kind: str, **data) -> None:
@@ -190,7 +196,7 @@ class TopicManager(LookupService):
             if hasattr(self.controller, "ownership"):
                 await asyncio.to_thread(self.meta.write_ownership, self.controller.ownership())
         migrations = [m for m in migrations if m.topic not in self.in_flight]
-        emit("round", round=self.round, brokers=len(snapshot.brokers), topics=len(snapshot.placement),
+        emit("round", round=self.round, node=self.node, brokers=len(snapshot.brokers), topics=len(snapshot.placement),
              migrations=len(migrations))
         if migrations:
             await self.execute(migrations, snapshot)
@@ -288,12 +294,30 @@ class TopicManager(LookupService):
         if restore is not None and (previous := await asyncio.to_thread(self.meta.ownership)):
             restore(previous)
         emit("elected", node=self.node, policy=self.policy.name, workflow=self.workflow, executors=self.executors)
+        lost = asyncio.Event()
+
+        def session_gone(*_args) -> None:  # kazoo's thread: the session that won the election is gone
+            loop.call_soon_threadsafe(lost.set)
+        self.meta.on_restored = session_gone  # a new session after the old one expired (metadata's watchdog)
+        self.meta.zk.add_listener(lambda state: session_gone() if state == KazooState.LOST else None)
         control = loop.create_task(self.control_loop())
+        serving = loop.create_task(super().run())  # serves _ep.lookup until SIGTERM
         try:
-            await super().run()  # serves _ep.lookup until SIGTERM
+            await asyncio.wait({serving, loop.create_task(lost.wait())}, return_when=asyncio.FIRST_COMPLETED)
+            if lost.is_set() and not serving.done():  # not the session's end at our own stop
+                self.step_down()
         finally:
             control.cancel()
             resign.set()
+
+    def step_down(self) -> None:
+        """The ZooKeeper session that won the election expired (ZooKeeper was away longer than the
+        session timeout): another manager may lead by now, so this one must not act a moment longer.
+        It exits at once, and the harness starts it again as a standby (two leaders would migrate the
+        same topics against each other)."""
+        emit("leadership_lost", node=self.node)
+        sys.stdout.flush()
+        os._exit(LEADERSHIP_LOST_EXIT)
 
 
 def imbalance(values: list[float]) -> float | None:
