@@ -1,7 +1,8 @@
-"""A broker killed for good mid-run (scenarios/failover-smoke.yaml, root only; about 80 s): its topics
-are re-placed near their clients within a second (fast failover: the clients tell the topic manager,
-which probes the broker and fences it) and every client's downtime is measured; a paused broker
-gives its topics up when it resumes; ZooKeeper killed and restarted."""
+"""Faults in live runs (root only; about 5 minutes): a broker killed for good has its topics re-placed
+near their clients within a second (fast failover: the clients tell the topic manager, which probes
+the broker and fences it) and every client's downtime is measured; a paused broker gives its topics
+up when it resumes; a killed delay line is restarted and its outage marked; ZooKeeper killed and
+restarted, then the elected topic manager killed and a standby elected; a client crash."""
 
 from __future__ import annotations
 
@@ -10,12 +11,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
 
 from tests.needs import FULL_SYSTEM
 
 ROOT = Path(__file__).resolve().parent.parent
 FAILOVER_P50_S = 1.0  # issue 19's target for the clients' downtime after a broker crash (was 6-7.6 s: the session)
 pytestmark = FULL_SYSTEM
+
+
+def run_variant(tmp_path: Path, base: str, name: str, **changes) -> tuple[subprocess.CompletedProcess, Path, list[dict]]:
+    """`testbed run` of scenarios/<base>.yaml with top-level `changes` (and the name `name`): the
+    finished run, its directory and its events."""
+    data = yaml.safe_load((ROOT / "scenarios" / f"{base}.yaml").read_text())
+    data.update(name=name, **changes)
+    scenario = tmp_path / f"{name}.yaml"
+    scenario.write_text(yaml.safe_dump(data, sort_keys=False))
+    run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--results", str(tmp_path)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (out,) = tmp_path.glob(f"{name}-*")
+    return run, out, [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
 
 
 def test_a_killed_broker_has_its_topics_replaced_and_the_downtime_measured(tmp_path):
@@ -59,20 +75,11 @@ def test_zookeeper_killed_and_restarted_stops_the_control_plane_not_the_data_pla
     manager's rounds fail), the data plane keeps delivering, and once ZooKeeper serves again from its
     data the rounds resume. Later in the same run `kill: manager`: with two cloud brokers the standby
     topic manager is elected once the leader's ZooKeeper session expires, and runs the rounds."""
-    import yaml
-
-    data = yaml.safe_load((ROOT / "scenarios" / "failover-smoke.yaml").read_text())
-    data["name"] = "zk-outage"
-    data.setdefault("nodes", {})["cloud_brokers"] = 2
-    data["faults"] = [{"at": "12s", "kill": "zookeeper", "restart_after": "8s"}, {"at": "27s", "kill": "manager"}]
-    scenario = tmp_path / "zk-outage.yaml"
-    scenario.write_text(yaml.safe_dump(data, sort_keys=False))
-    run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--results", str(tmp_path)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    nodes = {**yaml.safe_load((ROOT / "scenarios" / "failover-smoke.yaml").read_text())["nodes"], "cloud_brokers": 2}
+    run, out, events = run_variant(tmp_path, "failover-smoke", "zk-outage", nodes=nodes,
+                                   faults=[{"at": "12s", "kill": "zookeeper", "restart_after": "8s"},
+                                           {"at": "27s", "kill": "manager"}])
     assert "ZooKeeper killed: back after" in run.stdout
-    (out,) = tmp_path.glob("zk-outage-*")
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     start = next(e["time"] for e in events if e["type"] == "run_start")
     (killed,) = [e for e in events if e["type"] == "zookeeper_killed"]
     (back,) = [e for e in events if e["type"] == "zookeeper_restarted"]
@@ -112,18 +119,9 @@ def test_a_paused_broker_is_fenced_and_gives_its_topics_up_when_it_resumes(tmp_p
     bzone1 resumes (its ZooKeeper session still alive) its owner nodes' watches tell it the topics are
     gone, and it gives them up rather than serve them beside their new owner: no split brain. Later a
     delay line is killed (`relay:`): restarted, and its outage marked by the saturation guard."""
-    import yaml
-
-    data = yaml.safe_load((ROOT / "scenarios" / "failover-smoke.yaml").read_text())
-    data.update(name="paused", duration="40s", faults=[{"at": "18s", "pause": "bzone1", "resume_after": "4s"},
-                                                       {"at": "32s", "relay": ["zone1", "zone2"]}])
-    scenario = tmp_path / "paused.yaml"
-    scenario.write_text(yaml.safe_dump(data, sort_keys=False))
-    run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--results", str(tmp_path)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    (out,) = tmp_path.glob("paused-*")
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    run, out, events = run_variant(tmp_path, "failover-smoke", "paused", duration="40s",
+                                   faults=[{"at": "18s", "pause": "bzone1", "resume_after": "4s"},
+                                           {"at": "32s", "relay": ["zone1", "zone2"]}])
     (paused,) = [e for e in events if e["type"] == "broker_paused"]
     (resumed,) = [e for e in events if e["type"] == "broker_resumed"]
     assert {"nats-server", "serf"} < set(paused["paused"]) and 3.5 < resumed["time"] - paused["time"] < 5.5
@@ -164,18 +162,9 @@ def test_a_paused_broker_is_fenced_and_gives_its_topics_up_when_it_resumes(tmp_p
 def test_a_client_that_crashes_stops_its_own_traffic_only(tmp_path):
     """`kill: swarm1` (a client node's workload process SIGKILLed, issue 19): its messages stop at
     once, the other swarm's traffic goes on as before, and the run says what the crash cost."""
-    import yaml
-
-    data = yaml.safe_load((ROOT / "scenarios" / "uav-smoke.yaml").read_text())
-    data.update(name="client-crash", duration="20s", faults=[{"at": "10s", "kill": "swarm1"}])
-    scenario = tmp_path / "client-crash.yaml"
-    scenario.write_text(yaml.safe_dump(data, sort_keys=False))
-    run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--results", str(tmp_path)],
-                         capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    run, out, events = run_variant(tmp_path, "uav-smoke", "client-crash", duration="20s",
+                                   faults=[{"at": "10s", "kill": "swarm1"}])
     assert "client swarm1 killed" in run.stdout
-    (out,) = tmp_path.glob("client-crash-*")
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     (crash,) = [e for e in events if e["type"] == "client_killed"]
     assert crash["node"] == "swarm1" and any(name.startswith("python") for name in crash["killed"])
     assert not [e for e in events if e["type"] == "workload_died" and e["node"] == "swarm1"]  # said once
