@@ -167,7 +167,7 @@ class LookupService:
             await msg.respond(json.dumps(answer).encode())
 
     async def run(self) -> None:
-        stop = asyncio.Event()
+        stop = self.stopping = asyncio.Event()  # set by SIGTERM: what follows (sessions closing) is on purpose
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)

@@ -304,8 +304,9 @@ class TopicManager(LookupService):
         serving = loop.create_task(super().run())  # serves _ep.lookup until SIGTERM
         try:
             await asyncio.wait({serving, loop.create_task(lost.wait())}, return_when=asyncio.FIRST_COMPLETED)
-            if lost.is_set() and not serving.done():  # not the session's end at our own stop
-                self.step_down()
+            stopping = getattr(self, "stopping", None)
+            if lost.is_set() and not serving.done() and not (stopping and stopping.is_set()):
+                self.step_down()  # (a session that ends because we were told to stop is no reason)
         finally:
             control.cancel()
             resign.set()
