@@ -16,17 +16,28 @@ ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "scenarios" / "autotune-smoke.yaml"
 
 
+def run_smoke(tmp_path: Path, attempts: int = 2) -> tuple[subprocess.CompletedProcess, Path, dict]:
+    """`testbed run autotune-smoke`, repeated once when the harness judged the first run invalid.
+
+    A measurement counts only from a run the harness held: at most one isolated second over budget
+    (this VM's timer stalls reach a few ms now and then; at a few packets a second one late packet is
+    a second's p99), as the UAV smoke's test allows. A CI run once had three seconds of every delay
+    line 1.5 ms late at once (the VM stalled, not the harness); such a run is discarded and repeated."""
+    for attempt in range(attempts):
+        results = tmp_path / f"attempt{attempt}"
+        run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(SMOKE), "--backend", "mininet",
+                              "--results", str(results)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+        assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+        (out,) = results.glob("autotune-smoke-*")
+        summary = json.loads((out / "summary.json").read_text())
+        if summary["harness"]["saturated_seconds"] <= 1:
+            return run, out, summary
+    raise AssertionError(f"{attempts} runs, none held by the harness: {summary['harness']['saturated']}")
+
+
 @full_system
 def test_a_publisher_tuned_from_50_brings_n_and_latency_down_at_low_load(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(SMOKE), "--backend", "mininet",
-                          "--results", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=300)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    (out,) = tmp_path.glob("autotune-smoke-*")
-    summary = json.loads((out / "summary.json").read_text())
-    # the harness held the run: at most one isolated second over budget (this VM's timer stalls reach
-    # a few ms now and then; at a few packets a second one late packet is a second's p99: one CI run
-    # had a delay line 0.6 ms late once, against 0.5 ms), as the UAV smoke's test allows
-    assert summary["harness"]["saturated_seconds"] <= 1, summary["harness"]["saturated"]
+    run, out, summary = run_smoke(tmp_path)
     tune = summary["autotune"]
     assert tune["rtt_ms"] == 140.0
     requests = len(json.loads((out / "autotune-arrivals.json").read_text()))
