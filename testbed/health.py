@@ -136,6 +136,11 @@ CAUSE_TEXT = {
     "cpu": ("cpu_idle", "the machine's CPU was {value} idle: processes queue for a core"),
 }
 
+#: Appended to a saturated interval's cause when the hypervisor took CPU from the VM in it (/proc/stat
+#: steal): the machine stalled under the harness, which then judged the seconds rightly but is not
+#: what overloaded them; such a run is worth repeating rather than scaling down.
+STEAL_TEXT = " (the hypervisor held this VM's cores for up to {value} a second then: steal time)"
+
 
 def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
     """Runs of consecutive saturated seconds: [{"from_s", "to_s", "cause", "causes"}], each cause
@@ -152,9 +157,10 @@ def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
             continue
         start = float(row["elapsed_s"])
         if current is None or start > current["to_s"] + 1e-3:
-            current = {"from_s": start, "to_s": start + 1.0, "worst": {}}
+            current = {"from_s": start, "to_s": start + 1.0, "worst": {}, "steal_ms": 0.0}
             found.append(current)
         current["to_s"] = start + 1.0
+        current["steal_ms"] = max(current["steal_ms"], row.get("cpu_steal_ms") or 0.0)
         for cause in causes:
             value = row.get(CAUSE_TEXT[cause][0])
             best = current["worst"].get(cause)
@@ -166,6 +172,8 @@ def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
         worst = interval.pop("worst")
         interval["causes"] = sorted(worst)
         interval["cause"] = "; ".join(CAUSE_TEXT[c][1].format(value=_format(c, worst[c])) for c in sorted(worst))
+        if interval["steal_ms"] > 0:
+            interval["cause"] += STEAL_TEXT.format(value=_format("steal", interval["steal_ms"]))
     return found
 
 
@@ -209,6 +217,7 @@ def verdict(rows: list[dict], budget: Budget = BUDGET) -> dict:
         "cpu_idle_min": min(idles) if idles else None,
         "cpu_idle_mean": sum(idles) / len(idles) if idles else None,
         "cpu_by_class": {k: round(v, 3) for k, v in sorted(classes.items())},
+        "cpu_steal_ms": round(sum(row.get("cpu_steal_ms") or 0.0 for row in rows), 1),
         "unmeasured": [] if rows else ["no health samples: the run ended before its workload phase"],
     }
 

@@ -60,9 +60,10 @@ class CpuSampler:
             environ, cmdline = b"", ""
         return classify(cmdline, self.tag in environ, pid == self.harness)
 
-    def sample(self) -> tuple[float, dict[str, float]]:
+    def sample(self) -> tuple[float, float, dict[str, float]]:
+        """(idle share, ms of steal a second, cores per class) since the previous call."""
         now, machine = time.monotonic(), procs.machine_ticks()
-        total, idle = machine[0] - self.machine[0], machine[1] - self.machine[1]
+        total, idle = machine.total - self.machine.total, machine.idle - self.machine.idle
         elapsed = max(1e-3, now - self.at)
         by_class: dict[str, float] = {}
         running = procs.all_process_stats()
@@ -80,8 +81,9 @@ class CpuSampler:
         for pid in set(self.known) - set(running):
             self.known.pop(pid)
             self.times.pop(pid, None)
+        steal_ms = 1e3 * (machine.steal - self.machine.steal) / procs.TICKS / elapsed
         self.machine, self.at = machine, now
-        return (idle / total if total > 0 else 1.0), {k: round(v, 3) for k, v in sorted(by_class.items())}
+        return (idle / total if total > 0 else 1.0), round(steal_ms, 1), {k: round(v, 3) for k, v in sorted(by_class.items())}
 
 
 class ClientLines:
@@ -142,9 +144,9 @@ class HealthMonitor:
     def tick(self, now: float) -> None:
         """One sample: the last second's machine and relay figures, clients' lines, rows now final."""
         second = int(now) - 1
-        idle, by_class = self.cpu.sample()
+        idle, steal_ms, by_class = self.cpu.sample()
         slot = self.pending.setdefault(second, {})
-        slot.update(cpu_idle=round(idle, 4), cpu_by_class=by_class)
+        slot.update(cpu_idle=round(idle, 4), cpu_steal_ms=steal_ms, cpu_by_class=by_class)
         relays = self.shaper.health() if self.shaper is not None else None
         if relays is not None:  # answers to the previous poll: the second before
             earlier = self.pending.setdefault(second - 1, {})

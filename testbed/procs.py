@@ -127,14 +127,22 @@ def build_c(source: Path, binary: Path, libs: Sequence[str] = ()) -> Path:
 
 
 # -- CPU time from /proc ----------------------------------------------------------------------------
-def machine_ticks(stat: str | None = None) -> tuple[int, int]:
-    """(total, idle) clock ticks of the whole machine since boot, from /proc/stat's first line (or
-    `stat`, its text). Idle counts iowait too; steal and guest time are left out of the total."""
+class MachineTicks(NamedTuple):
+    """Clock ticks of the whole machine since boot (TICKS a second)."""
+
+    total: int   # user, nice, system, idle, iowait, irq, softirq and steal
+    idle: int    # idle and iowait
+    steal: int   # time the hypervisor ran something else while this VM wanted a core
+
+
+def machine_ticks(stat: str | None = None) -> MachineTicks:
+    """The machine's ticks from /proc/stat's first line (or `stat`, its text); guest time is
+    already inside user time, so it is left out."""
     if stat is None:
         with open("/proc/stat") as handle:
             stat = handle.readline()
     fields = [int(v) for v in stat.split("\n", 1)[0].split()[1:9]]
-    return sum(fields), fields[3] + fields[4]
+    return MachineTicks(sum(fields), fields[3] + fields[4], fields[7])
 
 
 class ProcessStat(NamedTuple):

@@ -53,6 +53,16 @@ def test_intervals_merge_consecutive_seconds_and_word_the_worst_value():
     assert [(i["from_s"], i["to_s"]) for i in found] == [(5.0, 9.0), (10.0, 11.0)]
     assert found[0]["cause"] == "publishers late by up to 8.0 s: the machine cannot offer this load"
     assert found[1]["causes"] == ["cpu"] and "0 % idle" in found[1]["cause"]
+    assert "steal" not in found[0]["cause"] and found[0]["steal_ms"] == 0.0
+
+
+def test_an_interval_in_which_the_hypervisor_stole_cpu_says_so():
+    rows = [second(0), second(1, relay_tx=100, relay_over=5, relay_late_max_ms=1.5, cpu_steal_ms=10.0),
+            second(2, relay_tx=100, relay_over=3, relay_late_max_ms=1.4), second(3, cpu_steal_ms=20.0)]
+    (found,) = health.intervals(rows)
+    assert (found["from_s"], found["to_s"], found["causes"]) == (1.0, 3.0, ["relays"])
+    assert found["steal_ms"] == 10.0 and found["cause"].endswith("up to 10.0 ms a second then: steal time)")
+    assert health.verdict(rows)["cpu_steal_ms"] == 30.0
 
 
 def test_verdict_valid_only_without_saturated_seconds():

@@ -107,9 +107,9 @@ def test_build_c_says_when_the_source_is_missing(tmp_path):
 # -- CPU time from /proc ----------------------------------------------------------------------------
 def test_machine_ticks_sum_the_first_eight_fields_and_count_iowait_as_idle():
     stat = "cpu  100 2 30 400 5 6 7 8 9 10\ncpu0 1 2 3 4 5 6 7 8 9 10\n"
-    assert procs.machine_ticks(stat) == (100 + 2 + 30 + 400 + 5 + 6 + 7 + 8, 400 + 5)
-    total, idle = procs.machine_ticks()
-    assert total >= idle > 0
+    assert procs.machine_ticks(stat) == (100 + 2 + 30 + 400 + 5 + 6 + 7 + 8, 400 + 5, 8)
+    total, idle, steal = procs.machine_ticks()
+    assert total >= idle + steal and idle > 0 and steal >= 0
 
 
 def test_process_stat_counts_user_and_system_time_after_the_command_name():
