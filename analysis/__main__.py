@@ -119,7 +119,8 @@ def cmd_figures(args) -> int:
             else:
                 drawn.append(figures.fig8(e2e, out / f"fig8-{name}.png", relinks=tables.get("relinks"),
                                           threshold_s=thresholds.get(first_class, 0.040), stat=args.stat,
-                                          topic_class=first_class, note=note, saturated=saturated))
+                                          topic_class=first_class, note=note, saturated=saturated,
+                                          faults=run.get("faults")))
         if "fig9" in wanted:
             aoi = tables.get("aoi")
             if aoi is None or aoi.num_rows == 0:
@@ -128,7 +129,7 @@ def cmd_figures(args) -> int:
             else:
                 drawn.append(figures.fig9(aoi, out / f"fig9-{name}.png", threshold_s=thresholds.get(first_class, 0.100),
                                           stat=args.stat, note=note, saturated=saturated,
-                                          marks=tables.get("aoi_marks")))
+                                          marks=tables.get("aoi_marks"), faults=run.get("faults")))
         estimates = run_dir / "tables" / "estimates.png"  # E(t) against the configured RTTs (analysis.estimates)
         if estimates.exists():
             out.mkdir(parents=True, exist_ok=True)

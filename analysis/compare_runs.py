@@ -146,7 +146,7 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
                 thresholds = run.get("thresholds") or {}
                 first_class = next(iter(thresholds), None)
                 panel.update(threshold_s=thresholds.get(first_class), topic_class=first_class, note=_note(run),
-                             saturated=run.get("harness_saturated"),
+                             saturated=run.get("harness_saturated"), faults=run.get("faults"),
                              e2e=tables.get("e2e"), relinks=tables.get("relinks"), aoi=tables.get("aoi"),
                              marks=tables.get("aoi_marks"))
                 limits = bounds.run_limits(run_dir)

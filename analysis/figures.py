@@ -101,7 +101,7 @@ def _finish(fig, ax, out: str | os.PathLike, title: str, xlabel: str, ylabel: st
         many = len(handles) > 12
         ax.legend(fontsize="x-small" if many else "small", ncol=2 if many else 1, title=legend_title,
                   loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    return save(fig, out, title, xlabel, ylabel, labels)
+    return {**save(fig, out, title, xlabel, ylabel, labels), "legend": names}
 
 
 def save(fig, out: str | os.PathLike, title: str, xlabel: str, ylabel: str, series: list) -> dict:
@@ -120,6 +120,22 @@ def _shade_saturated(ax, saturated) -> None:
     for i, interval in enumerate(saturated or []):
         ax.axvspan(interval["from_s"], interval["to_s"], color="grey", alpha=0.25, linewidth=0,
                    label="harness saturated (not evidence)" if i == 0 else None)
+
+
+FAULT_WORDS = {"kill": "killed", "pause": "paused", "relay": "delay line killed", "cut": "cut off"}
+
+
+def _mark_faults(ax, faults) -> None:
+    """The scenario's faults (run.json `faults`, testbed.faults): a red band while a part was down
+    (a cut site, a paused broker, ZooKeeper until its restart), a red line where one was killed for
+    good or a delay line died, each named."""
+    for i, fault in enumerate(faults or []):
+        words = f"{fault['target']} {FAULT_WORDS.get(fault['kind'], fault['kind'])}"
+        if fault.get("to_s") is not None:
+            ax.axvspan(fault["from_s"], fault["to_s"], facecolor="none", edgecolor="red", hatch="//",
+                       linewidth=0.0, alpha=0.6, label=f"fault: {words}")
+        else:
+            ax.axvline(fault["from_s"], color="red", linewidth=1.5, alpha=0.8, label=f"fault: {words}")
 
 
 def _threshold_line(ax, threshold_s: float | None) -> None:
@@ -150,10 +166,11 @@ def _natural(text: str):
 
 
 def _draw_e2e(ax, e2e, relinks, threshold_s: float | None, stat: str, topic_class: str | None,
-              saturated=None) -> tuple[list, float]:
+              saturated=None, faults=None) -> tuple[list, float]:
     """Fig. 8's content on one axis: a line per swarm's representative topic, the threshold, relinks,
-    saturated intervals shaded."""
+    saturated intervals shaded, the faults marked."""
     _shade_saturated(ax, saturated)
+    _mark_faults(ax, faults)
     table = columns(e2e)
     labels = []
     colors = {}
@@ -180,11 +197,11 @@ def _draw_e2e(ax, e2e, relinks, threshold_s: float | None, stat: str, topic_clas
 
 
 def fig8(e2e, out, relinks=None, threshold_s: float | None = 0.040, stat: str = "p95_s",
-         topic_class: str | None = None, note: str = "", saturated=None) -> dict:
+         topic_class: str | None = None, note: str = "", saturated=None, faults=None) -> dict:
     """Fig. 8: E2E latency over time, one line per swarm's representative topic; threshold; relinks;
-    the harness's saturated intervals shaded."""
+    the harness's saturated intervals shaded; the scenario's faults marked."""
     fig, ax = plt.subplots(figsize=(10, 5))
-    labels, bucket = _draw_e2e(ax, e2e, relinks, threshold_s, stat, topic_class, saturated)
+    labels, bucket = _draw_e2e(ax, e2e, relinks, threshold_s, stat, topic_class, saturated, faults)
     title = "Fig. 8: E2E latency of each swarm's representative topic" + (f"\n({note})" if note else "")
     ylabel = f"E2E latency, {STAT_NAMES.get(stat, stat)} per {bucket:g} s (ms)"
     return _finish(fig, ax, out, title, "time since run start (s)", ylabel, labels)
@@ -192,11 +209,13 @@ def fig8(e2e, out, relinks=None, threshold_s: float | None = 0.040, stat: str = 
 
 # ------------------------------------------------------------------------------------------ Fig. 9
 
-def _draw_aoi(ax, aoi, threshold_s: float | None, stat: str, saturated=None, marks=None) -> tuple[list, float, str | None]:
+def _draw_aoi(ax, aoi, threshold_s: float | None, stat: str, saturated=None, marks=None,
+              faults=None) -> tuple[list, float, str | None]:
     """Fig. 9's content on one axis: a line per avatar in the consumer's AoI, the threshold, saturated
     intervals shaded; with `marks` (`jobs.aoi_marks`), the consumer's group changes and the
-    migrations of the topics it received as vertical lines."""
+    migrations of the topics it received as vertical lines; the faults marked."""
     _shade_saturated(ax, saturated)
+    _mark_faults(ax, faults)
     table = columns(aoi)
     labels = []
     consumer = None
@@ -222,12 +241,12 @@ def _draw_aoi(ax, aoi, threshold_s: float | None, stat: str, saturated=None, mar
 
 
 def fig9(aoi, out, threshold_s: float | None = 0.100, stat: str = "p95_s", consumer: str | None = None,
-         note: str = "", saturated=None, marks=None) -> dict:
+         note: str = "", saturated=None, marks=None, faults=None) -> dict:
     """Fig. 9: AoI latency over time for one player (paper 5.8.2: one representative avatar), one line
     per avatar in its AoI; threshold; its group changes and its topics' migrations (`marks`); the
     harness's saturated intervals shaded."""
     fig, ax = plt.subplots(figsize=(10, 5))
-    labels, bucket, seen_by = _draw_aoi(ax, aoi, threshold_s, stat, saturated, marks)
+    labels, bucket, seen_by = _draw_aoi(ax, aoi, threshold_s, stat, saturated, marks, faults)
     consumer = consumer or seen_by
     who = f" seen by {consumer}" if consumer else ""
     title = f"Fig. 9: E2E area-of-interest latency{who}" + (f"\n({note})" if note else "")
@@ -403,7 +422,7 @@ def fig8_policies(panels: list[dict], out, stat: str = "p95_s", topic_class: str
     """Fig. 8 once per policy (one row each): panels are {policy, e2e, relinks, threshold_s, note, missing}."""
     def draw(ax, panel):
         return _draw_e2e(ax, panel.get("e2e"), panel.get("relinks"), panel.get("threshold_s"), stat, topic_class,
-                         panel.get("saturated"))
+                         panel.get("saturated"), panel.get("faults"))
 
     title = "Fig. 8: E2E latency of each swarm's representative topic, per broker selection policy"
     return _panels(sorted(panels, key=lambda p: policy_key(p["policy"])), out, title,
@@ -414,7 +433,7 @@ def fig9_policies(panels: list[dict], out, stat: str = "p95_s") -> dict:
     """Fig. 9 once per policy (one row each): panels are {policy, aoi, marks, threshold_s, note, missing}."""
     def draw(ax, panel):
         labels, bucket, _consumer = _draw_aoi(ax, panel.get("aoi"), panel.get("threshold_s"), stat,
-                                              panel.get("saturated"), panel.get("marks"))
+                                              panel.get("saturated"), panel.get("marks"), panel.get("faults"))
         return labels, bucket
 
     title = "Fig. 9: E2E area-of-interest latency of one player, per broker selection policy"

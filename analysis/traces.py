@@ -124,6 +124,7 @@ RUN_SCHEMA = pa.schema([
     pa.field("partial", pa.bool_()),              # not complete, or lines lost (truncated or skipped)
     pa.field("harness_valid", pa.bool_()),        # run.json harness verdict: null for runs before the guard
     pa.field("harness_saturated", pa.string()),   # JSON [{from_s, to_s, cause, causes}] since the run start
+    pa.field("faults", pa.string()),              # JSON [{kind, target, from_s, to_s}]: the scenario's faults
     pa.field("workload", pa.string()),
     pa.field("policy", pa.string()),
     pa.field("workflow", pa.string()),
@@ -142,7 +143,7 @@ RUN_SCHEMA = pa.schema([
 ])
 
 
-JSON_COLUMNS = ("thresholds", "truncated_files", "figures", "harness_saturated")  # JSON text in run.parquet
+JSON_COLUMNS = ("thresholds", "truncated_files", "figures", "harness_saturated", "faults")  # JSON text in run.parquet
 
 
 @dataclass
@@ -252,6 +253,7 @@ def run_metadata(run_dir: str | os.PathLike) -> dict:
     harness = meta.get("harness") if isinstance(meta.get("harness"), dict) else {}
     meta["harness_valid"] = harness.get("valid")
     meta["harness_saturated"] = harness.get("saturated")
+    meta.setdefault("faults", [])
     interrupted = meta.get("interrupted")
     complete = bool(meta.get("complete"))
     meta["complete"] = complete

@@ -21,6 +21,7 @@ from testbed import doctor, health, mobility
 from testbed import topology as topo_mod
 from testbed.emulation import choose, runstate
 from testbed.emulation.network import EmulationError, Network
+from testbed.faults import FaultSchedule
 from testbed.logs import route_library_logs
 from testbed.monitor import HealthMonitor
 from testbed.scenario.model import Scenario
@@ -91,6 +92,7 @@ class Session:
         self.reasons = (backend_choice.reason, shaper_choice.reason)
         self.run_id = runstate.new_run_id()
         self.log_dir = log_dir
+        self.faults = None  # the run's FaultSchedule once the measured run starts
         self.network: Network | None = None
         self._old_handlers = {}
 
@@ -209,6 +211,7 @@ def _run_roles(session: Session, scenario: Scenario, out: Path, events, meta: di
         monitor.stop()
         _stop(session, roles)
         meta["harness"] = monitor.finish()
+        meta["faults"] = session.faults.spans if session.faults else []
         _finish(session, roles, events, out, meta)
         session.say(health.describe(meta["harness"]))
 
@@ -227,6 +230,8 @@ def _finish(session: Session, roles: list, events, out: Path, meta: dict) -> Non
     merged = sorted((event for role in roles for event in role.events()), key=lambda e: e.get("time", 0))
     for event in merged:
         _write_event(events, **event)
+    faults = session.faults.events if session.faults else []  # already written, as they happened
+    merged = sorted(merged + faults, key=lambda e: e.get("time", 0))
     summary = {}
     for role in roles:
         summary.update(role.summary(merged))
@@ -277,8 +282,9 @@ def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None 
     next_snapshot = 0.0
     _write_event(events, type="run_start", time=t0, run_id=session.run_id)
     pending = list(session.handovers)
-    faults = sorted(session.scenario.faults, key=lambda f: f.at)
-    restores: list[tuple[float, str, bool]] = []  # (when, what, was it killed) a killed or paused part comes back
+    faults = FaultSchedule(session.scenario.faults, network, roles, write=lambda **e: _write_event(events, **e),
+                           say=session.say)
+    session.faults = faults  # its spans and events are kept also after an error
     done = 0
     next_report = next_disk_check = 0.0
     while True:
@@ -299,28 +305,7 @@ def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None 
             _write_event(events, type="relink", time=event.time, node=event.node, from_site=event.from_site,
                          to_site=event.to_site, planned_at_s=planned.time, late_s=round(elapsed - planned.time, 4),
                          call_s=round(event.duration_s, 4))
-        while faults and faults[0].at <= elapsed:
-            fault = faults.pop(0)
-            if fault.relay is not None:  # the emulation's own part: the shaper's check restarts it
-                link = network.kill_relay(*fault.relay)
-                _write_event(events, type="relay_killed", time=time.time(), link=link, planned_at_s=fault.at)
-                session.say(f"fault: the delay line of {link} killed at {elapsed:.1f}s")
-                continue
-            for role in reversed(roles):  # as a crash would: the system's processes with the node's agent
-                found = role.kill(fault.kill) if fault.kill is not None else role.pause(fault.pause)
-                for event in found:
-                    event["planned_at_s"] = fault.at
-            what = "killed" if fault.kill is not None else "paused"
-            if fault.back_after is None:
-                session.say(f"fault: {fault.target} killed for good at {elapsed:.1f}s")
-            else:
-                restores.append((fault.at + fault.back_after, fault.target, fault.kill is not None))
-                session.say(f"fault: {fault.target} {what} at {elapsed:.1f}s, back in {fault.back_after:g}s")
-        while restores and min(restores)[0] <= elapsed:
-            _, target, killed = restores.pop(restores.index(min(restores)))
-            for role in roles:
-                role.restore(target) if killed else role.resume(target)
-            session.say(f"fault over: {target} {'restarting' if killed else 'resumed'} at {elapsed:.1f}s")
+        faults.step(elapsed)
         for problem in network.check():
             _write_event(events, type="data_path_problem", time=time.time(), detail=problem)
             session.say(f"problem: {problem}")

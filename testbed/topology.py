@@ -341,9 +341,8 @@ def checked(scenario: Scenario, path: str) -> Topology:
     for i, fault in enumerate(scenario.faults):
         if fault.at >= scenario.duration:
             report(("faults", i, "at"), f"{fault.at:g}s is not within the run's duration ({scenario.duration:g}s)")
-        back = "restart_after" if fault.restart_after is not None else "resume_after"
         if fault.back_after is not None and fault.at + fault.back_after >= scenario.duration:
-            report(("faults", i, back), f"back at {fault.at + fault.back_after:g}s, not within the "
+            report(("faults", i, fault.back_field), f"back at {fault.at + fault.back_after:g}s, not within the "
                                                    f"run's duration ({scenario.duration:g}s)")
         if fault.target == ZOOKEEPER:
             continue
@@ -357,6 +356,10 @@ def checked(scenario: Scenario, path: str) -> Topology:
             if not (built.link_between(a, b) or (a in built.nodes and built.nodes[a].site == b)):
                 report(("faults", i, "relay"), f"no link between {a!r} and {b!r}: name two linked sites, or a node "
                                                f"and its site (its access link)")
+            continue
+        if fault.cut is not None:
+            if fault.cut not in built.sites:
+                report(("faults", i, "cut"), f"{fault.cut!r} is not a site; sites: {', '.join(sorted(built.sites))}")
             continue
         field, verb = ("kill", "killed") if fault.kill is not None else ("pause", "paused")
         if fault.kill is not None and fault.target in clients:

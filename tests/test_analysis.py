@@ -196,6 +196,13 @@ def test_figures_render_pngs_with_labelled_axes(tmp_path):
             "max_s": 0.05} for p in (2, 3, 4) for t in range(p * 5, p * 5 + 20)]
     _check_png(figures.fig9(aoi, tmp_path / "fig9.png", threshold_s=0.1), 9)
 
+    faults = [{"kind": "cut", "target": "zone1", "from_s": 14.0, "to_s": 20.0},
+              {"kind": "kill", "target": "bzone2", "from_s": 25.0, "to_s": None}]
+    info = figures.fig8(e2e, tmp_path / "fig8-faults.png", relinks=moves, threshold_s=0.04, faults=faults)
+    assert {"fault: zone1 cut off", "fault: bzone2 killed", "relink (zone change)"} <= set(info["legend"])
+    info = figures.fig9(aoi, tmp_path / "fig9-faults.png", threshold_s=0.1, faults=faults[:1])
+    assert "fault: zone1 cut off" in info["legend"]
+
     migrations = [{"workflow": wf, "wan_one_way_s": wan,
                    "downtime_s": (0.01 if wf == "enhanced" else 4) * wan * (1 + i / 10),
                    "migration_time_s": 0.1 * n / ex, "n_topics": n, "executors": ex}

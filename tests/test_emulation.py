@@ -136,6 +136,30 @@ def test_relink_changes_the_measured_rtt():
     assert home == pytest.approx(12.0, abs=1.0)
 
 
+def test_a_cut_site_reaches_nothing_outside_until_healed_and_a_move_during_the_cut_follows_it():
+    """`cut: zone1` (issue 19): nothing crosses between zone1 and any other site, both ways, while
+    zone1's nodes still reach each other; after the heal every path has its RTT again. A node that
+    moves into the cut site during the cut is cut off with it, and back when it heals."""
+    scenario = parse_text(MOBILE)
+    topo = topology.build(scenario)
+    with Session(scenario, topology=topo) as session:
+        network = session.network
+        rtts(session, "uav1", "bzone2", 3)
+        assert network.cut_site("zone1") > 0
+        assert rtts(session, "uav1", "bzone2", 5) == [] and rtts(session, "bzone2", "uav1", 5) == []
+        assert rtts(session, "uav1", "cloud", 5) == []
+        assert median(rtts(session, "uav1", "bzone1", 10)) == pytest.approx(12.0, abs=1.0)  # inside the site
+        assert median(rtts(session, "bzone2", "bzone3", 10)) > 0  # the rest of the network is whole
+        network.relink("uav1", "zone2")
+        assert median(rtts(session, "uav1", "bzone2", 10)) == pytest.approx(12.0, abs=1.0)
+        assert rtts(session, "uav1", "bzone1", 5) == []
+        network.relink("uav1", "zone1")
+        assert rtts(session, "uav1", "bzone2", 5) == []
+        network.heal_site("zone1")
+        healed = median(rtts(session, "uav1", "bzone2", 10))
+    assert healed == pytest.approx(42.0, abs=1.5)
+
+
 def test_bad_link_parameters_are_rejected_at_validation():
     with pytest.raises(ScenarioError, match="must not be negative"):
         parse_text(STAR.replace("link_delay: 10ms", "link_delay: -10ms"))

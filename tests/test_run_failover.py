@@ -175,3 +175,43 @@ def test_a_client_that_crashes_stops_its_own_traffic_only(tmp_path):
     assert cost["last_received_s"] is not None and cost["last_received_s"] <= 0.2
     # swarm2 delivered as much after the crash as in as long before (its own zone changes aside)
     assert cost["others_after"] >= 0.8 * cost["others_before"] > 0
+
+
+def test_a_site_cut_off_stops_what_crosses_it_and_the_clients_come_back_after_the_heal(tmp_path):
+    """`cut: zone1` for 6 s (issue 19), with hash placement: sensor_data-swarm1 lives on bzone1,
+    in the swarm's own site, and follow_leader-swarm1 on the cloud broker, across the cut. The edge
+    topic does not notice; the cloud topic delivers nothing during the cut, its clients lose their
+    broker and are back on it after the heal; the run says what the cut cost, and run.json carries
+    its span for the figures."""
+    from testbed.policies.initial import hash_broker
+
+    assert [hash_broker(t, ["bzone1", "bzone2", "cloud"]) for t in ("sensor_data-swarm1", "follow_leader-swarm1")] \
+        == ["bzone1", "cloud"]
+    run, out, events = run_variant(tmp_path, "failover-smoke", "site-cut", duration="32s",
+                                   control={"policy": "pulsar-hash", "settle": "5s"},
+                                   faults=[{"at": "14s", "cut": "zone1", "heal_after": "6s"}])
+    start = next(e["time"] for e in events if e["type"] == "run_start")
+    (cut,) = [e for e in events if e["type"] == "site_cut"]
+    (healed,) = [e for e in events if e["type"] == "site_healed"]
+    assert cut["site"] == "zone1" and abs(cut["time"] - start - 14.0) < 0.5 and abs(healed["time"] - cut["time"] - 6.0) < 0.5
+    meta = json.loads((out / "run.json").read_text())
+    (span,) = meta["faults"]
+    assert (span["kind"], span["target"]) == ("cut", "zone1") and abs(span["to_s"] - span["from_s"] - 6.0) < 0.5
+    rows = [json.loads(line) for path in (out / "traces").glob("*.jsonl") for line in path.read_text().splitlines()]
+    brokers = {r["topic"]: r["broker"] for r in rows if float(r["receive_time"]) < cut["time"]}
+    assert brokers == {"sensor_data-swarm1": "bzone1", "follow_leader-swarm1": "cloud"}, brokers
+
+    def received(topic, low, high):
+        return sum(low <= float(r["receive_time"]) < high for r in rows if r["topic"] == topic)
+    # the edge topic delivers on through the cut; across it nothing arrives (past what was in flight)
+    assert received("sensor_data-swarm1", cut["time"], healed["time"]) >= 0.9 * received(
+        "sensor_data-swarm1", cut["time"] - 6.0, cut["time"]) > 0
+    assert received("follow_leader-swarm1", cut["time"] + 0.2, healed["time"]) == 0
+    assert received("follow_leader-swarm1", healed["time"] + 8.0, start + 32.0) > 0  # and after the heal again
+    (cost,) = json.loads((out / "summary.json").read_text())["site_cuts"]
+    print(f"\nsite cut: {cost}")
+    assert cost["site"] == "zone1" and abs(cost["cut_s"] - 6.0) < 0.5
+    assert cost["clients_lost_broker"] >= 2 and cost["clients_recovered"] == cost["clients_lost_broker"]
+    # back within the NATS reconnect wait (2 s) and a lookup retry (3 s) of the heal
+    assert cost["back_after_heal_s"] is not None and cost["back_after_heal_s"] < 6.0
+    assert "site zone1 cut off for 6.0 s" in run.stdout

@@ -29,6 +29,19 @@ def test_shipped_scenarios_validate(path):
     assert topology.build(scenario).nodes
 
 
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: Path(p).name)
+def test_each_shipped_scenario_as_run_loads_again_to_the_same(path):
+    """A run writes its scenario with every field resolved (results/<run>/scenario.yaml); the
+    analysis and `testbed compare` load that file again."""
+    import yaml
+
+    from testbed.scenario.loader import parse_text
+
+    scenario = load(path)
+    again = parse_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False), "as-run.yaml")
+    assert again == scenario
+
+
 def test_required_scenarios_are_shipped():
     names = {Path(p).stem for p in SCENARIOS}
     assert {"uav", "uav-smoke", "mmog", "mmog-smoke"} <= names
@@ -214,7 +227,7 @@ def test_a_zookeeper_fault_needs_restart_after_and_a_broker_fault_refuses_it(tmp
              ([{"at": "20s", "kill": "zookeeperx", "restart_after": "5s"}], "is not a valid name"),
              ([{"at": "20s", "pause": "bzone1"}], "resume_after goes with pause, and a pause needs it"),
              ([{"at": "20s", "kill": "bzone1", "pause": "bzone2", "resume_after": "3s"}], "give exactly one of kill, pause"),
-             ([{"at": "20s"}], "give exactly one of kill, pause and relay"),
+             ([{"at": "20s"}], "give exactly one of kill, pause, relay and cut"),
              ([{"at": "20s", "pause": "cloud", "resume_after": "3s"}], "only edge brokers can be paused"),
              ([{"at": "20s", "pause": "swarm1", "resume_after": "3s"}], "'swarm1': not a broker node"),
              ([{"at": "45s", "pause": "bzone1", "resume_after": "5s"}], "back at 50s, not within the run's duration"),
@@ -224,7 +237,11 @@ def test_a_zookeeper_fault_needs_restart_after_and_a_broker_fault_refuses_it(tmp
              ([{"at": "10s", "kill": "manager"}], "killing the topic manager needs a standby: nodes.cloud_brokers of 2"),
              ([{"at": "10s", "relay": ["swarm1", "zone2"]}], "no link between 'swarm1' and 'zone2'"),
              ([{"at": "10s", "relay": ["zone1"]}], "relay"),
-             ([{"at": "10s", "relay": ["zone1", "zone2"], "kill": "bzone1"}], "give exactly one of kill, pause and relay")]
+             ([{"at": "10s", "relay": ["zone1", "zone2"], "kill": "bzone1"}], "give exactly one of kill, pause, relay and cut"),
+             ([{"at": "10s", "cut": "zone1"}], "heal_after goes with cut, and a cut needs it"),
+             ([{"at": "10s", "cut": "zone9", "heal_after": "5s"}], "'zone9' is not a site; sites: clouddc, zone1, zone2"),
+             ([{"at": "40s", "cut": "zone1", "heal_after": "10s"}], r"faults\[0\]\.heal_after: back at 50s"),
+             ([{"at": "10s", "kill": "bzone1", "heal_after": "5s"}], "heal_after goes with cut")]
     for faults, expected in cases:
         path = tmp_path / "f.yaml"
         path.write_text(_yaml.safe_dump({**base, "faults": faults}, sort_keys=False))

@@ -165,12 +165,26 @@ def test_a_bare_duration_is_the_cap_with_the_default_bounds():
     assert (rule.max, rule.same_site, rule.median_error, rule.hold) == (150, 0.008, 0.06, 5)
     rule = _control("{max: 3m, same_site: 3ms, median_error: 8%, hold: 10s}")
     assert (rule.max, rule.same_site, rule.median_error, rule.hold) == (180, 0.003, 0.08, 10)
-    assert _control("2s").hold == 5  # a cap shorter than the default hold: the cap decides
+    assert _control("2s").hold == 2  # a cap shorter than the default hold: the cap is the wait
+
+
+@pytest.mark.parametrize("settle_text", ["2s", "5s", "150s", "{max: 10s, hold: 10s}"])
+def test_the_scenario_as_run_loads_again(settle_text):
+    """results/<run>/scenario.yaml writes every field; the analysis loads it back (a site-cut run with
+    `settle: 5s` once wrote hold 5s beside max 5s, which its own loader then refused)."""
+    import yaml
+
+    from testbed.scenario.loader import parse_text
+    from tests.texts import MINIMAL
+
+    scenario = parse_text(MINIMAL + f"control: {{settle: {settle_text}}}\n", "s.yaml")
+    again = parse_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False), "as-run.yaml")
+    assert again.control.settle == scenario.control.settle
 
 
 @pytest.mark.parametrize("text, message", [
     ("abc", "s.yaml:11: control.settle.max: 'abc' is not a duration such as '40ms'"),
-    ("{max: 10s, hold: 20s}", "s.yaml:11: control.settle: hold (20s) must be shorter than max (10s)"),
+    ("{max: 10s, hold: 20s}", "s.yaml:11: control.settle: hold (20s) must not be longer than max (10s)"),
     ("{max: 150s, same_site: 5}", "control.settle.same_site: 5 is not a duration such as '40ms' (the unit is missing)"),
     ("{max: 150s, median_error: 0%}", "control.settle: median_error must be above 0%"),
     ("{max: 150s, median_error: 150%}", "control.settle.median_error: '150%' is not between 0% and 100%"),

@@ -78,6 +78,7 @@ class Network:
         self.sites: dict[str, object] = {}
         self.site_links: dict[frozenset, tuple[ShapedLink, str, str]] = {}
         self.access: dict[str, ShapedLink] = {}
+        self.cut: set[str] = set()  # sites cut off by a fault (scenario `cut:`)
         self.node_site: dict[str, str] = {}
         self.relinks: list[RelinkEvent] = []
         self.shaper = None
@@ -191,6 +192,8 @@ class Network:
         where = self.node_site[node]
         if where == site:
             return [f"route replace {ip}/32 dev br0", f"neigh replace {ip} lladdr {mac} dev br0 nud permanent"]
+        if site in self.cut or where in self.cut:  # a cut site: silently dropped, as on a dead backhaul
+            return [f"neigh flush to {ip} dev br0", f"route replace blackhole {ip}/32"]
         shaped, ip_a, ip_b = self.site_links[frozenset((site, where))]
         peer_ip = ip_b if shaped.near_node.name == site else ip_a
         return [f"neigh flush to {ip} dev br0", f"route replace {ip}/32 via {peer_ip} dev p-{where}"]
@@ -315,6 +318,28 @@ class Network:
         if self.shaper is None or not self.shaper.kill_relay(shaped):
             raise EmulationError(f"the link {a}-{b} has no relay process to kill (shaper {getattr(self.shaper, 'name', None)})")
         return f"{a}-{b} (link {shaped.index})"
+
+    def cut_site(self, site: str) -> int:
+        """A scenario fault: the site is cut off from every other site (its routers drop what would
+        cross, both ways; inside the site nodes still reach each other). Returns the routes changed."""
+        if site not in self.sites:
+            raise EmulationError(f"cut: unknown site {site!r}")
+        self.cut.add(site)
+        return self._reroute()
+
+    def heal_site(self, site: str) -> int:
+        """The cut's end: the site's routes point over its links again. Returns the routes changed."""
+        self.cut.discard(site)
+        return self._reroute()
+
+    def _reroute(self) -> int:
+        """Every router's route to every node, as the cuts now say (one `ip -batch` per router)."""
+        changed = 0
+        for site, router in self.sites.items():
+            lines = [line for node in self.nodes for line in self._route_lines(site, node) if line.startswith("route")]
+            self._ip_batch(router, lines)
+            changed += len(lines)
+        return changed
 
     def check(self) -> list[str]:
         """Problems seen in the data path since the last call (e.g. a delay line that died)."""

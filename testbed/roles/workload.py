@@ -226,6 +226,15 @@ class PubSubWorkload(Role):
             lines.append(f"client {c['node']} killed: its last message sent {c['last_sent_s']} s and received "
                          f"{c['last_received_s']} s after the crash; the other clients delivered {c['others_after']} "
                          f"messages after it against {c['others_before']} in as long before")
+        for c in summary.get("site_cuts", []):
+            lines.append(
+                f"site {c['site']} cut off " + (f"for {c['cut_s']:.1f} s" if c["cut_s"] else "to the end") +
+                f": {c['delivered_during']} deliveries during the cut ({c['delivered_before']} in as long before); "
+                f"{c['clients_recovered']} of {c['clients_lost_broker']} clients that lost their broker back on one"
+                + (f", downtime p50 {c['downtime_p50_s']:.2f} s, max {c['downtime_max_s']:.2f} s" if c["downtime_max_s"]
+                   else "")
+                + (f", the last {c['back_after_heal_s']:.2f} s after the heal" if c["back_after_heal_s"] is not None
+                   else ""))
         if "zookeeper_outage" in summary:
             z = summary["zookeeper_outage"]
             lines.append(
@@ -296,6 +305,8 @@ def summarize(trace_dir: Path, thresholds: dict[str, float], events: list[dict],
         summary["failover"] = failover(events)
     if any(e.get("type") == "client_killed" for e in events):
         summary["client_crashes"] = client_crashes(events, trace_dir)
+    if any(e.get("type") == "site_cut" for e in events):
+        summary["site_cuts"] = site_cuts(events, trace_dir)
     handover = manager_handover(events)
     if handover:
         summary["manager_handover"] = handover
@@ -326,6 +337,32 @@ def client_crashes(events: list[dict], trace_dir: Path) -> list[dict]:
                                            default=None),
                     "others_before": sum(at - span <= t < at for t in others),
                     "others_after": sum(at <= t <= at + span for t in others)})
+    return out
+
+
+def site_cuts(events: list[dict], trace_dir: Path) -> list[dict]:
+    """Per site cut off (`cut:`): how long, what was delivered during the cut against as long a time
+    before it, which clients lost their broker from the cut on and how long each was without one,
+    and when the last of them was back, counted from the heal."""
+    received = sorted(float(r["receive_time"]) for r in trace_rows(trace_dir) if "receive_time" in r)
+    out = []
+    for cut in (e for e in events if e.get("type") == "site_cut"):
+        at, site = cut["time"], cut["site"]
+        healed = next((e["time"] for e in events if e.get("type") == "site_healed" and e.get("site") == site
+                       and e["time"] >= at), None)
+        span = (healed if healed is not None else (received[-1] if received else at)) - at
+        lost = {(e["topic"], e["client"], e.get("role")) for e in events
+                if e.get("type") == "broker_lost" and e.get("time", 0) >= at}
+        downs = [e for e in events if e.get("type") == "downtime" and e.get("start", 0) >= at]
+        values = sorted(e["downtime_s"] for e in downs)
+        last_back = max((e["end"] for e in downs), default=None)
+        out.append({"site": site, "time": at, "cut_s": round(span, 3) if healed is not None else None,
+                    "delivered_during": sum(at <= t < at + span for t in received),
+                    "delivered_before": sum(at - span <= t < at for t in received),
+                    "clients_lost_broker": len(lost),
+                    "clients_recovered": len(lost & {(e["topic"], e["client"], e.get("role")) for e in downs}),
+                    "downtime_p50_s": percentile(values, 0.5), "downtime_max_s": values[-1] if values else None,
+                    "back_after_heal_s": round(last_back - healed, 3) if healed and last_back else None})
     return out
 
 

@@ -603,9 +603,11 @@ class Settle(Strict):
     def _reachable(self) -> Settle:
         if self.median_error <= 0:
             raise ValueError("median_error must be above 0% (no estimate is exact), e.g. 6%")
-        if "hold" in self.model_fields_set and 0 < self.max <= self.hold:
-            raise ValueError(f"hold ({self.hold:g}s) must be shorter than max ({self.max:g}s), "
+        if "hold" in self.model_fields_set and 0 < self.max < self.hold:
+            raise ValueError(f"hold ({self.hold:g}s) must not be longer than max ({self.max:g}s), "
                              "or the cap always ends the wait first")
+        if 0 < self.max < self.hold:  # a bare cap below the default hold: the cap is the wait
+            return self.model_copy(update={"hold": self.max})  # (and the scenario as run loads again)
         return self
 
 
@@ -704,7 +706,9 @@ class Fault(Strict):
     `pause: <broker>` stops every process of a broker node (SIGSTOP) for `resume_after` (SIGCONT):
     a broker that is only slow, which must not end up owning a topic another broker owns.
     `relay: [a, b]` kills the delay-line process of the link between sites a and b (or of node a's
-    access link, b its site): an emulation error the harness must detect, repair and mark."""
+    access link, b its site): an emulation error the harness must detect, repair and mark.
+    `cut: <site>` cuts a site off for `heal_after`: nothing passes between it and any other site
+    (its nodes still reach each other), as when a MEC site loses its backhaul."""
 
     at: PositiveDuration
     kill: Annotated[str, AfterValidator(_check_fault_target)] | None = None
@@ -712,28 +716,42 @@ class Fault(Strict):
     pause: Annotated[str, AfterValidator(check_name)] | None = None
     resume_after: PositiveDuration | None = None
     relay: tuple[Name, Name] | None = None
+    cut: Name | None = None
+    heal_after: PositiveDuration | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Fault:
-        if sum(k is not None for k in (self.kill, self.pause, self.relay)) != 1:
-            raise ValueError("a fault is a kill, a pause or a relay: give exactly one of kill, pause and relay")
+        if sum(k is not None for k in (self.kill, self.pause, self.relay, self.cut)) != 1:
+            raise ValueError("a fault is a kill, a pause, a relay or a cut: give exactly one of kill, pause, "
+                             "relay and cut")
         if self.kill is not None and (self.kill == ZOOKEEPER) != (self.restart_after is not None):
             raise ValueError("restart_after goes with kill: zookeeper, and zookeeper needs it "
                              "(a broker is killed for good)")
         if (self.pause is not None) != (self.resume_after is not None):
             raise ValueError("resume_after goes with pause, and a pause needs it")
+        if (self.cut is not None) != (self.heal_after is not None):
+            raise ValueError("heal_after goes with cut, and a cut needs it")
         return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("kill", "pause", "relay", "cut") if getattr(self, k) is not None)
 
     @property
     def target(self) -> str:
         if self.relay is not None:
             return "-".join(self.relay)
-        return self.kill if self.kill is not None else self.pause
+        return getattr(self, self.kind)
+
+    @property
+    def back_field(self) -> str | None:
+        """The field that says when the part is back; None: it is not (a kill for good, a relay)."""
+        return next((f for f in ("restart_after", "resume_after", "heal_after") if getattr(self, f) is not None), None)
 
     @property
     def back_after(self) -> float | None:
-        """How long until the part is back (a restart or a resume); None: killed for good."""
-        return self.restart_after if self.restart_after is not None else self.resume_after
+        """How long until the part is back (a restart, a resume, a heal); None: gone for good."""
+        return getattr(self, self.back_field) if self.back_field else None
 
 
 class Tracking(Strict):

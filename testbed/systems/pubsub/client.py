@@ -53,6 +53,11 @@ RELOOKUP_CONNECT_S = 2.0  # a nats-server that is up accepts within an RTT; a de
 # ZooKeeper session expires (~6 s); with pauses doubling to 2 s a retry could land just before the
 # expiry and wait 2 s more (downtime 6 s or 8.5 s by chance, on either backend). 0.5 s bounds that.
 RELOOKUP_PAUSE_MAX_S = 0.5
+# How long one lookup waits for its answer before it is asked again. The topic manager answers in
+# milliseconds (a lost broker's probe adds 0.5 s); a request sent while the path to it was cut sits
+# in the dropped connection's buffer and is never answered, so after a site's cut heals a client
+# would wait out the whole wait (a site-cut run: 10 s, all but 4 s of them after the heal).
+LOOKUP_ATTEMPT_S = 3.0
 PING_INTERVAL_S = 1.0  # nats-py's default is 2 minutes: a paused broker would hold its clients that long
 MAX_PINGS_OUT = 2      # unanswered pings before the connection counts as dropped (~2-3 s)
 # Message tracking (seed 002): a subscriber tells its broker's tracker when it attaches and leaves, and
@@ -179,7 +184,7 @@ class TopicClient:
         asker = {"client": self.name, "role": self.role, "coord": await self._coordinate()} if first else None
         while True:
             try:
-                answer = await lookup(self.topic, self._lookup_nc, asker=asker, lost=lost)
+                answer = await lookup(self.topic, self._lookup_nc, timeout=LOOKUP_ATTEMPT_S, asker=asker, lost=lost)
                 return answer["broker"], answer["address"]
             except (LookupError, nats.errors.Error, asyncio.TimeoutError) as error:
                 self.events.add("lookup_failed", topic=self.topic, client=self.name, error=str(error))
