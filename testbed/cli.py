@@ -74,7 +74,9 @@ def list_scenarios(directory: Path = typer.Option(SCENARIO_DIR, help="Where to l
 
 @app.command()
 def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
-             scale: Optional[float] = typer.Option(None, help="Check at this scale (multiplies counts and rates).")) -> None:
+             scale: Optional[float] = typer.Option(None, help="Check at this scale (multiplies counts and rates)."),
+             capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity): "
+                                           "a load past what it can carry at all is an error.")) -> None:
     """Validate scenario files; each error names file, line and field.
 
     Example: testbed validate scenarios/*.yaml
@@ -85,7 +87,10 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
             scenario = load(path)
             if scale is not None:
                 scenario = scenario.with_scale(scale)
-            topo_mod.checked(scenario, str(path))
+            topology = topo_mod.checked(scenario, str(path))
+            refusal = _impossible(path, _offered_load(scenario, topology, capacity)[1], capacity)
+            if refusal is not None:
+                raise refusal
             console.print(f"{path}: ok ({scenario.name})", highlight=False)
         except ScenarioError as error:
             failed = True
@@ -169,6 +174,19 @@ def _offered_load(scenario: Scenario, topology: topo_mod.Topology, capacity: Pat
     return est, load_mod.compare(est, measured, capacity)
 
 
+def _impossible(path: Path, verdict: load_mod.Verdict, capacity: Path) -> ScenarioError | None:
+    """A load past what this machine can carry at all (`Verdict.impossible`) as a scenario error at
+    the workload's line; None when it can be carried."""
+    if not verdict.impossible:
+        return None
+    from testbed.scenario.loader import Problem, line_of
+
+    return ScenarioError([Problem(str(path), line_of(str(path), ("workload",)), "workload",
+                                  "offered load past what this machine can carry at all: " + "; ".join(verdict.impossible)
+                                  + f" (measured in {capacity}); no run of it can be valid: lower the load "
+                                    "(--scale), or run it anyway with --over-capacity")])
+
+
 @app.command()
 def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Report what this machine supports and which backend and shaper `run` would choose.
@@ -221,13 +239,17 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
                                            help="Override the scenario's seed (mobility, zones, link jitter): a repeat."),
         results: Path = typer.Option(Path("results"), help="Directory for run results."),
         strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a load beyond the measured capacity."),
+        over_capacity: bool = typer.Option(False, "--over-capacity",
+                                           help="Run a load past what this machine can carry at all (to study overload)."),
         capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity).")
         ) -> None:
     """Build the emulated network for a scenario, run it, collect results, tear down.
 
     The policy in effect is written to the run's scenario.yaml (control.policy), which the analysis reads.
     The offered load is printed first and compared with this machine's measured capacity: a warning
-    when beyond it, a refusal with --strict.
+    when beyond it, a refusal with --strict; a load past what the machine can carry at all (more
+    deliveries than any measured run delivered, more frames than the delay line moves) is refused
+    unless --over-capacity.
 
     Example: sudo testbed run scenarios/uav-smoke.yaml --policy pulsar-hash
     """
@@ -254,6 +276,9 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     est, verdict = _offered_load(scenario, topology, capacity)
     for line in load_mod.lines(est, verdict):
         console.print(line, highlight=False, markup=False, soft_wrap=True, style="yellow" if verdict.beyond else None)
+    refusal = _impossible(path, verdict, capacity)
+    if refusal is not None and not over_capacity:
+        raise _fail_input(refusal)
     if strict and verdict.beyond:
         raise _fail_input(ValueError(f"{path}: --strict: offered load beyond this machine's measured capacity "
                                      f"({'; '.join(verdict.beyond)}; {capacity})"))

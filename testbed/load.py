@@ -192,6 +192,10 @@ class Verdict:
     limits: dict = field(default_factory=dict)  # name -> threshold (None: no threshold measured)
     beyond: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Past what this machine can carry at all, not only past its error budget: more deliveries than
+    # any measured run delivered (delivery stops growing there), or more frames than the delay
+    # line moves on every core. No run of it can be valid; `validate` and `run` refuse it.
+    impossible: list[str] = field(default_factory=list)
 
 
 def compare(est: Estimate, capacity: dict | None, source: Path = CAPACITY_FILE) -> Verdict:
@@ -221,6 +225,13 @@ def compare(est: Estimate, capacity: dict | None, source: Path = CAPACITY_FILE) 
             verdict.beyond.append(f"{offered[name]:,.0f} > {name} {limit:,.0f}")
     if knee and knee.get("deliveries_per_s") is None and est.deliveries_per_s > 0:
         verdict.beyond.append(f"{est.deliveries_per_s:,.0f} deliveries/s: no measured {est.kind} load held")
+    ceiling = knee.get("delivered_max_per_s")
+    if ceiling and est.deliveries_per_s > ceiling:
+        verdict.impossible.append(f"{est.deliveries_per_s:,.0f} deliveries/s > the most any measured {est.kind} "
+                                  f"run delivered, {ceiling:,.0f}/s")
+    frames = verdict.limits.get("delay line, pkts/s x cores")
+    if frames and est.shaper_packets_per_s > frames:
+        verdict.impossible.append(f"{est.shaper_packets_per_s:,.0f} frames/s > the delay line on every core, {frames:,.0f}")
     return verdict
 
 
@@ -233,6 +244,8 @@ def lines(est: Estimate, verdict: Verdict) -> list[str]:
         out.append(f"measured capacity: {limits or 'none recorded'}")
         out.append("BEYOND this machine's measured capacity: " + "; ".join(verdict.beyond) if verdict.beyond
                    else "within this machine's measured capacity")
+        if verdict.impossible:
+            out.append("past what this machine can carry at all: " + "; ".join(verdict.impossible))
     out += verdict.notes
     return out
 

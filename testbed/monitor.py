@@ -15,10 +15,13 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from testbed import health, procs
 from testbed.emulation.runstate import ENV_TAG
 
+PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
+FILES_PERIOD_S = 10  # open file descriptors are counted this often (a directory listing per process)
 LAG_S = 3  # clients write a second's line when it ends; relays answer one poll later
 CLASSES = (  # (class, substring of the command line); first match wins
     ("relays", "delayline"), ("nats-server", "nats-server"), ("clients", "testbed.systems.pubsub.workloads"),
@@ -60,30 +63,54 @@ class CpuSampler:
             environ, cmdline = b"", ""
         return classify(cmdline, self.tag in environ, pid == self.harness)
 
-    def sample(self) -> tuple[float, float, dict[str, float]]:
-        """(idle share, ms of steal a second, cores per class) since the previous call."""
+    def sample(self) -> Sample:
+        """The machine and the process classes since the previous call."""
         now, machine = time.monotonic(), procs.machine_ticks()
         total, idle = machine.total - self.machine.total, machine.idle - self.machine.idle
         elapsed = max(1e-3, now - self.at)
-        by_class: dict[str, float] = {}
+        cores: dict[str, float] = {}
+        memory: dict[str, float] = {}
         running = procs.all_process_stats()
         for pid, stat in running.items():
             used = stat.ticks
             if pid not in self.known:
                 self.known[pid] = self._class(pid)
                 self.times[pid] = used  # its CPU before we saw it is not this interval's
-                continue
+            name = self.known[pid]
+            memory[name] = memory.get(name, 0.0) + stat.rss_pages * PAGE_MB
             delta = used - self.times[pid]
             self.times[pid] = used
             if delta > 0:
-                name = self.known[pid]
-                by_class[name] = by_class.get(name, 0.0) + delta / procs.TICKS / elapsed
+                cores[name] = cores.get(name, 0.0) + delta / procs.TICKS / elapsed
         for pid in set(self.known) - set(running):
             self.known.pop(pid)
             self.times.pop(pid, None)
         steal_ms = 1e3 * (machine.steal - self.machine.steal) / procs.TICKS / elapsed
         self.machine, self.at = machine, now
-        return (idle / total if total > 0 else 1.0), round(steal_ms, 1), {k: round(v, 3) for k, v in sorted(by_class.items())}
+        return Sample(idle / total if total > 0 else 1.0, round(steal_ms, 1),
+                      {k: round(v, 3) for k, v in sorted(cores.items())},
+                      {k: round(v, 1) for k, v in sorted(memory.items()) if k not in ("other", "kernel-net")})
+
+    def open_files(self) -> dict[str, int]:
+        """Open file descriptors per class of the run's processes (a leak shows as growth in a soak)."""
+        found: dict[str, int] = {}
+        for pid, name in list(self.known.items()):
+            if name in ("other", "kernel-net", "docker"):
+                continue
+            try:
+                found[name] = found.get(name, 0) + len(os.listdir(f"/proc/{pid}/fd"))
+            except OSError:
+                continue  # exited meanwhile
+        return dict(sorted(found.items()))
+
+
+class Sample(NamedTuple):
+    """One second of the machine as `CpuSampler` saw it."""
+
+    idle: float                 # idle share of all cores
+    steal_ms: float             # ms a second the hypervisor held the cores
+    cores: dict[str, float]     # cores used, per process class
+    memory_mb: dict[str, float]  # resident memory now, per class of the run's processes (and the harness)
 
 
 class ClientLines:
@@ -144,9 +171,12 @@ class HealthMonitor:
     def tick(self, now: float) -> None:
         """One sample: the last second's machine and relay figures, clients' lines, rows now final."""
         second = int(now) - 1
-        idle, steal_ms, by_class = self.cpu.sample()
+        sample = self.cpu.sample()
         slot = self.pending.setdefault(second, {})
-        slot.update(cpu_idle=round(idle, 4), cpu_steal_ms=steal_ms, cpu_by_class=by_class)
+        slot.update(cpu_idle=round(sample.idle, 4), cpu_steal_ms=sample.steal_ms, cpu_by_class=sample.cores,
+                    memory_mb_by_class=sample.memory_mb)
+        if second % FILES_PERIOD_S == 0:
+            slot["open_files_by_class"] = self.cpu.open_files()
         relays = self.shaper.health() if self.shaper is not None else None
         if relays is not None:  # answers to the previous poll: the second before
             earlier = self.pending.setdefault(second - 1, {})

@@ -362,8 +362,10 @@ def checked(scenario: Scenario, path: str) -> Topology:
                 report(("faults", i, "cut"), f"{fault.cut!r} is not a site; sites: {', '.join(sorted(built.sites))}")
             continue
         field, verb = ("kill", "killed") if fault.kill is not None else ("pause", "paused")
-        if fault.kill is not None and fault.target in clients:
-            continue  # a client node's workload process crashes
+        if fault.kill is not None and fault.target in clients:  # a client node's workload process crashes
+            if fault.restart_after is not None:
+                report(("faults", i, "restart_after"), "a client node is killed for good: no restart_after")
+            continue
         if fault.target not in brokers:
             why = (f"the cloud node holds ZooKeeper and the topic manager; only edge brokers can be {verb}"
                    if fault.target in built.nodes and built.nodes[fault.target].role == "cloud"
@@ -371,8 +373,15 @@ def checked(scenario: Scenario, path: str) -> Topology:
             report(("faults", i, field), f"{fault.target!r}: {why}; brokers: {', '.join(brokers) or 'none'}")
     if scenario.faults and scenario.workload.kind == "none":
         report(("faults",), "faults kill brokers of the pub/sub system: the scenario needs a workload")
-    if len({f.target for f in scenario.faults}) != len(scenario.faults):
-        report(("faults",), "each broker, ZooKeeper and link can be the target of one fault")
+    down_until: dict[str, float | None] = {}  # a part is hit again only once it is back
+    for i, fault in sorted(enumerate(scenario.faults), key=lambda item: item[1].at):
+        if fault.target in down_until:
+            until = down_until[fault.target]
+            if until is None or until >= fault.at:
+                back = "it is not back" if until is None else f"it is back only at {until:g}s"
+                report(("faults", i, "at"), f"{fault.target} is hit again at {fault.at:g}s but {back}: faults on "
+                                            "one part must not overlap")
+        down_until[fault.target] = fault.at + fault.back_after if fault.back_after is not None else None
     if problems:
         raise ScenarioError(problems)
     return built

@@ -94,10 +94,35 @@ def capacity_file(tmp_path):
 
 def test_run_strict_refuses_beyond_capacity(capacity_file):
     scenario = REPO / "scenarios" / "uav.yaml"
-    result = CliRunner().invoke(app, ["run", str(scenario), "--strict", "--capacity", str(capacity_file)])
+    result = CliRunner().invoke(app, ["run", str(scenario), "--scale", "0.5", "--strict", "--capacity", str(capacity_file)])
     assert result.exit_code == 2
     refusal = [line for line in result.output.splitlines() if "--strict" in line]
     assert len(refusal) == 1 and str(scenario) in refusal[0] and "harness knee" in refusal[0]
+
+
+def test_a_load_past_what_the_machine_carries_at_all_is_refused_at_validation(tmp_path, monkeypatch):
+    """More deliveries than any measured run delivered (or more frames than the delay line moves on
+    every core): `validate` and `run` refuse it with file:line, `run --over-capacity` runs it."""
+    from testbed import experiment
+
+    path = tmp_path / "capacity.json"
+    ceiling = {**CAPACITY, "knee": {"uav-swarm": {**CAPACITY["knee"]["uav-swarm"], "delivered_max_per_s": 9_000.0}}}
+    path.write_text(json.dumps(ceiling))
+    verdict = load.compare(estimate("uav"), ceiling)
+    assert verdict.impossible == ["22,400 deliveries/s > the most any measured uav-swarm run delivered, 9,000/s",
+                                  "211,200 frames/s > the delay line on every core, 200,000"]
+    assert load.compare(estimate("uav-smoke"), ceiling).impossible == []
+    scenario = REPO / "scenarios" / "uav.yaml"
+    result = CliRunner().invoke(app, ["validate", str(scenario), "--capacity", str(path)])
+    assert result.exit_code == 2
+    (line,) = [line for line in result.output.splitlines() if "past what this machine can carry" in line]
+    assert line.startswith(f"{scenario}:") and ": workload: offered load past" in line and "--over-capacity" in line
+    assert CliRunner().invoke(app, ["validate", str(scenario), "--scale", "0.1", "--capacity", str(path)]).exit_code == 0
+    started = []
+    monkeypatch.setattr(experiment, "run", lambda scenario, *a, **k: started.append(scenario.name) or 0)
+    assert CliRunner().invoke(app, ["run", str(scenario), "--capacity", str(path)]).exit_code == 2 and not started
+    assert CliRunner().invoke(app, ["run", str(scenario), "--capacity", str(path), "--over-capacity"]).exit_code == 0
+    assert started == ["uav"]
 
 
 def test_run_strict_starts_within_capacity(capacity_file, monkeypatch):

@@ -221,8 +221,11 @@ def test_a_zookeeper_fault_needs_restart_after_and_a_broker_fault_refuses_it(tmp
     import yaml as _yaml
 
     base = _yaml.safe_load((Path(__file__).resolve().parent.parent / "scenarios" / "failover-smoke.yaml").read_text())
-    cases = [([{"at": "20s", "kill": "zookeeper"}], "restart_after goes with kill: zookeeper"),
-             ([{"at": "20s", "kill": "bzone1", "restart_after": "5s"}], "restart_after goes with kill: zookeeper"),
+    cases = [([{"at": "20s", "kill": "zookeeper"}], "kill: zookeeper needs restart_after"),
+             ([{"at": "20s", "kill": "manager", "restart_after": "5s"}], "restart_after goes with kill: zookeeper or a broker"),
+             ([{"at": "20s", "pause": "bzone1", "resume_after": "2s", "restart_after": "5s"}],
+              "restart_after goes with kill: zookeeper or a broker"),
+             ([{"at": "20s", "kill": "swarm1", "restart_after": "5s"}], "a client node is killed for good"),
              ([{"at": "40s", "kill": "zookeeper", "restart_after": "20s"}], "back at 60s, not within the run's duration"),
              ([{"at": "20s", "kill": "zookeeperx", "restart_after": "5s"}], "is not a valid name"),
              ([{"at": "20s", "pause": "bzone1"}], "resume_after goes with pause, and a pause needs it"),
@@ -231,8 +234,12 @@ def test_a_zookeeper_fault_needs_restart_after_and_a_broker_fault_refuses_it(tmp
              ([{"at": "20s", "pause": "cloud", "resume_after": "3s"}], "only edge brokers can be paused"),
              ([{"at": "20s", "pause": "swarm1", "resume_after": "3s"}], "'swarm1': not a broker node"),
              ([{"at": "45s", "pause": "bzone1", "resume_after": "5s"}], "back at 50s, not within the run's duration"),
-             ([{"at": "10s", "pause": "bzone1", "resume_after": "3s"}, {"at": "20s", "kill": "bzone1"}],
-              "each broker, ZooKeeper and link can be the target of one fault"),
+             ([{"at": "10s", "pause": "bzone1", "resume_after": "15s"}, {"at": "20s", "kill": "bzone1"}],
+              "bzone1 is hit again at 20s but it is back only at 25s: faults on one part must not overlap"),
+             ([{"at": "10s", "kill": "bzone1", "restart_after": "10s"}, {"at": "15s", "pause": "bzone1", "resume_after": "3s"}],
+              r"faults\[1\]\.at: bzone1 is hit again at 15s but it is back only at 20s"),
+             ([{"at": "10s", "kill": "bzone1"}, {"at": "30s", "kill": "bzone1", "restart_after": "3s"}],
+              r"faults\[1\]\.at: bzone1 is hit again at 30s but it is not back"),
              ([{"at": "10s", "relay": ["zone1", "zone9"]}], "no link between 'zone1' and 'zone9'"),
              ([{"at": "10s", "kill": "manager"}], "killing the topic manager needs a standby: nodes.cloud_brokers of 2"),
              ([{"at": "10s", "relay": ["swarm1", "zone2"]}], "no link between 'swarm1' and 'zone2'"),

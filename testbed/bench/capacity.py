@@ -289,6 +289,8 @@ def _case_knee(rows: list[dict], paper: float | None, rule: str) -> dict:
     lowest = min(series, key=lambda a: series[a]["deliveries_per_s"] or 0.0)
     at = next((r for r in rows if r["name"] == series[lowest]["knee_point"]), None)
     return {"deliveries_per_s": knee, "paper_deliveries_per_s": paper, "rule": rule,
+            # the most any point delivered: past it delivery stops growing, whatever is offered
+            "delivered_max_per_s": max((r["delivered_per_s"] for r in rows), default=None),
             "ratio_of_paper": knee / paper if knee is not None and paper else None,
             "reached": any(s["reached"] for s in series.values()), "limited_by": series[lowest]["reason"],
             "cpu_by_class_at_knee": at["cpu_by_class"] if at else None,
@@ -316,7 +318,8 @@ def run_point(path: Path, results: Path, say, backend: str = "auto", poll_s: flo
     progress. Returns the run's directory (None when the run wrote none)."""
     results.mkdir(parents=True, exist_ok=True)
     log = results / "run.log"
-    argv = [sys.executable, "-m", "testbed.cli", "run", str(path), "--results", str(results), "--backend", backend]
+    argv = [sys.executable, "-m", "testbed.cli", "run", str(path), "--results", str(results), "--backend", backend,
+            "--over-capacity"]  # the sweep measures past the last capacity file's ceiling on purpose
     started = time.monotonic()
     shown = started
     with log.open("w") as handle:

@@ -129,6 +129,12 @@ class Coordinates(Role):
             self.agents.kill(node)
         return []
 
+    def restore(self, node: str) -> list[dict]:
+        """The crashed node starts again: its Serf agent rejoins the cluster (a new coordinate)."""
+        if self.agents and node in agent_nodes(self.topology):
+            self.agents.restart(node)
+        return []
+
     def events(self) -> list[dict]:
         return self.nc_answers()
 

@@ -156,6 +156,11 @@ class SerfAgents:
         agent.process.wait()
         return True
 
+    def restart(self, node: str) -> None:
+        """A node killed for good comes back (a fault's restart): a fresh agent, supervised again."""
+        if node not in self.agents:
+            self.agents[node] = Agent(node, self._spawn(node))
+
     def pids(self) -> dict[str, int]:
         return {node: agent.process.pid for node, agent in self.agents.items()}
 

@@ -175,6 +175,16 @@ class PubSubSystem:
         wait_or_kill([self.servers.pop(name), self.agents.pop(name), self.trackers.pop(name, None)], timeout=5)
         return {"type": "broker_killed", "time": time.time(), "node": name, "killed": killed}
 
+    def restart(self, name: str) -> dict:
+        """Start a killed broker node again (a fault's `restart_after`): a fresh nats-server, broker
+        agent and tracker, which register anew; the topic manager places topics on it as on any."""
+        if name in self.servers:
+            raise ValueError(f"{name} is running")
+        began = time.monotonic()
+        self._start_broker(name)
+        return {"type": "broker_restarted", "time": time.time(), "node": name,
+                "start_s": round(time.monotonic() - began, 3)}
+
     def kill_zookeeper(self) -> dict:
         """SIGKILL the cloud's ZooKeeper (a scenario fault): sessions and nodes stay on its disk."""
         killed = time.time()
@@ -272,7 +282,11 @@ class PubSubRole(Role):
     def restore(self, node: str) -> list[dict]:
         if node == ZOOKEEPER:
             self._restoring = self.system.restore_zookeeper(self.faults)
-        return []
+            return []
+        if node not in self.system.brokers():
+            return []
+        self.faults.append(self.system.restart(node))
+        return [self.faults[-1]]
 
     def pause(self, node: str) -> list[dict]:
         if node not in self.system.brokers():

@@ -208,7 +208,8 @@ class PubSubWorkload(Role):
         lost = max(0, expected - summary["delivered"])
         if "failover" in summary:
             f = summary["failover"]
-            hit = ", ".join([f"killed {b}" for b in f["brokers_killed"]] + [f"paused {b}" for b in f["brokers_paused"]])
+            hit = ", ".join([f"killed {b}" for b in f["brokers_killed"]] + [f"paused {b}" for b in f["brokers_paused"]]
+                            + [f"restarted {b}" for b in f.get("brokers_restarted", [])])
             lines.append(
                 f"failover: {hit}; {f['topics_replaced']} topics re-placed; "
                 f"{f['clients_recovered']} of {f['clients_lost_broker']} clients back on a broker, downtime "
@@ -411,6 +412,7 @@ def failover(events: list[dict]) -> dict:
     fenced = [e for e in events if e.get("type") == "broker_fenced"]
     return {"brokers_killed": sorted(e["node"] for e in events if e.get("type") == "broker_killed"),
             "brokers_paused": sorted(e["node"] for e in events if e.get("type") == "broker_paused"),
+            "brokers_restarted": sorted(e["node"] for e in events if e.get("type") == "broker_restarted"),
             "topics_replaced": len({e["topic"] for e in events if e.get("type") == "orphan_replaced" and e.get("broker")}),
             "clients_lost_broker": len(lost), "clients_recovered": len(lost & recovered),
             "downtime_p50_s": percentile(values, 0.5),

@@ -703,6 +703,8 @@ class Fault(Strict):
     with its data, `restart_after` later: the control plane is gone meanwhile, the data plane is not.
     `kill: manager` kills the elected topic manager for good; with two or more cloud brokers a
     standby manager (one in every cloud node) is elected once the leader's ZooKeeper session expires.
+    With `restart_after`, a killed broker node starts again (its nats-server, broker agent and
+    Serf agent, with no state: a crash and a reboot), as in a soak with periodic crashes.
     `pause: <broker>` stops every process of a broker node (SIGSTOP) for `resume_after` (SIGCONT):
     a broker that is only slow, which must not end up owning a topic another broker owns.
     `relay: [a, b]` kills the delay-line process of the link between sites a and b (or of node a's
@@ -724,9 +726,10 @@ class Fault(Strict):
         if sum(k is not None for k in (self.kill, self.pause, self.relay, self.cut)) != 1:
             raise ValueError("a fault is a kill, a pause, a relay or a cut: give exactly one of kill, pause, "
                              "relay and cut")
-        if self.kill is not None and (self.kill == ZOOKEEPER) != (self.restart_after is not None):
-            raise ValueError("restart_after goes with kill: zookeeper, and zookeeper needs it "
-                             "(a broker is killed for good)")
+        if self.kill == ZOOKEEPER and self.restart_after is None:
+            raise ValueError("kill: zookeeper needs restart_after (the run has no control plane without it)")
+        if self.restart_after is not None and (self.kill is None or self.kill == MANAGER):
+            raise ValueError("restart_after goes with kill: zookeeper or a broker (a manager has standbys)")
         if (self.pause is not None) != (self.resume_after is not None):
             raise ValueError("resume_after goes with pause, and a pause needs it")
         if (self.cut is not None) != (self.heal_after is not None):
