@@ -70,6 +70,7 @@ class CpuSampler:
         elapsed = max(1e-3, now - self.at)
         cores: dict[str, float] = {}
         memory: dict[str, float] = {}
+        mapped = 0.0
         running = procs.all_process_stats()
         for pid, stat in running.items():
             used = stat.ticks
@@ -78,6 +79,8 @@ class CpuSampler:
                 self.times[pid] = used  # its CPU before we saw it is not this interval's
             name = self.known[pid]
             memory[name] = memory.get(name, 0.0) + stat.rss_pages * PAGE_MB
+            if name == "relays":
+                mapped += stat.mapped_bytes / 2**20
             delta = used - self.times[pid]
             self.times[pid] = used
             if delta > 0:
@@ -89,7 +92,8 @@ class CpuSampler:
         self.machine, self.at = machine, now
         return Sample(idle / total if total > 0 else 1.0, round(steal_ms, 1),
                       {k: round(v, 3) for k, v in sorted(cores.items())},
-                      {k: round(v, 1) for k, v in sorted(memory.items()) if k not in ("other", "kernel-net")})
+                      {k: round(v, 1) for k, v in sorted(memory.items()) if k not in ("other", "kernel-net")},
+                      round(mapped, 1))
 
     def open_files(self) -> dict[str, int]:
         """Open file descriptors per class of the run's processes (a leak shows as growth in a soak)."""
@@ -111,6 +115,7 @@ class Sample(NamedTuple):
     steal_ms: float             # ms a second the hypervisor held the cores
     cores: dict[str, float]     # cores used, per process class
     memory_mb: dict[str, float]  # resident memory now, per class of the run's processes (and the harness)
+    relays_mapped_mb: float     # the relays' mappings: their rings become resident as traffic walks them
 
 
 class ClientLines:
@@ -174,7 +179,7 @@ class HealthMonitor:
         sample = self.cpu.sample()
         slot = self.pending.setdefault(second, {})
         slot.update(cpu_idle=round(sample.idle, 4), cpu_steal_ms=sample.steal_ms, cpu_by_class=sample.cores,
-                    memory_mb_by_class=sample.memory_mb)
+                    memory_mb_by_class=sample.memory_mb, relays_mapped_mb=sample.relays_mapped_mb)
         if second % FILES_PERIOD_S == 0:
             slot["open_files_by_class"] = self.cpu.open_files()
         relays = self.shaper.health() if self.shaper is not None else None

@@ -151,13 +151,15 @@ class ProcessStat(NamedTuple):
     ticks: int             # user + system CPU time of all its threads, in clock ticks (TICKS a second)
     kernel_thread: bool    # a kernel thread (ksoftirqd does network work for the emulated links)
     rss_pages: int         # resident memory, in pages
+    mapped_bytes: int = 0  # virtual memory size: what could become resident (a relay maps its rings whole)
 
 
 def parse_process_stat(raw: bytes) -> ProcessStat:
     """`ProcessStat` from the text of /proc/<pid>/stat. The command name may hold spaces and
     parentheses, so fields are counted after the last ')' (index 0 is field 3, the state)."""
     fields = raw.rsplit(b")", 1)[1].split()
-    return ProcessStat(int(fields[11]) + int(fields[12]), bool(int(fields[6]) & 0x200000), int(fields[21]))
+    return ProcessStat(int(fields[11]) + int(fields[12]), bool(int(fields[6]) & 0x200000), int(fields[21]),
+                       int(fields[20]))
 
 
 def process_stat(pid: int | str) -> ProcessStat | None:

@@ -34,3 +34,7 @@ def test_a_class_that_grows_past_its_bound_is_named_and_a_flat_one_holds():
     assert leaking["clients"]["bound"] == 16.0 and abs(leaking["clients"]["slope_per_hour"] - 60.0) < 0.5
     assert soak.judge(rows(30, 0.0), "open_files_by_class")["clients"]["start"] == 40.0
     assert soak.growth_bound(500.0) == 50.0 and soak.growth_bound(20.0) == 16.0
+    # the relays may fill their mapped rings, never more
+    assert soak.growth_bound(58.0, ceiling=400.0) == 342.0
+    walking = soak.judge(rows(30, 1.0), "memory_mb_by_class", {"clients": 200.0})
+    assert walking["clients"]["holds"] and walking["clients"]["bound"] == round(200.0 - walking["clients"]["start"], 1)
