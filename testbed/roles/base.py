@@ -50,7 +50,7 @@ class Role:
     begin()       the measured run begins (clients attach and publish); returns when they have
     supervise()   every second or so: what died or restarted, as events (never a silent gap)
     kill(node)    a scenario fault: `node` crashed (for good, or until restore); returns fault events
-    restore(node) a fault's end: what was killed comes back (ZooKeeper after `restart_after`)
+    restore(node) a fault's end: what was killed comes back after `restart_after` (ZooKeeper, a broker node)
     pause(node)   a scenario fault: `node`'s processes are stopped (SIGSTOP); returns fault events
     resume(node)  the pause's end (SIGCONT after `resume_after`)
     progress()    a few words for the progress line
