@@ -2,7 +2,9 @@
 names, addresses or results. Both networks use the same addresses (10.x inside their own
 namespaces) and some of the same node names (bzone1, cloud); each run must see only its own
 clients, and nothing either run made may be left behind. Latency is not judged: two runs share
-two cores, so the saturation guard may flag seconds of either (a run says so, it does not fail)."""
+two cores, so the saturation guard may flag seconds of either (a run says so, it does not fail).
+Both run at half scale: at full scale the two together left the CPU 0 % idle for 19 of 20 s, the
+swarms' NATS pings went unanswered and a CI run delivered 85 % (isolation, not load, is the point)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ def _consumers(out: Path) -> set[str]:
 
 def test_two_runs_at_once_stay_apart(tmp_path):
     runs = {name: subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", f"scenarios/{name}.yaml", "--backend",
-                                    "mininet", "--duration", "20s", "--results", str(tmp_path / name)],
+                                    "mininet", "--duration", "20s", "--scale", "0.5", "--results", str(tmp_path / name)],
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
             for name in ("uav-smoke", "mmog-smoke")}
     outputs = {name: process.communicate(timeout=600)[0] for name, process in runs.items()}
