@@ -52,12 +52,13 @@ class Site:
 @dataclass
 class Node:
     name: str
-    role: str  # cloud | broker | nc-proxy | uav-swarm | game-server | static | star
+    role: str  # cloud | broker | nc-proxy | storage | uav-swarm | game-server | static | star
     site: str
     ip: str
     access: Shaping
     mobile: bool = False
     members: int = 1
+    rack: int = 0  # a storage node's rack at its site (1..racks)
 
 
 @dataclass
@@ -157,10 +158,11 @@ def build(scenario: Scenario) -> Topology:
     rng = random.Random(scenario.seed)
     counter = iter(range(1, 1_000_000))
 
-    def add(name: str, role: str, site: str, shaping: Shaping, mobile: bool = False, members: int = 1) -> None:
+    def add(name: str, role: str, site: str, shaping: Shaping, mobile: bool = False, members: int = 1,
+            rack: int = 0) -> None:
         if name in topo.nodes or name in topo.sites:
             raise ValueError(f"duplicate name {name!r}: a node and another node or site share it")
-        topo.nodes[name] = Node(name, role, site, _address(next(counter)), shaping, mobile, members)
+        topo.nodes[name] = Node(name, role, site, _address(next(counter)), shaping, mobile, members, rack)
 
     if infra.star:
         for i in range(1, infra.star.nodes + 1):
@@ -184,6 +186,10 @@ def build(scenario: Scenario) -> Topology:
         for i in range(1, scenario.nodes.nc_proxies_per_site + 1):
             suffix = "" if scenario.nodes.nc_proxies_per_site == 1 else str(i)
             add(f"p{site.name}{suffix}", "nc-proxy", site.name, Shaping.of(infra.links.local))
+    if infra.storage:
+        for site in [*edge_sites, *([topo.sites[cloud_site]] if cloud_site else [])]:
+            for rack in range(1, infra.storage.racks + 1):
+                add(storage_node_name(site.name, rack), "storage", site.name, Shaping.of(infra.links.local), rack=rack)
     for group in scenario.nodes.clients:
         shaping = Shaping.of(access.merged(group.access))
         count = scaled_count(group.count, scenario.scale)
@@ -199,6 +205,33 @@ def build(scenario: Scenario) -> Topology:
             add(f"{group.name}{i}", group.role, site_name, _city_access(scenario, group, site_name, shaping),
                 group.mobile, group.members)
     return topo
+
+
+def storage_node_name(site: str, rack: int) -> str:
+    """`s<rack><site>`: a site name starts with a letter, so the rack number is never ambiguous."""
+    return f"s{rack}{site}"
+
+
+def _check_durable(scenario: Scenario, built: Topology, report) -> None:
+    """Durable topic classes need storage nodes, enough racks for their replicas (one replica per
+    rack), a pub/sub workload, and for `cloud` storage a cloud datacentre."""
+    storage = scenario.infrastructure.storage
+    for i, topic in enumerate(scenario.workload.topics):
+        if topic.durable is None:
+            continue
+        where = ("workload", "topics", i, "durable")
+        if scenario.workload.kind not in ("uav-swarm", "mmog", "hotspot"):
+            report(where, f"durable topics are for the pub/sub workloads (uav-swarm, mmog, hotspot), "
+                          f"not {scenario.workload.kind}")
+        elif storage is None:
+            report(where, "durable topics need storage nodes: add infrastructure.storage: {racks: 3}")
+        elif topic.durable.replicas > storage.racks:
+            report(where + ("replicas",), f"{topic.durable.replicas} replicas but each site has "
+                                          f"{storage.racks} storage nodes (infrastructure.storage.racks)")
+        elif topic.durable.storage == "cloud" and not built.placed("cloud"):
+            report(where + ("storage",), "cloud storage needs a cloud (infrastructure.cloud)")
+    if storage is not None and scenario.infrastructure.star:
+        report(("infrastructure", "storage"), "storage nodes live at edge sites and in the cloud; a star has neither")
 
 
 def _city_access(scenario: Scenario, group, site: str, shaping: Shaping) -> Shaping:
@@ -336,6 +369,7 @@ def checked(scenario: Scenario, path: str) -> Topology:
         _check_bad(scenario, built, report)
     if scenario.workload.kind == "autotune":
         _check_autotune(scenario, built, report)
+    _check_durable(scenario, built, report)
     brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
     clients = {n.name for n in built.nodes.values() if n.role in PUBSUB_CLIENT_ROLES}
     for i, fault in enumerate(scenario.faults):
@@ -366,6 +400,8 @@ def checked(scenario: Scenario, path: str) -> Topology:
             if fault.restart_after is not None:
                 report(("faults", i, "restart_after"), "a client node is killed for good: no restart_after")
             continue
+        if fault.kill is not None and built.nodes.get(fault.target) and built.nodes[fault.target].role == "storage":
+            continue  # a storage node's nats-server crashes; with restart_after it rejoins with its disk
         if fault.target not in brokers:
             why = (f"the cloud node holds ZooKeeper and the topic manager; only edge brokers can be {verb}"
                    if fault.target in built.nodes and built.nodes[fault.target].role == "cloud"

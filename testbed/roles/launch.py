@@ -313,16 +313,20 @@ def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0, config:
 
 def start_agent(network, node: str, zk_hosts: str, log_dir: Path, site: str = "", cloud: bool = False,
                 period: float = 5.0, grace: float = 10.0, nc_period: float = 5.0, bandwidth: float = 100e6,
-                timeout: float = 20.0, report_clients: bool = False, distance: str | None = None) -> subprocess.Popen:
+                timeout: float = 20.0, report_clients: bool = False, distance: str | None = None,
+                durable: tuple[str, list[str], str] | None = None) -> subprocess.Popen:
     """The broker agent in `node` (next to its nats-server); returns once it is registered.
     `report_clients`: also report every client's coordinate (what the AllPairs policy needs);
-    `distance`: the reading of d its E(t) and W(t) use (testbed.policies.distance; the manager's)."""
+    `distance`: the reading of d its E(t) and W(t) use (testbed.policies.distance; the manager's);
+    `durable`: (durable classes as JSON, its site's storage nodes' URLs, the cloud's site)."""
     log_dir = Path(log_dir)
     argv = [network.python, "-m", "testbed.systems.pubsub.broker", "--node", node, "--nats", nats_url(network.ip_of(node)),
             "--zk", zk_hosts, "--site", site, "--period", f"{period:g}", "--grace", f"{grace:g}",
             "--nc-period", f"{nc_period:g}", "--bandwidth", f"{bandwidth:g}",
             "--events", str(log_dir / f"broker-{node}.events.jsonl"), *(["--cloud"] if cloud else []),
-            *(["--report-clients"] if report_clients else []), *(["--distance", distance] if distance else [])]
+            *(["--report-clients"] if report_clients else []), *(["--distance", distance] if distance else []),
+            *(["--durable", durable[0], "--storage", ",".join(durable[1]), "--cloud-site", durable[2]]
+              if durable else [])]
     log = (log_dir / f"broker-{node}.log").open("ab")
     process = network.popen(node, argv, stdout=subprocess.PIPE, stderr=log, text=True)
     if read_line(process, timeout) != "ready":

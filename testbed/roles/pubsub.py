@@ -20,7 +20,8 @@ from testbed.roles import balance
 from testbed.roles.base import Role, RunContext
 from testbed.roles.launch import start_agent, start_nats, start_zookeeper
 from testbed.scenario.model import MANAGER, ZOOKEEPER
-from testbed.systems.pubsub.broker import nats_url
+from testbed.systems.pubsub.broker import MONITOR_PORT, NATS_PORT, nats_url
+from testbed.systems.pubsub.durable import CLUSTER_PORT, classes_json, storage_config
 from testbed.tracking.config import TrackingConfig
 from testbed.tracking.store import TRACKING_DIR
 from testbed.tracking.store import summary as tracking_summary
@@ -57,7 +58,9 @@ class PubSubSystem:
     nc_period: float = 5.0
     tracking: TrackingConfig = TrackingConfig()  # message tracking (seed 002): a tracker beside each broker
     tracking_dir: Path | None = None  # where trackers keep their files (default: the run's tracking/)
+    durable: str = "{}"  # durable topic classes (testbed.systems.pubsub.durable.classes_json)
     zk: object = None
+    storage: dict = field(default_factory=dict)  # storage node -> its JetStream nats-server
     servers: dict = field(default_factory=dict)
     agents: dict = field(default_factory=dict)
     trackers: dict = field(default_factory=dict)
@@ -78,10 +81,21 @@ class PubSubSystem:
     def brokers(self) -> list[str]:
         return [n.name for n in self.topology.nodes.values() if n.role in BROKER_ROLES]
 
+    def storage_nodes(self) -> list[str]:
+        return [n.name for n in self.topology.nodes.values() if n.role == "storage"]
+
+    def storage_urls(self, site: str | None = None) -> list[str]:
+        """The storage nodes of `site` (all of them if it has none, or for None)."""
+        nodes = self.storage_nodes()
+        local = [n for n in nodes if self.topology.nodes[n].site == site]
+        return [nats_url(self.network.ip_of(n)) for n in (local or nodes)]
+
     def start(self, say=lambda _m: None) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         self.zk = start_zookeeper(self.network, self.cloud, self.log_dir)
+        if self.storage_nodes():
+            self._start_storage(say)
         for name in self.brokers():
             self._start_broker(name)
         say(f"pub/sub: ZooKeeper in {self.cloud}, {len(self.servers)} nats-server brokers with agents "
@@ -91,14 +105,55 @@ class PubSubSystem:
             f"{self.manager.executors} executors, mode {self.manager.mode}, distance {self.manager.distance}, "
             f"start-up {self.manager.initial_placement}) elected in {self.cloud}")
 
+    def _start_storage(self, say, timeout: float = 90.0) -> None:
+        """Every storage node's JetStream nats-server, in one cluster; returns once the cluster has a
+        meta leader (streams can be created)."""
+        began = time.monotonic()
+        for name in self.storage_nodes():
+            self._start_storage_node(name)
+        probe = self.network.popen(self.storage_nodes()[0], [self.network.python, "-m", "testbed.systems.pubsub.durable",
+                                                             "--wait", ",".join(self.storage_urls()),
+                                                             "--timeout", f"{timeout:g}"],
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = read_line(probe, timeout + 10)
+        wait_or_kill([probe], timeout=5)
+        if not line or not line.startswith("ready"):
+            raise RuntimeError(f"the storage cluster elected no JetStream leader within {timeout:g}s: {line} "
+                               f"(see nats-s*.log)")
+        sites = sorted({self.topology.nodes[n].site for n in self.storage_nodes()})
+        say(f"storage: {len(self.storage)} JetStream nodes at {', '.join(sites)}, cluster ready in "
+            f"{time.monotonic() - began:.1f}s")
+
+    def _start_storage_node(self, name: str) -> None:
+        node = self.topology.nodes[name]
+        routes = [f"{self.network.ip_of(n)}:{CLUSTER_PORT}" for n in self.storage_nodes() if n != name]
+        config = storage_config(name, self.network.ip_of(name), node.site, node.rack, routes,
+                                str(self.log_dir / f"jetstream-{name}"), NATS_PORT, MONITOR_PORT, CLUSTER_PORT)
+        self.storage[name] = start_nats(self.network, name, self.log_dir, config=config)
+
+    def kill_storage(self, name: str) -> dict:
+        """Crash storage node `name` (a scenario fault); what it stored stays on its disk."""
+        killed = self.network.crash(name)
+        wait_or_kill([self.storage.pop(name)], timeout=5)
+        return {"type": "storage_killed", "time": time.time(), "node": name, "killed": killed}
+
+    def restart_storage(self, name: str) -> dict:
+        began = time.monotonic()
+        self._start_storage_node(name)
+        return {"type": "storage_restarted", "time": time.time(), "node": name,
+                "start_s": round(time.monotonic() - began, 3)}
+
     def _start_broker(self, name: str) -> None:
         node = self.topology.nodes[name]
         self.servers[name] = start_nats(self.network, name, self.log_dir)
+        durable = None
+        if self.storage and self.durable != "{}":
+            durable = (self.durable, self.storage_urls(node.site), self.topology.nodes[self.cloud].site)
         self.agents[name] = start_agent(self.network, name, self.zk.hosts, self.log_dir, site=node.site,
                                         cloud=node.role == "cloud", period=self.monitoring_period,
                                         nc_period=self.nc_period, bandwidth=node.access.bandwidth or 1e9,
                                         report_clients=get_policy(self.manager.policy).needs_clients,
-                                        distance=self.manager.distance)
+                                        distance=self.manager.distance, durable=durable)
         if self.tracking.enabled:
             self.trackers[name] = self._start_tracker(name)
 
@@ -211,6 +266,10 @@ class PubSubSystem:
 
     def supervise(self) -> list[dict]:
         events = []
+        for name, server in list(self.storage.items()):
+            if server.poll() is not None:
+                self._start_storage_node(name)
+                events.append({"type": "storage_restart", "time": time.time(), "node": name, "exit": server.poll()})
         for name in list(self.servers):
             if self.servers[name].poll() is not None or self.agents[name].poll() is not None:
                 codes = (self.servers[name].poll(), self.agents[name].poll())
@@ -234,6 +293,7 @@ class PubSubSystem:
         stop_group([*self.managers.values(), *self.agents.values()])
         stop_group(self.trackers.values(), timeout=30)  # they store what they hold in memory
         stop_group(self.servers.values())
+        stop_group(self.storage.values())
         if self.zk is not None:
             self.zk.stop()
 
@@ -261,7 +321,8 @@ class PubSubRole(Role):
                            distance=control.distance, initial_placement=control.initial_placement,
                            seed=run.scenario.seed, load_manager=control.load_manager()),
             monitoring_period=control.monitoring_period, nc_period=control.nc_report_period,
-            tracking=run.scenario.tracking.config(), tracking_dir=run.out / TRACKING_DIR)
+            tracking=run.scenario.tracking.config(), tracking_dir=run.out / TRACKING_DIR,
+            durable=classes_json(run.scenario.workload.topics))
         self.faults: list[dict] = []
         self._migrations = LineCounter(run.logs, "manager.jsonl", b'"migration_end"')
 
@@ -275,6 +336,8 @@ class PubSubRole(Role):
             self.faults.append(self.system.kill_manager())
         elif node in self.system.brokers():
             self.faults.append(self.system.kill(node))
+        elif node in self.system.storage:
+            self.faults.append(self.system.kill_storage(node))
         else:
             return []
         return [self.faults[-1]]
@@ -283,6 +346,9 @@ class PubSubRole(Role):
         if node == ZOOKEEPER:
             self._restoring = self.system.restore_zookeeper(self.faults)
             return []
+        if node in self.system.storage_nodes():
+            self.faults.append(self.system.restart_storage(node))
+            return [self.faults[-1]]
         if node not in self.system.brokers():
             return []
         self.faults.append(self.system.restart(node))

@@ -13,6 +13,7 @@ from testbed.policies.topics import topic_class
 from testbed.procs import LineCounter, json_lines, percentile, read_line
 from testbed.roles.base import Role, RunContext, newly_dead
 from testbed.roles.pubsub import WORKLOADS, PubSubRole, PubSubSystem
+from testbed.systems.pubsub.durable import classes_json
 
 
 def release_start(start_path: Path) -> None:
@@ -142,7 +143,8 @@ class PubSubWorkload(Role):
                 "--site", node.site, "--coord", "proxy" if node.mobile else "serf",
                 "--nc-period", f"{self.scenario.control.nc_report_period:g}",
                 "--health", str(logs / f"health-{node.name}.jsonl"),
-                *(["--track"] if self.scenario.tracking.strategy != "none" else [])]
+                *(["--track"] if self.scenario.tracking.strategy != "none" else []),
+                "--durable", classes_json(self.scenario.workload.topics)]
         log = (logs / f"workload-{node.name}.log").open("ab")
         self.processes[node.name] = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log, text=True)
 

@@ -251,6 +251,13 @@ class Cloud(Strict):
     city: CityCode | None = None
 
 
+class Storage(Strict):
+    """Storage nodes (Pulsar's bookies, here JetStream servers): `racks` of them at every edge site
+    and in the cloud datacentre, one per rack, all in one JetStream cluster."""
+
+    racks: Annotated[int, Field(ge=1, le=5)] = 3
+
+
 class Infrastructure(Strict):
     mec_zones: MecZones | None = None
     cities: Cities | None = None
@@ -258,6 +265,7 @@ class Infrastructure(Strict):
     cloud: Cloud | None = None
     links: LinkClasses = LinkClasses()
     overrides: list[LinkOverride] = []
+    storage: Storage | None = None
 
     @model_validator(mode="after")
     def _one_kind(self) -> Infrastructure:
@@ -302,11 +310,25 @@ class Nodes(Strict):
         return self
 
 
+STORAGE_POLICIES = ("site-local", "cloud")  # where a durable topic's replicas live (testbed.systems.pubsub.durable)
+
+
+class Durable(Strict):
+    """A persistent topic class (paper 3.5): a message is acknowledged once `replicas` storage nodes
+    of the policy's site hold it (a JetStream stream, replicas on distinct racks). `site-local`
+    (ePulsar) stores at the owning broker's site, `cloud` in the cloud datacentre."""
+
+    replicas: Annotated[int, Field(ge=1, le=5)] = 1
+    storage: Literal[STORAGE_POLICIES] = "site-local"
+
+
 class Topic(Strict):
-    """A topic class (e.g. `follow_leader` of every swarm) and its end-to-end latency threshold."""
+    """A topic class (e.g. `follow_leader` of every swarm), its end-to-end latency threshold and,
+    if durable, how its messages are stored (else nothing is kept: NATS core)."""
 
     name: TopicName
     threshold: PositiveDuration
+    durable: Durable | None = None
 
 
 class Surge(Strict):

@@ -30,6 +30,7 @@ from pathlib import Path
 from testbed.nc.coordinate import Coordinate
 from testbed.nc.serf import SerfError, SerfRPC
 from testbed.systems.pubsub.client import connect_nats
+from testbed.systems.pubsub.durable import DurableTopics, parse_classes
 from testbed.systems.pubsub.peers import Peers
 from testbed.systems.pubsub.metadata import Metadata, check_topic
 from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES, get_distance
@@ -92,6 +93,9 @@ class BrokerAgent:
         self._last_wrong: dict[str, float] = {}
         self.loop: asyncio.AbstractEventLoop | None = None
         self.nc = None
+        classes = parse_classes(getattr(args, "durable", None))
+        storage = [u for u in (getattr(args, "storage", None) or "").split(",") if u]
+        self.durable = DurableTopics(self, storage, classes, getattr(args, "cloud_site", "")) if classes and storage else None
 
     # -- plumbing ---------------------------------------------------------------------------------
     def event(self, kind: str, **data) -> None:
@@ -141,6 +145,10 @@ class BrokerAgent:
             self.event("adopted", topic=topic)
         await self.nc.subscribe(f"_ep.cmd.{self.name}", cb=self._on_cmd)
         await self.nc.subscribe("_ep.nc.>", cb=self._on_nc)
+        if self.durable:
+            await self.durable.start()
+            for topic in [t for t in self.owned if self.durable.spec(t)]:
+                self.spawn(self._place_stream(topic))
         await self.nc.flush()
         self.event("broker_registered", address=self.address, site=self.site, cloud=self.cloud)
         print("ready", flush=True)
@@ -148,6 +156,8 @@ class BrokerAgent:
         reporter = asyncio.create_task(self._report_loop())
         await stop.wait()
         reporter.cancel()
+        if self.durable:
+            await self.durable.close()
         await self.peers.close()
         try:
             await self.nc.close()
@@ -189,6 +199,8 @@ class BrokerAgent:
         grace = self.grace.pop(topic, None)  # the topic came back: no more forwarding
         if grace:
             await self._end_grace(topic, grace)
+        if self.durable and self.durable.spec(topic):
+            self.spawn(self._place_stream(topic))
         self.event("acquired", topic=topic, zk_s=round(time.time() - started, 6))
         return {"ok": True, "op": "acquired", "topic": topic, "broker": self.name, "address": self.address}
 
@@ -207,6 +219,8 @@ class BrokerAgent:
         grace = self.grace[topic]
         self.owned.pop(topic, None)
         grace.released = True
+        if self.durable:
+            self.durable.stop(topic)
         t1 = time.time()
         control = ({"op": "redirect", "topic": topic, "broker": to, "address": address} if target
                    else {"op": "disconnect", "topic": topic})
@@ -234,6 +248,13 @@ class BrokerAgent:
             answer["bridge_error"] = f"{type(setup).__name__}: {setup}"
         return answer
 
+    async def _place_stream(self, topic: str) -> None:
+        """A durable topic this broker now owns has its stream at the storage policy's site for it."""
+        try:
+            await self.durable.ensure_stream(topic, owner=True)
+        except Exception as error:  # noqa: BLE001 - the next publish tries again
+            self.event("stream_place_failed", topic=topic, error=f"{type(error).__name__}: {error}")
+
     def status(self) -> dict:
         session_id, password = self.meta.session
         return {"ok": True, "op": "status", "broker": self.name, "address": self.address, "owned": sorted(self.owned),
@@ -241,6 +262,7 @@ class BrokerAgent:
                               "bridged": g.bridged, "left_s": round(g.until - time.time(), 3)}
                           for t, g in self.grace.items()},
                 "clients": {t: len(o.clients) for t, o in self.owned.items()}, "counters": dict(self.counters),
+                "durable": dict(self.durable.counters) if self.durable else None,
                 "zk_session": {"id": session_id, "password": password.hex()}, "last_report": self.last_report}
 
     # -- grace: forwarding what still arrives for a released topic --------------------------------
@@ -471,6 +493,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report-clients", action="store_true",
                         help="add every client's coordinate per topic to the report (the AllPairs policy needs them; "
                              "the report then grows with the number of clients)")
+    parser.add_argument("--storage", help="durable topics: this site's storage nodes, nats://ip:4222,...")
+    parser.add_argument("--durable", help='durable topic classes as JSON, {"class": {"replicas": 3, "storage": '
+                        '"site-local"|"cloud"}} (needs --storage)')
+    parser.add_argument("--cloud-site", default="", help="the cloud datacentre's site (cloud storage's tag)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     asyncio.run(BrokerAgent(args).run())

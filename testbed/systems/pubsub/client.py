@@ -42,6 +42,7 @@ import nats
 
 from testbed.procs import percentile
 from testbed.systems.pubsub import trace_schema
+from testbed.systems.pubsub.durable import ACK, ACK_HEADER, ATTACH, DELIVER, MSG_ID_HEADER, PUBLISH
 from testbed.systems.pubsub.metadata import check_topic
 from testbed.policies.snapshot import coord_from_dict, coord_to_dict
 from testbed.tracking.msgid import IdClock
@@ -58,6 +59,7 @@ RELOOKUP_PAUSE_MAX_S = 0.5
 # in the dropped connection's buffer and is never answered, so after a site's cut heals a client
 # would wait out the whole wait (a site-cut run: 10 s, all but 4 s of them after the heal).
 LOOKUP_ATTEMPT_S = 3.0
+RESEND_S = 3.0  # a durable message not acknowledged this long is sent again (to the broker in use)
 PING_INTERVAL_S = 1.0  # nats-py's default is 2 minutes: a paused broker would hold its clients that long
 MAX_PINGS_OUT = 2      # unanswered pings before the connection counts as dropped (~2-3 s)
 # Message tracking (seed 002): a subscriber tells its broker's tracker when it attaches and leaves, and
@@ -154,8 +156,9 @@ class TopicClient:
 
     def __init__(self, topic: str, name: str, lookup_url: str | None = None, owner: tuple[str, str] | None = None,
                  site: str = "", run_id: str = "", coord=None, nc_period: float = 5.0, events: EventLog | None = None,
-                 track: bool = False):
+                 track: bool = False, durable: bool = False):
         self.topic, self.name, self.site, self.run_id = check_topic(topic), name, site, run_id
+        self.durable = durable  # a persistent topic (paper 3.5): stored before acknowledged (pubsub.durable)
         self.track = track  # message tracking (seed 002): ids on messages, attachments told to the broker's tracker
         self.lookup_url, self.owner = lookup_url, owner
         if not lookup_url and not owner:
@@ -380,12 +383,13 @@ class Publisher(TopicClient):
     role = "producer"
 
     def __init__(self, topic: str, name: str, rate: float, size: int = 1000, precise_s: float = 0.0015,
-                 health=None, clock_offset_s: float = 0.0, **kwargs):
+                 health=None, clock_offset_s: float = 0.0, acks: Path | None = None, **kwargs):
         """`precise_s`: the last stretch before a message is due is slept blocking (the kernel's timer
         is ~50 us late, asyncio's ~0.5 ms); use 0 when many publishers share one event loop.
         `health` (a ClientHealth) is told how late each message leaves, for the saturation guard.
         `clock_offset_s`: with tracking, how far this publisher's id clock is off the broker's (a test's
-        injected skew, which the broker's tracker corrects)."""
+        injected skew, which the broker's tracker corrects).
+        `acks`: with a durable topic, one CSV row per acknowledged message (seq, sent, acked)."""
         super().__init__(topic, name, **kwargs)
         self.ids = IdClock(name, clock_offset_s) if self.track else None
         self.health = health
@@ -396,6 +400,12 @@ class Publisher(TopicClient):
         self._id_prefix = _json_str(f"{self.name}:")[:-1]  # '"name:' without the closing quote
         self.sent = 0
         self.held: deque[tuple[int, float]] = deque()  # (seq, due) produced while disconnected (baseline), sent on reattach
+        # durable: (due, first sent, last sent) of every message not acknowledged yet; resent until it is
+        self.unacked: dict[int, list[float]] = {}
+        self.acked = self.resent = 0
+        self.ack_latencies: list[float] = []
+        self._ack_inbox = f"_INBOX.ack.{random.getrandbits(64):016x}"
+        self._acks_file = acks.open("a") if (acks and self.durable) else None
 
     def rate(self) -> float:
         return self.rate_value
@@ -418,10 +428,61 @@ class Publisher(TopicClient):
         if ep is None:
             self.held.append((seq, due))
             return
-        await ep.nc.publish(f"t.{self.topic}", self.payload(seq, due, ep.broker))
+        await self._publish(ep, seq, due)
         self._through(ep)
 
+    async def _publish(self, ep: Endpoint, seq: int, due: float) -> None:
+        if not self.durable:
+            await ep.nc.publish(f"t.{self.topic}", self.payload(seq, due, ep.broker))
+            return
+        now = time.time()
+        entry = self.unacked.get(seq)
+        if entry is None:
+            self.unacked[seq] = [due, now, now]
+        else:
+            entry[2] = now
+            self.resent += 1
+        await ep.nc.publish(f"{PUBLISH}.{self.topic}", self.payload(seq, due, ep.broker),
+                            reply=f"{self._ack_inbox}.{seq}", headers={MSG_ID_HEADER: f"{self.name}:{seq}"})
+
+    async def _on_ack(self, msg) -> None:
+        """The broker stored message `seq` (a quorum of its stream's replicas hold it)."""
+        try:
+            seq = int(msg.subject.rsplit(".", 1)[1])
+        except ValueError:
+            return
+        entry = self.unacked.pop(seq, None)
+        if entry is None:
+            return  # a resend's second acknowledgement
+        now = time.time()
+        self.acked += 1
+        self.ack_latencies.append(now - entry[1])
+        if self._acks_file is not None:
+            self._acks_file.write(f"{self.topic},{self.name},{seq},{entry[1]!r},{now!r}\n")
+
+    async def _resend_loop(self) -> None:
+        """What the broker has not acknowledged within `RESEND_S` is sent again (the broker died, or
+        the acknowledgement was lost); the stream drops the copies it already has."""
+        while True:
+            await asyncio.sleep(RESEND_S / 2)
+            ep, now = self.current, time.time()
+            if ep is None:
+                continue
+            for seq, (due, _first, last) in sorted(self.unacked.items()):
+                if now - last > RESEND_S:
+                    try:
+                        await self._publish(ep, seq, due)
+                    except Exception:  # noqa: BLE001 - a closing connection: the next broker gets them
+                        break
+
+    async def start(self) -> None:
+        await super().start()
+        if self.durable:
+            self._spawn(self._resend_loop())
+
     async def _on_attach(self, ep: Endpoint) -> None:
+        if self.durable:
+            ep.subs.append(await ep.nc.subscribe(f"{self._ack_inbox}.*", cb=self._on_ack))
         if self.ids is None:
             return
         # The skew adjustment (seed 002, 3.2): initialised from the broker's clock at connection time,
@@ -445,16 +506,19 @@ class Publisher(TopicClient):
         """What was held goes to `new`, then a flush: once the new broker answers it has every held
         message, and the downtime ends, at once in both workflows (the enhanced client, which holds
         nothing, does not wait for its next due message). Until `new` becomes current, what the open
-        loop produces keeps joining the queue: drain it all, also what arrived during the flush."""
+        loop produces keeps joining the queue: drain it all, also what arrived during the flush.
+        A durable topic's messages not acknowledged yet go to `new` first (the stream drops copies)."""
+        for seq, (due, _first, _last) in sorted(self.unacked.items()):
+            await self._publish(new, seq, due)
         while self.held:
-            await new.nc.publish(f"t.{self.topic}", self.payload(*self.held.popleft(), new.broker))
+            await self._publish(new, *self.held.popleft())
         try:
             await new.nc.flush(timeout=30)  # nats-py: a flush that timed out breaks the read loop at its PONG
             self._through(new)
         except Exception:  # noqa: BLE001 - a new broker that does not answer: its next message tells
             pass
         while self.held:
-            await new.nc.publish(f"t.{self.topic}", self.payload(*self.held.popleft(), new.broker))
+            await self._publish(new, *self.held.popleft())
 
     async def run(self, duration: float | None = None, count: int | None = None, start: float | None = None) -> int:
         """Publish open loop until `duration` seconds or `count` messages; returns messages produced."""
@@ -483,10 +547,20 @@ class Publisher(TopicClient):
             await self.current.nc.flush()
         return seq
 
+    async def close(self) -> None:
+        await super().close()
+        if self._acks_file is not None:
+            self._acks_file.close()
+
     def summary(self) -> dict:
-        return {"role": self.role, "client": self.name, "topic": self.topic, "sent": self.sent, "held": len(self.held),
-                "broker": self.current and self.current.broker,
-                "downtimes": [e for e in self.events.items if e["type"] == "downtime"]}
+        found = {"role": self.role, "client": self.name, "topic": self.topic, "sent": self.sent, "held": len(self.held),
+                 "broker": self.current and self.current.broker,
+                 "downtimes": [e for e in self.events.items if e["type"] == "downtime"]}
+        if self.durable:
+            found.update(acked=self.acked, unacked=len(self.unacked), resent=self.resent,
+                         ack_p50_s=percentile(self.ack_latencies, 0.5, "higher"),
+                         ack_p99_s=percentile(self.ack_latencies, 0.99, "higher"))
+        return found
 
 
 @dataclass
@@ -590,6 +664,7 @@ class Subscriber(TopicClient):
         self._window = (time.monotonic(), 0)
         self.received_bytes = 0
         self._byte_window = (time.monotonic(), 0)
+        self.acks_sent = 0
 
     async def start(self) -> None:
         await super().start()
@@ -600,7 +675,20 @@ class Subscriber(TopicClient):
         if self.track:  # told before subscribing: the tracker learns of us before any message reaches us
             await ep.nc.publish(TRACK_ATTACH, self._attachment)
             await ep.nc.flush()
-        ep.subs.append(await ep.nc.subscribe(f"t.{self.topic}", cb=functools.partial(self._on_msg, ep)))
+        if not self.durable:
+            ep.subs.append(await ep.nc.subscribe(f"t.{self.topic}", cb=functools.partial(self._on_msg, ep)))
+            return
+        # A durable topic: the broker delivers from this consumer's cursor once asked (pubsub.durable).
+        ep.subs.append(await ep.nc.subscribe(f"{DELIVER}.{self.topic}.{self.name}",
+                                             cb=functools.partial(self._on_msg, ep)))
+        try:
+            reply = await ep.nc.request(f"{ATTACH}.{self.topic}", json.dumps({"consumer": self.name}).encode(),
+                                        timeout=5.0)
+            if not json.loads(reply.data).get("ok"):
+                raise ValueError(reply.data.decode(errors="replace"))
+        except Exception as error:  # noqa: BLE001 - recorded; the next attachment asks again
+            self.events.add("durable_attach_failed", topic=self.topic, client=self.name, broker=ep.broker,
+                            error=f"{type(error).__name__}: {error}")
 
     async def _detach(self, ep: Endpoint | None) -> None:
         if ep is not None and self.track:  # told after unsubscribing: no message reaches us after it
@@ -618,6 +706,9 @@ class Subscriber(TopicClient):
 
     async def _on_msg(self, ep: Endpoint, msg) -> None:
         now = time.time()
+        if self.durable and msg.headers and msg.headers.get(ACK_HEADER):  # acknowledged whatever it holds
+            self.acks_sent += 1
+            await ep.nc.publish(f"{ACK}.{self.topic}", msg.headers[ACK_HEADER].encode())
         try:
             head = json.loads(msg.data.split(b"\n", 1)[0])
             producer, seq, sent = str(head["p"]), int(head["seq"]), float(head["t"])

@@ -40,8 +40,23 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from testbed.policies.topics import topic_class
 from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source, run_precise, shared_query
 from testbed.systems.pubsub.clienthealth import ClientHealth
+from testbed.systems.pubsub.durable import parse_classes
+
+ACKS_DIR = "acks"  # beside traces/: a durable topic's publish acknowledgements, one CSV per producer
+
+
+def persistence(args, topic: str, client: str, producer: bool = False) -> dict:
+    """A client's durability settings: its topic's class is durable or not; a durable producer
+    records its acknowledgements in `<run>/acks/`."""
+    durable = topic_class(topic) in parse_classes(args.durable)
+    if not (durable and producer):
+        return {"durable": durable}
+    acks = Path(args.trace_dir).parent / ACKS_DIR
+    acks.mkdir(parents=True, exist_ok=True)
+    return {"durable": True, "acks": acks / f"{topic}.{client}.csv"}
 
 
 def uav_clients(args, events: EventLog, health: ClientHealth | None = None) -> tuple[list[Publisher], list[Subscriber]]:
@@ -50,13 +65,16 @@ def uav_clients(args, events: EventLog, health: ClientHealth | None = None) -> t
               "coord": coordinate_source(args.coord, swarm), "nc_period": args.nc_period, "track": args.track}
     leader, followers = f"{swarm}-u1", [f"{swarm}-u{i}" for i in range(2, args.members + 1)]
     follow, sensor = f"follow_leader-{swarm}", f"sensor_data-{swarm}"
-    publishers = [Publisher(follow, leader, args.rate, args.size, precise_s=0.0, health=health, **common)]
-    publishers += [Publisher(sensor, f, args.rate, args.size, precise_s=0.0, health=health, **common)
+    publishers = [Publisher(follow, leader, args.rate, args.size, precise_s=0.0, health=health, **common,
+                            **persistence(args, follow, leader, producer=True))]
+    publishers += [Publisher(sensor, f, args.rate, args.size, precise_s=0.0, health=health, **common,
+                             **persistence(args, sensor, f, producer=True))
                    for f in followers]
-    subscribers = [Subscriber(follow, f, trace=trace_dir / f"{follow}.{f}.jsonl", keep_latencies=False, **common)
+    subscribers = [Subscriber(follow, f, trace=trace_dir / f"{follow}.{f}.jsonl", keep_latencies=False, **common,
+                              **persistence(args, follow, f))
                    for f in followers]
     subscribers.append(Subscriber(sensor, leader, trace=trace_dir / f"{sensor}.{leader}.jsonl", keep_latencies=False,
-                                  **common))
+                                  **common, **persistence(args, sensor, leader)))
     return publishers, subscribers
 
 
@@ -167,7 +185,9 @@ class MmogClient:
             raise ValueError(f"mmog: {self.node} is neither a player nor a game server of the plan")
         self.groups = list(plan["groups"])
         self.publishers = ([Publisher(avatar_topic(self.node), self.node, args.rate, args.size, precise_s=0.0,
-                                      health=health, **self.common)] if self.avatar is not None else [])
+                                      health=health, **self.common,
+                                      **persistence(args, avatar_topic(self.node), self.node, producer=True))]
+                           if self.avatar is not None else [])
         self.subscribers: dict[int, Subscriber] = {}
         self.opened: dict[int, float] = {}  # avatar -> when its current subscription was ready
         self.windows: list[tuple[int, float, float]] = []  # closed subscriptions (avatar, ready, closed)
@@ -180,7 +200,7 @@ class MmogClient:
     async def subscribe(self, avatar: int) -> None:
         topic = avatar_topic(self.players[avatar])
         sub = Subscriber(topic, self.node, trace=self.trace_dir / f"{topic}.{self.node}.jsonl", keep_latencies=False,
-                         **self.common)
+                         **self.common, **persistence(self.args, topic, self.node))
         self.subscribers[avatar] = sub
         await sub.start()
         self.opened[avatar] = time.time()
@@ -372,8 +392,10 @@ async def _main_hotspot(args) -> int:
     common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
               "coord": coordinate_source(args.coord, args.node), "nc_period": args.nc_period, "track": args.track}
     subscribers = [Subscriber(s["topic"], s["client"], trace=Path(args.trace_dir) / f"{s['topic']}.{s['client']}.jsonl",
-                              keep_latencies=False, **common) for s in plan["subscribers"] if s["node"] == args.node]
-    publishers = [(Publisher(p["topic"], p["client"], p["rate"], args.size, precise_s=0.0, health=health, **common), p)
+                              keep_latencies=False, **common, **persistence(args, s["topic"], s["client"]))
+                   for s in plan["subscribers"] if s["node"] == args.node]
+    publishers = [(Publisher(p["topic"], p["client"], p["rate"], args.size, precise_s=0.0, health=health, **common,
+                             **persistence(args, p["topic"], p["client"], producer=True)), p)
                   for p in plan["publishers"] if p["node"] == args.node]
     first = [(pub, p) for pub, p in publishers if p["at"] <= 0]
     later = [(pub, p) for pub, p in publishers if p["at"] > 0]
@@ -429,6 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start-file", type=Path,
                         help="mmog, hotspot: wait for the common start time (epoch s) in this file")
     parser.add_argument("--proxy-ip", help="mmog player: its edge site's NC proxy (else --coord)")
+    parser.add_argument("--durable", help="durable topic classes as JSON (testbed.systems.pubsub.durable.classes_json)")
     args = parser.parse_args(argv)
     if args.kind == "mmog":
         if not args.plan:
