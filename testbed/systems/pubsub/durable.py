@@ -43,6 +43,7 @@ MSG_ID_HEADER = "Nats-Msg-Id"  # JetStream's de-duplication header
 JS_ACK_PREFIX = "$JS.ACK."
 ATTACH_WAIT_S = 4.0  # an attach is answered within this long (the consumer's cursor is bound by then)
 ACK_WAIT_S = 2.0  # a consumer's unacknowledged message is delivered again after this long
+STORE_SAMPLE = 200  # a `store_latency` event per this many messages stored
 DUPLICATE_WINDOW_S = 120.0  # how long the stream remembers message ids (a resend within it is dropped)
 CLUSTER = "storage"
 CLUSTER_PORT = 6222  # storage nodes' cluster (route) port
@@ -125,6 +126,8 @@ class DurableTopics:
         self.streams: dict[str, str] = {}  # topic -> site its stream is placed at (as far as we know)
         self._ensuring: dict[str, asyncio.Future] = {}
         self.pullers: dict[tuple[str, str], asyncio.Task] = {}
+        self._store_s: list[float] = []
+        self._arrive_s: list[float] = []
         self.counters = {"stored": 0, "duplicates": 0, "store_failed": 0, "delivered": 0, "acks": 0,
                          "streams_created": 0, "streams_moved": 0}
 
@@ -212,8 +215,14 @@ class DurableTopics:
         topic = msg.subject[len(PUBLISH) + 1:]
         if self.spec(topic) is None or not msg.reply:
             return
+        arrived = time.time()
+        try:
+            self._arrive_s.append(arrived - float(json.loads(msg.data.split(b"\n", 1)[0])["t"]))
+        except (ValueError, KeyError, TypeError):
+            pass
         try:
             await self.ensure_stream(topic)
+            began = time.monotonic()
             ack = await self.js.publish(f"{STORED}.{topic}", msg.data, stream=stream_name(topic),
                                         headers=msg.headers and {MSG_ID_HEADER: msg.headers.get(MSG_ID_HEADER, "")})
         except Exception as error:  # noqa: BLE001 - not stored: no acknowledgement, the producer resends
@@ -222,6 +231,14 @@ class DurableTopics:
                 self.agent.event("store_failed", topic=topic, error=f"{type(error).__name__}: {error}")
             return
         self.counters["duplicates" if ack.duplicate else "stored"] += 1
+        self._store_s.append(time.monotonic() - began)
+        if len(self._store_s) >= STORE_SAMPLE:  # how long storing takes at the broker, now and then
+            took = sorted(self._store_s)
+            self._store_s = []
+            arrive = sorted(self._arrive_s) or [float("nan")]
+            self._arrive_s = []
+            self.agent.event("store_latency", count=len(took), p50_s=round(took[len(took) // 2], 6),
+                             max_s=round(took[-1], 6), arrive_p50_s=round(arrive[len(arrive) // 2], 6))
         try:
             await self.agent.nc.publish(msg.reply, b"")
         except Exception:  # noqa: BLE001 - the producer left; it resends to its next broker
