@@ -24,7 +24,7 @@ PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 FILES_PERIOD_S = 10  # open file descriptors are counted this often (a directory listing per process)
 LAG_S = 3  # clients write a second's line when it ends; relays answer one poll later
 CLASSES = (  # (class, substring of the command line); first match wins
-    ("relays", "delayline"), ("nats-server", "nats-server"), ("clients", "testbed.systems.pubsub.workloads"),
+    ("relays", "delayline"), ("storage", "/storage-"), ("nats-server", "nats-server"), ("clients", "testbed.systems.pubsub.workloads"),
     ("clients", "testbed.systems.pubsub.client"), ("clients", "testbed.systems.pubsub.multiclient"),
     ("broker-agents", "testbed.systems.pubsub.broker"), ("control-plane", "testbed.systems.pubsub.manager"),
     ("control-plane", "testbed.systems.pubsub.lookup"), ("zookeeper", "zookeeper"), ("serf", "serf"),

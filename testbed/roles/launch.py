@@ -283,16 +283,18 @@ class BrokerError(RuntimeError):
     """nats-server or its broker agent did not start."""
 
 
-def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0, config: str | None = None) -> subprocess.Popen:
+def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0, config: str | None = None,
+               kind: str = "nats") -> subprocess.Popen:
     """nats-server in `node` on its IP (clients 4222, monitoring 8222); waits until it says INFO.
-    `config`: a configuration (its text) that also listens there, for what flags cannot say (leaf nodes)."""
+    `config`: a configuration (its text) that also listens there, for what flags cannot say (leaf nodes,
+    JetStream clusters); `kind` names its files, `<kind>-<node>.log|conf` (the monitor's process classes)."""
     ip = network.ip_of(node)
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_dir / f"nats-{node}.log"
+    log = log_dir / f"{kind}-{node}.log"
     argv = ["nats-server", "-a", ip, "-p", str(NATS_PORT), "-m", str(MONITOR_PORT), "-n", node, "-l", str(log)]
     if config is not None:
-        path = log_dir / f"nats-{node}.conf"
+        path = log_dir / f"{kind}-{node}.conf"
         path.write_text(config)
         argv += ["-c", str(path)]
     process = network.popen(node, argv, stdout=subprocess.DEVNULL, stderr=log.open("ab"))

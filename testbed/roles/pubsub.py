@@ -15,6 +15,7 @@ import time
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
+from testbed.emulation.network import HOST_INTF
 from testbed.procs import LineCounter, json_lines, read_line, stop_group, wait_or_kill
 from testbed.roles import balance
 from testbed.roles.base import Role, RunContext
@@ -29,6 +30,7 @@ from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DEFAU
                               get_policy)
 
 BROKER_ROLES = ("cloud", "broker")
+STATS = f"/sys/class/net/{HOST_INTF}/statistics"  # a node's interface counters
 WORKLOADS = {"uav-swarm", "mmog", "hotspot"}  # the scenario workloads this system serves
 
 
@@ -129,7 +131,19 @@ class PubSubSystem:
         routes = [f"{self.network.ip_of(n)}:{CLUSTER_PORT}" for n in self.storage_nodes() if n != name]
         config = storage_config(name, self.network.ip_of(name), node.site, node.rack, routes,
                                 str(self.log_dir / f"jetstream-{name}"), NATS_PORT, MONITOR_PORT, CLUSTER_PORT)
-        self.storage[name] = start_nats(self.network, name, self.log_dir, config=config)
+        self.storage[name] = start_nats(self.network, name, self.log_dir, config=config, kind="storage")
+
+    def storage_traffic(self) -> dict:
+        """Bytes in and out of every storage node's interface since it came up: what durability
+        costs the network (one copy in per message and replica, and the deliveries out)."""
+        found = {}
+        for name in self.storage_nodes():
+            try:
+                rx, tx = (int(v) for v in self.network.cmd(name, f"cat {STATS}/rx_bytes {STATS}/tx_bytes").split())
+                found[name] = {"rx_bytes": rx, "tx_bytes": tx}
+            except (ValueError, RuntimeError, OSError):
+                continue  # a node that is down
+        return found
 
     def kill_storage(self, name: str) -> dict:
         """Crash storage node `name` (a scenario fault); what it stored stays on its disk."""
@@ -375,6 +389,8 @@ class PubSubRole(Role):
         return f"migrations {self._migrations.count()}"
 
     def stop(self) -> None:
+        if self.system.storage:
+            self.storage_traffic = self.system.storage_traffic()
         if getattr(self, "_restoring", None) is not None:
             self._restoring.join(timeout=70)  # a ZooKeeper still starting is stopped with the rest
         self.system.stop()
@@ -387,10 +403,22 @@ class PubSubRole(Role):
         return found
 
     def summary(self, events: list[dict]) -> dict:
-        return {"balance": balance.summarize(events), "tracking": tracking_summary(self.run.out)}
+        found = {"balance": balance.summarize(events), "tracking": tracking_summary(self.run.out)}
+        traffic = getattr(self, "storage_traffic", None)
+        if traffic is not None:
+            found["storage"] = {"nodes": len(traffic), "rx_bytes": sum(t["rx_bytes"] for t in traffic.values()),
+                                "tx_bytes": sum(t["tx_bytes"] for t in traffic.values()),
+                                "streams_moved": sum(1 for e in events if e.get("type") == "stream_moved"),
+                                "store_failed": sum(1 for e in events if e.get("type") == "store_failed")}
+        return found
 
     def end_screen(self, summary: dict) -> list:
         lines = balance.end_screen(summary["balance"])
+        st = summary.get("storage")
+        if st:
+            lines.append(f"storage: {st['nodes']} JetStream nodes took in {st['rx_bytes'] / 1e6:.1f} MB and sent "
+                         f"{st['tx_bytes'] / 1e6:.1f} MB; {st['streams_moved']} streams moved with their topic, "
+                         f"{st['store_failed']} stores failed (resent by the producers)")
         t = summary.get("tracking")
         if t:
             per = f"{t['bytes_per_message']:.1f} B/message" if t["bytes_per_message"] is not None else "no message"

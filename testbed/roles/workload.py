@@ -11,6 +11,7 @@ from pathlib import Path
 
 from testbed.policies.topics import topic_class
 from testbed.procs import LineCounter, json_lines, percentile, read_line
+from testbed.roles import durability
 from testbed.roles.base import Role, RunContext, newly_dead
 from testbed.roles.pubsub import WORKLOADS, PubSubRole, PubSubSystem
 from testbed.systems.pubsub.durable import classes_json
@@ -194,6 +195,10 @@ class PubSubWorkload(Role):
         thresholds = {t.name: t.threshold for t in self.scenario.workload.topics}
         summary = summarize(self.out / "traces", thresholds, events, self.summaries)
         summary["expected_deliveries"] = sum(s.get("expected", 0) for s in self.summaries)
+        found = durability.audit(self.out)
+        if found is not None:
+            found.update({k: sum(s.get(k, 0) for s in self.summaries) for k in ("unacked", "resent", "duplicates")})
+            summary["durable"] = found
         return summary
 
     def end_screen(self, summary: dict) -> list:
@@ -225,6 +230,13 @@ class PubSubWorkload(Role):
             lines.append(f"topic manager in {h['killed']} killed: " + (
                 f"{h['elected']} elected {h['gap_s']:.1f} s later, {h['rounds_after']} rounds since" if h["elected"]
                 else f"no standby took over ({h['standbys']} standing by)"))
+        d = summary.get("durable")
+        if d:
+            lines.append(f"durable topics: {d['acknowledged']} messages acknowledged; {d['delivered']} of the {d['owed']} "
+                         f"owed to subscribers delivered, {d['lost']} acknowledged lost"
+                         + (f" ({', '.join(d['lost_first'][:3])} ...)" if d["lost"] else "")
+                         + f"; {d['resent']} resent, {d['duplicates']} duplicates dropped, {d['unacked']} not "
+                           f"acknowledged at the stop")
         for c in summary.get("client_crashes", []):
             lines.append(f"client {c['node']} killed: its last message sent {c['last_sent_s']} s and received "
                          f"{c['last_received_s']} s after the crash; the other clients delivered {c['others_after']} "

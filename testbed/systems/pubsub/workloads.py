@@ -59,6 +59,15 @@ def persistence(args, topic: str, client: str, producer: bool = False) -> dict:
     return {"durable": True, "acks": acks / f"{topic}.{client}.csv"}
 
 
+def durable_counts(publishers: list[Publisher], subscribers: list[Subscriber]) -> dict:
+    """A process's durable-topic counters for its summary line (none without durable topics)."""
+    if not any(c.durable for c in [*publishers, *subscribers]):
+        return {}
+    return {"acked": sum(p.acked for p in publishers), "unacked": sum(len(p.unacked) for p in publishers),
+            "resent": sum(p.resent for p in publishers),
+            "duplicates": sum(sum(st.duplicates for st in s.stats.values()) for s in subscribers)}
+
+
 def uav_clients(args, events: EventLog, health: ClientHealth | None = None) -> tuple[list[Publisher], list[Subscriber]]:
     swarm, trace_dir = args.node, Path(args.trace_dir)
     common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
@@ -105,7 +114,7 @@ async def _main(args) -> int:
         readers[s.topic] = readers.get(s.topic, 0) + 1
     summary = {"node": args.node, "sent": sum(p.sent for p in publishers),
                "expected": sum(p.sent * readers.get(p.topic, 0) for p in publishers),
-               "received": sum(s.received for s in subscribers)}
+               "received": sum(s.received for s in subscribers), **durable_counts(publishers, subscribers)}
     for client in publishers + subscribers:
         await client.close()
     print(json.dumps(summary), flush=True)
@@ -422,7 +431,8 @@ async def _main_hotspot(args) -> int:
     summary = {"node": args.node, "sent": sum(pub.sent for pub, _ in publishers),
                "expected": sum(pub.sent * readers[pub.topic] for pub, _ in publishers),
                "received": sum(s.received for s in subscribers),
-               "surge_sent": sum(pub.sent for pub, _ in later)}
+               "surge_sent": sum(pub.sent for pub, _ in later),
+               **durable_counts([pub for pub, _ in publishers], subscribers)}
     for client in [pub for pub, _ in publishers] + subscribers:
         await client.close()
     print(json.dumps(summary), flush=True)
