@@ -144,6 +144,9 @@ LONG_BENCHES = (
     LongBench("autotune", "publisher auto-tuning", "analysis.autotune_figures", 20,
               "live: scenarios/autotune.yaml per experiment, the publisher 140 ms RTT from a JetStream broker "
               "(20-280 ms in the RTT sweep), 4-12 publishers side by side on the same arrivals"),
+    LongBench("durable", "durable topics", "analysis.durable_figures", 20,
+              "live: scenarios/uav-smoke.yaml per storage placement and replica count (3 storage racks per site "
+              "and in the cloud); zero loss: scenarios/durable-smoke.yaml with a broker and a storage node killed"),
 )
 FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
                  "fig5": ["fig5.png", "fig5_configured.png"], "fig6": ["fig6.png"], "fig7a": ["fig7a.png"],
@@ -154,7 +157,8 @@ FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.pn
                  "bad-sim": [f"badsim-fig{n}.png" for n in (13, 12, 11, 14, 5, 6, 7, 8, 9, 10)],
                  "bad-live": ["bad-live.png", "bad-live-load.png", "bad-live-latency.png"],
                  "tracking": ["tracking-fig3.png", "tracking-fig4.png", "tracking-fig5.png", "tracking-fp.png"],
-                 "autotune": [f"autotune-fig{n}.png" for n in range(8, 15)] + ["autotune-rtt.png", "autotune-drops.png"]}
+                 "autotune": [f"autotune-fig{n}.png" for n in range(8, 15)] + ["autotune-rtt.png", "autotune-drops.png"],
+                 "durable": ["durable-latency.png", "durable-cost.png"]}
 
 
 @dataclass

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_every_experiment_is_a_valid_scenario(tmp_path):
     for name, changes in bench.experiments().items():
-        path = bench.variant_file(ROOT / "scenarios" / "autotune.yaml", name, changes, tmp_path)
+        path = bench.variant_file(ROOT / "scenarios" / "autotune.yaml", f"autotune-{name.replace('.', '')}", changes,
+                                  tmp_path)
         scenario = load(path)
         built = topology.checked(scenario, str(path))
         if name.startswith("rtt-"):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.bench.runs import run_scenario
+from testbed.bench.runs import run_scenario, variant_file
 from testbed.procs import json_lines, percentile
 from testbed.systems.autotune.sources import TABLE_II
 
@@ -63,20 +63,6 @@ def experiments() -> dict[str, dict]:
                                "workload.autotune.source": {"kind": "poisson", "rate": "35/s"},
                                "workload.autotune.variants": _variants([1, 2, 5, 10, 20, 50], [1, 50])}
     return found
-
-
-def variant_file(base: Path, name: str, changes: dict, work: Path) -> Path:
-    data = yaml.safe_load(base.read_text())
-    data["name"] = f"autotune-{name.replace('.', '')}"
-    for dotted, value in changes.items():
-        *parents, leaf = dotted.split(".")
-        node = data
-        for key in parents:
-            node = node.setdefault(key, {})
-        node[leaf] = value
-    path = work / f"{data['name']}.yaml"
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return path
 
 
 def n_series(rows: list[dict], start: float, bucket_s: float = 1.0) -> list[list[float]]:
@@ -146,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     for k, name in enumerate(chosen, 1):
         t = time.monotonic()
-        r = results[name] = run_one(variant_file(args.base, name, todo[name], work), runs, args.backend)
+        r = results[name] = run_one(variant_file(args.base, f"autotune-{name.replace('.', '')}", todo[name], work), runs,
+                                        args.backend)
         if r["ok"]:
             best = min((v for v in r["variants"].values() if v["mean_ms"] is not None), key=lambda v: v["mean_ms"],
                        default=None)

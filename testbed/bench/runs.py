@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 
 def run_scenario(path: Path, runs: Path, backend: str) -> tuple[Path | None, str]:
     """(the new run's directory, "") or (None, the end of what the run said) when it failed."""
@@ -17,3 +19,18 @@ def run_scenario(path: Path, runs: Path, backend: str) -> tuple[Path | None, str
     if done.returncode != 0 or not made:
         return None, (done.stderr or done.stdout)[-1500:]
     return made[0], ""
+
+
+def variant_file(base: Path, name: str, changes: dict, work: Path) -> Path:
+    """`base` with `changes` ({"dotted.key": value}) and the scenario name `name`, written to `work`."""
+    data = yaml.safe_load(base.read_text())
+    data["name"] = name
+    for dotted, value in changes.items():
+        *parents, leaf = dotted.split(".")
+        node = data
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = value
+    path = work / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path

@@ -409,7 +409,8 @@ class PubSubRole(Role):
             found["storage"] = {"nodes": len(traffic), "rx_bytes": sum(t["rx_bytes"] for t in traffic.values()),
                                 "tx_bytes": sum(t["tx_bytes"] for t in traffic.values()),
                                 "streams_moved": sum(1 for e in events if e.get("type") == "stream_moved"),
-                                "store_failed": sum(1 for e in events if e.get("type") == "store_failed")}
+                                "store_failed": sum(e.get("store_failed", 0) for e in events
+                                                    if e.get("type") == "durable_counters")}
         return found
 
     def end_screen(self, summary: dict) -> list:
@@ -418,7 +419,7 @@ class PubSubRole(Role):
         if st:
             lines.append(f"storage: {st['nodes']} JetStream nodes took in {st['rx_bytes'] / 1e6:.1f} MB and sent "
                          f"{st['tx_bytes'] / 1e6:.1f} MB; {st['streams_moved']} streams moved with their topic, "
-                         f"{st['store_failed']} stores failed (resent by the producers)")
+                         f"{st['store_failed']} stores failed at brokers that stopped cleanly (resent by the producers)")
         t = summary.get("tracking")
         if t:
             per = f"{t['bytes_per_message']:.1f} B/message" if t["bytes_per_message"] is not None else "no message"

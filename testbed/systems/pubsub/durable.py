@@ -144,6 +144,7 @@ class DurableTopics:
         await local.subscribe(f"{ACK}.*", cb=self._on_ack)
 
     async def close(self) -> None:
+        self.agent.event("durable_counters", **self.counters)
         for task in self.pullers.values():
             task.cancel()
         if self.nc is not None:

@@ -1,0 +1,156 @@
+"""`make bench-durable`: durable topics (issue 18, paper 3.5) live: what storing costs in latency,
+network and CPU by where the replicas are and how many, and whether anything acknowledged is lost
+across migrations and crashes.
+
+Experiments (each one run; the runs land in results/bench/durable/runs/):
+
+    latency-none, latency-local-r1, latency-local-r3, latency-cloud-r1, latency-cloud-r3
+        scenarios/uav-smoke.yaml (4 zones, 2 mobile swarms: handovers and migrations) with storage
+        nodes (3 racks per site and in the cloud) and both topic classes stored as named (none:
+        NATS core, nothing stored; local: at the owning broker's site, ePulsar; cloud: in the
+        cloud datacentre, as a cloud-centric Pulsar places its bookies)
+    loss-none, loss-r1-enhanced, loss-r3-enhanced, loss-r1-baseline, loss-r3-baseline
+        scenarios/durable-smoke.yaml (the broker holding the topics killed at 25 s, a storage node
+        of the site the streams moved to killed at 38 s for 6 s) per replica count and migration
+        workflow; loss-none is failover-smoke's data plane without storage
+
+Per run: publish-acknowledgement latency quantiles (the producers' acks/), end-to-end latency
+quantiles (traces/), the audit of acknowledged messages against deliveries
+(testbed.roles.durability), resends and duplicates, migrations, storage nodes' traffic and CPU,
+and whether the harness held the run. Result: results/bench/durable.json; analysis.durable_figures
+draws it.
+
+    python -m testbed.bench.durable [--only latency-local-r3,loss-r3-enhanced] [--reuse]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from testbed.bench.runs import run_scenario, variant_file
+from testbed.procs import json_lines, percentile
+
+OUT = Path("results/bench")
+LATENCY_BASE = Path("scenarios/uav-smoke.yaml")
+LOSS_BASE = Path("scenarios/durable-smoke.yaml")
+QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+STORAGE = {"racks": 3}
+
+
+def _topics(durable: dict | None) -> list[dict]:
+    return [{"name": name, "threshold": "40ms", **({"durable": durable} if durable else {})}
+            for name in ("follow_leader", "sensor_data")]
+
+
+def experiments() -> dict[str, tuple[Path, dict]]:
+    """name -> (base scenario, its changes)."""
+    found = {}
+    for name, durable in (("none", None), ("local-r1", {"replicas": 1, "storage": "site-local"}),
+                          ("local-r3", {"replicas": 3, "storage": "site-local"}),
+                          ("cloud-r1", {"replicas": 1, "storage": "cloud"}),
+                          ("cloud-r3", {"replicas": 3, "storage": "cloud"})):
+        found[f"latency-{name}"] = (LATENCY_BASE, {"infrastructure.storage": STORAGE, "workload.topics": _topics(durable),
+                                                   "outputs": {}})
+    found["loss-none"] = (LOSS_BASE, {"workload.topics": _topics(None), "faults": [{"at": "25s", "kill": "bzone1"}]})
+    for workflow in ("enhanced", "baseline"):
+        for replicas in (1, 3):
+            found[f"loss-r{replicas}-{workflow}"] = (LOSS_BASE, {
+                "workload.topics": _topics({"replicas": replicas, "storage": "site-local"}),
+                "control.migration": {"workflow": workflow}})
+    return found
+
+
+def _quantiles_ms(values: list[float]) -> dict:
+    values = sorted(values)
+    return {f"q{round(q * 100):02d}_ms": round(1e3 * percentile(values, q), 3) if values else None for q in QUANTILES}
+
+
+def _ack_latencies(run_dir: Path) -> list[float]:
+    found = []
+    for path in (run_dir / "acks").glob("*.csv"):
+        with path.open(newline="") as handle:
+            found += [float(r[4]) - float(r[3]) for r in csv.reader(handle) if len(r) == 5]
+    return found
+
+
+def _e2e_latencies(run_dir: Path) -> list[float]:
+    return [float(r["receive_time"]) - float(r["send_time"]) for path in (run_dir / "traces").glob("*.jsonl")
+            for r in json_lines(path)]
+
+
+def _storage_cores(run_dir: Path) -> float | None:
+    """Mean cores the storage nodes' nats-servers used while the workload ran (health.jsonl)."""
+    rows = [r.get("cpu_by_class", {}).get("storage", 0.0) for r in json_lines(run_dir / "health.jsonl")
+            if "cpu_by_class" in r]
+    return round(statistics.fmean(rows), 4) if rows else None
+
+
+def run_one(path: Path, runs: Path, backend: str) -> dict:
+    run_dir, error = run_scenario(path, runs, backend)
+    if run_dir is None or not (run_dir / "summary.json").exists():
+        return {"ok": False, "error": error or f"{run_dir} has no summary.json"}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    harness, storage = summary.get("harness", {}), summary.get("storage") or {}
+    durable = summary.get("durable")
+    return {"ok": True, "run": str(run_dir), "valid": harness.get("valid"),
+            "saturated_seconds": harness.get("saturated_seconds"),
+            "migrations": summary.get("migrations"), "published": summary.get("published"),
+            "delivered": summary.get("delivered"), "expected": summary.get("expected_deliveries"),
+            "faults": [e.get("type") for e in json_lines(run_dir / "events.jsonl")
+                       if e.get("type") in ("broker_killed", "storage_killed")],
+            "durable": durable, "ack": _quantiles_ms(_ack_latencies(run_dir)), "e2e": _quantiles_ms(_e2e_latencies(run_dir)),
+            "storage_mb": round((storage.get("rx_bytes", 0) + storage.get("tx_bytes", 0)) / 1e6, 3) if storage else None,
+            "streams_moved": storage.get("streams_moved"), "storage_cores": _storage_cores(run_dir)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="", help="comma-separated experiment names (default: all)")
+    parser.add_argument("--reuse", action="store_true", help="keep the other experiments' results from the JSON")
+    parser.add_argument("--backend", default="mininet")
+    parser.add_argument("--out", type=Path, default=OUT / "durable.json")
+    args = parser.parse_args(argv)
+    todo = experiments()
+    chosen = [n for n in args.only.split(",") if n] or list(todo)
+    unknown = set(chosen) - set(todo)
+    if unknown:
+        parser.error(f"unknown experiments {sorted(unknown)}; known: {', '.join(todo)}")
+    work = args.out.parent / "durable"
+    runs = work / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    previous = json.loads(args.out.read_text()) if args.reuse and args.out.exists() else {}
+    results = dict(previous.get("experiments", {}))
+    began = time.monotonic()
+    for k, name in enumerate(chosen, 1):
+        t = time.monotonic()
+        base, changes = todo[name]
+        r = results[name] = run_one(variant_file(base, f"durable-{name}", changes, work), runs, args.backend)
+        if r["ok"]:
+            d = r["durable"] or {}
+            line = (f"{'valid' if r['valid'] else 'SATURATED ' + str(r['saturated_seconds']) + ' s'}; ack p50 "
+                    f"{r['ack']['q50_ms']} ms, e2e p50 {r['e2e']['q50_ms']} ms; "
+                    + (f"{d.get('lost')} of {d.get('owed')} acknowledged lost" if d else
+                       f"{r['delivered']} of {r['expected']} delivered"))
+        else:
+            line = f"FAILED: {r['error'][-300:]}"
+        print(f"[{k}/{len(chosen)}] {name}: {line} ({time.monotonic() - t:.0f} s, {time.monotonic() - began:.0f} s in all)",
+              flush=True)
+        args.out.write_text(json.dumps({"time": time.time(), "experiments": results}, indent=1))
+    from analysis import durable_figures
+
+    result = json.loads(args.out.read_text())
+    for line in durable_figures.draw(result, args.out.parent, args.out.stem):
+        print(line)
+    for rule in durable_figures.rules(result):
+        print(f"{rule['verdict']}: {rule['claim']} ({rule['evidence']})")
+    return 0 if all(results[n]["ok"] for n in chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
