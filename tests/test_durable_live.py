@@ -39,8 +39,12 @@ def test_acknowledged_messages_survive_a_broker_crash_and_a_storage_node_crash(t
     assert "durable topics:" in run.stdout and "0 acknowledged lost" in run.stdout
 
     # site-local storage: the acknowledgement is the access round trip plus a local quorum, well
-    # under the cloud's 80 ms round trip (median over the run, crash included)
-    acks = [float(r[4]) - float(r[3]) for path in (out / "acks").glob("*.csv")
+    # under the cloud's 80 ms round trip, while the broker at the swarm's own site serves it (until the
+    # crash at 25 s; then bzone2, 30 ms RTT away, adds that round trip)
+    start = next(e["time"] for e in events if e["type"] == "run_start")
+    acks = [(float(r[3]) - start, float(r[4]) - float(r[3])) for path in (out / "acks").glob("*.csv")
             for r in csv.reader(path.open()) if len(r) == 5]
     assert len(acks) == durable["acknowledged"]
-    assert statistics.median(acks) < 0.040, statistics.median(acks)
+    local = [took for sent, took in acks if sent < 24.0]
+    print(f"ack p50 on bzone1: {1e3 * statistics.median(local):.1f} ms over {len(local)}")
+    assert len(local) > 1000 and statistics.median(local) < 0.035

@@ -43,6 +43,9 @@ MSG_ID_HEADER = "Nats-Msg-Id"  # JetStream's de-duplication header
 JS_ACK_PREFIX = "$JS.ACK."
 ATTACH_WAIT_S = 4.0  # an attach is answered within this long (the consumer's cursor is bound by then)
 ACK_WAIT_S = 2.0  # a consumer's unacknowledged message is delivered again after this long
+STORE_ATTEMPT_S = 1.0  # one store's wait for the stream's acknowledgement
+STORE_PAUSE_S = 0.2  # between attempts while the stream has no leader
+STORE_GIVE_UP_S = 10.0  # then the message is left to the producer's resend (JetStream elects in ~5 s)
 STORE_SAMPLE = 200  # a `store_latency` event per this many messages stored
 DUPLICATE_WINDOW_S = 120.0  # how long the stream remembers message ids (a resend within it is dropped)
 CLUSTER = "storage"
@@ -128,7 +131,7 @@ class DurableTopics:
         self.pullers: dict[tuple[str, str], asyncio.Task] = {}
         self._store_s: list[float] = []
         self._arrive_s: list[float] = []
-        self.counters = {"stored": 0, "duplicates": 0, "store_failed": 0, "delivered": 0, "acks": 0,
+        self.counters = {"stored": 0, "duplicates": 0, "store_retries": 0, "store_failed": 0, "delivered": 0, "acks": 0,
                          "streams_created": 0, "streams_moved": 0}
 
     def spec(self, topic: str) -> DurableSpec | None:
@@ -221,16 +224,22 @@ class DurableTopics:
             self._arrive_s.append(arrived - float(json.loads(msg.data.split(b"\n", 1)[0])["t"]))
         except (ValueError, KeyError, TypeError):
             pass
-        try:
-            await self.ensure_stream(topic)
-            began = time.monotonic()
-            ack = await self.js.publish(f"{STORED}.{topic}", msg.data, stream=stream_name(topic),
-                                        headers=msg.headers and {MSG_ID_HEADER: msg.headers.get(MSG_ID_HEADER, "")})
-        except Exception as error:  # noqa: BLE001 - not stored: no acknowledgement, the producer resends
-            self.counters["store_failed"] += 1
-            if self.counters["store_failed"] <= 20:
-                self.agent.event("store_failed", topic=topic, error=f"{type(error).__name__}: {error}")
-            return
+        began = time.monotonic()
+        headers = msg.headers and {MSG_ID_HEADER: msg.headers.get(MSG_ID_HEADER, "")}
+        while True:  # a stream electing a leader (a node died, the stream is moving) answers again in seconds
+            try:
+                await self.ensure_stream(topic)
+                ack = await self.js.publish(f"{STORED}.{topic}", msg.data, stream=stream_name(topic), headers=headers,
+                                            timeout=STORE_ATTEMPT_S)
+                break
+            except Exception as error:  # noqa: BLE001 - not stored yet
+                self.counters["store_retries"] += 1
+                if time.monotonic() - began > STORE_GIVE_UP_S:  # no acknowledgement: the producer resends
+                    self.counters["store_failed"] += 1
+                    if self.counters["store_failed"] <= 20:
+                        self.agent.event("store_failed", topic=topic, error=f"{type(error).__name__}: {error}")
+                    return
+                await asyncio.sleep(STORE_PAUSE_S)
         self.counters["duplicates" if ack.duplicate else "stored"] += 1
         self._store_s.append(time.monotonic() - began)
         if len(self._store_s) >= STORE_SAMPLE:  # how long storing takes at the broker, now and then
