@@ -32,8 +32,8 @@ def rules(result: dict) -> list[dict]:
                         f"(the cloud is {CLOUD_RTT_MS:.0f} ms RTT away)"))
     r3 = [(name, run) for name in ("loss-r3-enhanced", "loss-r3-baseline") if (run := _ok(result, name))]
     if r3:
-        out.append(rule("Durable topics with 3 replicas lose no acknowledged message across a broker and a storage-node "
-                        "kill", all(run["durable"] and run["durable"]["lost"] == 0 for _, run in r3),
+        out.append(rule("Durable topics with 3 replicas lose no acknowledged message across migrations, a broker kill "
+                        "and a storage-node kill", all(run["durable"] and run["durable"]["lost"] == 0 for _, run in r3),
                         "; ".join(f"{name[5:]}: {run['durable']['lost']} of {run['durable']['owed']} lost"
                                   for name, run in r3 if run["durable"])))
     moved = [run for name in LATENCY[2:3] + ("loss-r3-enhanced",) if (run := _ok(result, name))]

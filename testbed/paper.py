@@ -146,7 +146,7 @@ LONG_BENCHES = (
               "(20-280 ms in the RTT sweep), 4-12 publishers side by side on the same arrivals"),
     LongBench("durable", "durable topics", "analysis.durable_figures", 20,
               "live: scenarios/uav-smoke.yaml per storage placement and replica count (3 storage racks per site "
-              "and in the cloud); zero loss: scenarios/durable-smoke.yaml with a broker and a storage node killed"),
+              "and in the cloud); zero loss: the same runs with a broker and a storage node killed, per workflow"),
 )
 FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
                  "fig5": ["fig5.png", "fig5_configured.png"], "fig6": ["fig6.png"], "fig7a": ["fig7a.png"],

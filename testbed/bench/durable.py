@@ -10,9 +10,9 @@ Experiments (each one run; the runs land in results/bench/durable/runs/):
         NATS core, nothing stored; local: at the owning broker's site, ePulsar; cloud: in the
         cloud datacentre, as a cloud-centric Pulsar places its bookies)
     loss-none, loss-r1-enhanced, loss-r3-enhanced, loss-r1-baseline, loss-r3-baseline
-        scenarios/durable-smoke.yaml (the broker holding the topics killed at 25 s, a storage node
-        of the site the streams moved to killed at 38 s for 6 s) per replica count and migration
-        workflow; loss-none is failover-smoke's data plane without storage
+        the same topology with its migrations (the swarms fly between zones), zone1's broker killed
+        at 25 s and a storage node of zone2 at 38 s for 6 s, per replica count (site-local) and
+        migration workflow; loss-none is the same run without durability
 
 Per run: publish-acknowledgement latency quantiles (the producers' acks/), end-to-end latency
 quantiles (traces/), the audit of acknowledged messages against deliveries
@@ -38,7 +38,7 @@ from testbed.procs import json_lines, percentile
 
 OUT = Path("results/bench")
 LATENCY_BASE = Path("scenarios/uav-smoke.yaml")
-LOSS_BASE = Path("scenarios/durable-smoke.yaml")
+FAULTS = [{"at": "25s", "kill": "bzone1"}, {"at": "38s", "kill": "s1zone2", "restart_after": "6s"}]
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 STORAGE = {"racks": 3}
 
@@ -57,10 +57,12 @@ def experiments() -> dict[str, tuple[Path, dict]]:
                           ("cloud-r3", {"replicas": 3, "storage": "cloud"})):
         found[f"latency-{name}"] = (LATENCY_BASE, {"infrastructure.storage": STORAGE, "workload.topics": _topics(durable),
                                                    "outputs": {}})
-    found["loss-none"] = (LOSS_BASE, {"workload.topics": _topics(None), "faults": [{"at": "25s", "kill": "bzone1"}]})
+    found["loss-none"] = (LATENCY_BASE, {"infrastructure.storage": STORAGE, "workload.topics": _topics(None),
+                                         "faults": FAULTS, "outputs": {}})
     for workflow in ("enhanced", "baseline"):
         for replicas in (1, 3):
-            found[f"loss-r{replicas}-{workflow}"] = (LOSS_BASE, {
+            found[f"loss-r{replicas}-{workflow}"] = (LATENCY_BASE, {
+                "infrastructure.storage": STORAGE, "faults": FAULTS, "outputs": {},
                 "workload.topics": _topics({"replicas": replicas, "storage": "site-local"}),
                 "control.migration": {"workflow": workflow}})
     return found
