@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from analysis.headlines import Headline, MissingInput, rule, rules_headline
+from analysis.headlines import Headline, MissingInput, name_saturated, rule, rules_headline
 
 LOADS = ("load-1.75", "load-17.5", "load-35", "load-55")
 TUNED_SPREAD_MS = 15.0     # Fig. 9: "the same irrespective of the initial N": tuned means within 15 ms ...
@@ -91,11 +91,7 @@ def rules(result: dict) -> list[dict]:
         out.append(rule("V-B-3: under a slow subscriber the untuned publisher drops requests, the tuned one none",
                          fixed > 0 and tuned == 0, f"dropped: fixed {fixed}, tuned {tuned} "
                                                    f"(of {slow['arrivals']} per publisher)"))
-    judged = [name for name, run in result.get("experiments", {}).items() if run.get("ok") and not run.get("valid")]
-    for verdict in out:
-        if judged:
-            verdict["evidence"] += f" [harness saturated in: {', '.join(judged)}]"
-    return out
+    return name_saturated(out, result.get("experiments", {}))
 
 
 def headline(result: dict, scale: str) -> Headline:

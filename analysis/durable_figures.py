@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.headlines import Headline, MissingInput, rule, rules_headline
+from analysis.headlines import Headline, MissingInput, name_saturated, rule, rules_headline
 
 LATENCY = ("latency-none", "latency-local-r1", "latency-local-r3", "latency-cloud-r1", "latency-cloud-r3")
 LOSS = ("loss-none", "loss-r1-enhanced", "loss-r3-enhanced", "loss-r1-baseline", "loss-r3-baseline")
@@ -44,11 +44,7 @@ def rules(result: dict) -> list[dict]:
     if one and three and one["storage_mb"] and three["storage_mb"]:
         out.append(rule("Three replicas cost the storage network more than one", three["storage_mb"] > 1.5 * one["storage_mb"],
                         f"R1 {one['storage_mb']:.1f} MB, R3 {three['storage_mb']:.1f} MB"))
-    judged = [name for name, run in result.get("experiments", {}).items() if run.get("ok") and not run.get("valid")]
-    for verdict in out:
-        if judged:
-            verdict["evidence"] += f" [harness saturated in: {', '.join(judged)}]"
-    return out
+    return name_saturated(out, result.get("experiments", {}))
 
 
 def headline(result: dict, scale: str) -> Headline:
@@ -109,6 +105,16 @@ def _boxes(ax, runs: list[tuple[str, dict]], key: str) -> None:
         ax.bxp(stats, showfliers=False)
 
 
+def _finish(plt, fig, title: str, path: Path) -> str:
+    for ax in fig.axes:
+        ax.set_xlabel("storage (placement, replicas)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path)
+
+
 def draw(result: dict, out: Path, stem: str = "durable") -> list[str]:
     plt = _plt()
     out = Path(out)
@@ -127,26 +133,14 @@ def draw(result: dict, out: Path, stem: str = "durable") -> list[str]:
         e2e.set_ylabel("latency (ms)")
         e2e.axhline(THRESHOLD_MS, color="red", linestyle="--", label=f"threshold Lth {THRESHOLD_MS:.0f} ms")
         e2e.legend(loc="upper left")
-        for ax in (ack, e2e):
-            ax.set_xlabel("storage (placement, replicas)")
-        fig.suptitle("Durable topics on the UAV smoke topology: site-local vs cloud storage (q05-q95)")
-        fig.tight_layout()
-        path = out / f"{stem}-latency.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        drawn.append(str(path))
+        drawn.append(_finish(plt, fig, "Durable topics on the UAV smoke topology: site-local vs cloud storage "
+                                       "(q05-q95)", out / f"{stem}-latency.png"))
         fig, (net, cpu) = plt.subplots(1, 2, figsize=(10, 3.6))
         labels = [n.replace("latency-", "") for n, _ in runs]
         net.bar(labels, [r["storage_mb"] or 0 for _, r in runs])
         net.set_ylabel("storage nodes' traffic, in + out (MB)")
         cpu.bar(labels, [r["storage_cores"] or 0 for _, r in runs])
         cpu.set_ylabel("storage nodes' CPU (cores, mean)")
-        for ax in (net, cpu):
-            ax.set_xlabel("storage (placement, replicas)")
-        fig.suptitle("What durability costs on this machine (one uav-smoke run each)")
-        fig.tight_layout()
-        path = out / f"{stem}-cost.png"
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
-        drawn.append(str(path))
+        drawn.append(_finish(plt, fig, "What durability costs on this machine (one uav-smoke run each)",
+                             out / f"{stem}-cost.png"))
     return drawn

@@ -52,6 +52,15 @@ def rule(claim: str, holds: bool | None, evidence: str, why_not: str = "") -> di
     return {"claim": claim, "holds": holds, "verdict": word, "evidence": why_not if holds is None else evidence}
 
 
+def name_saturated(verdicts: list[dict], experiments: dict) -> list[dict]:
+    """A bench's verdicts with the experiments the harness did not hold named beside each."""
+    judged = [name for name, run in experiments.items() if run.get("ok") and not run.get("valid")]
+    for verdict in verdicts:
+        if judged:
+            verdict["evidence"] += f" [harness saturated in: {', '.join(judged)}]"
+    return verdicts
+
+
 def rules_headline(verdicts: list[dict], scale: str, nothing: str) -> Headline:
     """The index's line from a benchmark's `rule`s: each testable claim's verdict with its numbers;
     it agrees when every testable one holds. `nothing`: why none was testable."""

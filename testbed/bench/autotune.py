@@ -21,7 +21,6 @@ results/bench/autotune.json; analysis.autotune_figures draws it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.bench.runs import run_scenario, variant_file
+from testbed.bench.runs import chosen_experiments, draw_and_judge, experiment_parser, run_scenario, variant_file
 from testbed.procs import json_lines, percentile
 from testbed.systems.autotune.sources import TABLE_II
 
@@ -112,23 +111,14 @@ def step_profile(source: dict) -> list[list[float]] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = experiment_parser(__doc__.splitlines()[0], OUT / "autotune.json")
     parser.add_argument("--base", type=Path, default=BASE)
-    parser.add_argument("--only", default="", help="comma-separated experiment names (default: all)")
-    parser.add_argument("--reuse", action="store_true", help="keep the other experiments' results from the JSON")
-    parser.add_argument("--backend", default="mininet")
-    parser.add_argument("--out", type=Path, default=OUT / "autotune.json")
     args = parser.parse_args(argv)
     todo = experiments()
-    chosen = [n for n in args.only.split(",") if n] or list(todo)
-    unknown = set(chosen) - set(todo)
-    if unknown:
-        parser.error(f"unknown experiments {sorted(unknown)}; known: {', '.join(todo)}")
+    chosen, results = chosen_experiments(parser, args, todo)
     work = args.out.parent / "autotune"
     runs = work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
-    previous = json.loads(args.out.read_text()) if args.reuse and args.out.exists() else {}
-    results = dict(previous.get("experiments", {}))
     began = time.monotonic()
     for k, name in enumerate(chosen, 1):
         t = time.monotonic()
@@ -145,13 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{k}/{len(chosen)}] {name}: {line} ({time.monotonic() - t:.0f} s, {time.monotonic() - began:.0f} s in all)",
               flush=True)
         args.out.write_text(json.dumps({"time": time.time(), "base": str(args.base), "experiments": results}, indent=1))
-    from analysis import autotune_figures
-
-    result = json.loads(args.out.read_text())
-    for line in autotune_figures.draw(result, args.out.parent, args.out.stem):
-        print(line)
-    for rule in autotune_figures.rules(result):
-        print(f"{rule['verdict']}: {rule['claim']} ({rule['evidence']})")
+    draw_and_judge(args.out, "analysis.autotune_figures")
     return 0 if all(results[n]["ok"] for n in chosen) else 1
 
 

@@ -25,7 +25,6 @@ draws it.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import statistics
@@ -33,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.bench.runs import run_scenario, variant_file
+from testbed.bench.runs import chosen_experiments, draw_and_judge, experiment_parser, run_scenario, variant_file
 from testbed.procs import json_lines, percentile
 
 OUT = Path("results/bench")
@@ -112,22 +111,13 @@ def run_one(path: Path, runs: Path, backend: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="", help="comma-separated experiment names (default: all)")
-    parser.add_argument("--reuse", action="store_true", help="keep the other experiments' results from the JSON")
-    parser.add_argument("--backend", default="mininet")
-    parser.add_argument("--out", type=Path, default=OUT / "durable.json")
+    parser = experiment_parser(__doc__.splitlines()[0], OUT / "durable.json")
     args = parser.parse_args(argv)
     todo = experiments()
-    chosen = [n for n in args.only.split(",") if n] or list(todo)
-    unknown = set(chosen) - set(todo)
-    if unknown:
-        parser.error(f"unknown experiments {sorted(unknown)}; known: {', '.join(todo)}")
+    chosen, results = chosen_experiments(parser, args, todo)
     work = args.out.parent / "durable"
     runs = work / "runs"
     runs.mkdir(parents=True, exist_ok=True)
-    previous = json.loads(args.out.read_text()) if args.reuse and args.out.exists() else {}
-    results = dict(previous.get("experiments", {}))
     began = time.monotonic()
     for k, name in enumerate(chosen, 1):
         t = time.monotonic()
@@ -144,13 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{k}/{len(chosen)}] {name}: {line} ({time.monotonic() - t:.0f} s, {time.monotonic() - began:.0f} s in all)",
               flush=True)
         args.out.write_text(json.dumps({"time": time.time(), "experiments": results}, indent=1))
-    from analysis import durable_figures
-
-    result = json.loads(args.out.read_text())
-    for line in durable_figures.draw(result, args.out.parent, args.out.stem):
-        print(line)
-    for rule in durable_figures.rules(result):
-        print(f"{rule['verdict']}: {rule['claim']} ({rule['evidence']})")
+    draw_and_judge(args.out, "analysis.durable_figures")
     return 0 if all(results[n]["ok"] for n in chosen) else 1
 
 

@@ -3,6 +3,8 @@ directory of runs; the one home for "run it and find the run's directory"."""
 
 from __future__ import annotations
 
+import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +36,35 @@ def variant_file(base: Path, name: str, changes: dict, work: Path) -> Path:
     path = work / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def experiment_parser(description: str, default_out: Path) -> argparse.ArgumentParser:
+    """The options every live bench of named experiments takes."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--only", default="", help="comma-separated experiment names (default: all)")
+    parser.add_argument("--reuse", action="store_true", help="keep the other experiments' results from the JSON")
+    parser.add_argument("--backend", default="mininet")
+    parser.add_argument("--out", type=Path, default=default_out)
+    return parser
+
+
+def chosen_experiments(parser: argparse.ArgumentParser, args, known) -> tuple[list[str], dict]:
+    """(the experiments to run, the results kept from the JSON with --reuse); unknown names are a usage error."""
+    chosen = [n for n in args.only.split(",") if n] or list(known)
+    unknown = set(chosen) - set(known)
+    if unknown:
+        parser.error(f"unknown experiments {sorted(unknown)}; known: {', '.join(known)}")
+    previous = json.loads(args.out.read_text()) if args.reuse and args.out.exists() else {}
+    return chosen, dict(previous.get("experiments", {}))
+
+
+def draw_and_judge(out: Path, figures: str) -> None:
+    """Draw a bench's figures from its JSON with its analysis module and print each rule's verdict."""
+    import importlib
+
+    module = importlib.import_module(figures)
+    result = json.loads(out.read_text())
+    for line in module.draw(result, out.parent, out.stem):
+        print(line)
+    for rule in module.rules(result):
+        print(f"{rule['verdict']}: {rule['claim']} ({rule['evidence']})")
