@@ -1,6 +1,7 @@
-"""Benchmark of the reduction: synthetic UAV traces at 250k, 500k and 1M rows, timed end to end.
+"""Benchmark of the reduction: synthetic UAV traces at 250k, 500k and 1M rows (or any sizes, up to
+100M), timed end to end, locally and (`--cluster 2`) on a standalone Spark cluster.
 
-    python -m analysis.bench [--sizes 250000,500000,1000000] [--repeats 3] [--master local[*]]
+    python -m analysis.bench [--sizes 250000,500000,1000000] [--repeats 3] [--master local[*]] [--cluster 2]
 
 For each size, synthetic rows (8 swarms of 8 UAVs at 200 msg/s: follow_leader-swarmN from the leader
 to 7 followers, sensor_data-swarmN from every UAV to the leader; 17 ms base latency with log-normal
@@ -36,6 +37,8 @@ T0 = 1_795_000_000.0
 THRESHOLDS = {"follow_leader": 0.040, "sensor_data": 0.040}
 TARGET_S = 60.0
 ROWS_PER_SECOND = SWARMS * (RATE * (UAVS - 1) + RATE * UAVS)  # 24,000 delivered messages per second
+EXECUTOR_MEMORY = "2g"  # on a cluster, each worker's one executor (workers get --worker-memory, 3g)
+CHUNK_ROWS = 5_000_000  # rows generated at a time (about 2 GB of memory at the peak)
 
 
 def _names(idx: np.ndarray, labels: list[str]) -> pa.Array:
@@ -43,8 +46,8 @@ def _names(idx: np.ndarray, labels: list[str]) -> pa.Array:
     return pc.take(table, pa.array(idx)) if len(idx) else pa.array([], pa.string())
 
 
-def synthetic(rows: int, seed: int = 1, run_id: str = "bench") -> tuple[pa.Table, pa.Table]:
-    """(traces, events) with `rows` trace rows, UAV-like, sorted by send time."""
+def synthetic(rows: int, seed: int = 1, run_id: str = "bench", t0: float = T0) -> tuple[pa.Table, pa.Table]:
+    """(traces, events) with `rows` trace rows, UAV-like, sorted by send time, from epoch `t0`."""
     rng = np.random.default_rng(seed)
     duration = rows / ROWS_PER_SECOND * 1.02 + 1.0
     sends = int(duration * RATE)
@@ -57,7 +60,7 @@ def synthetic(rows: int, seed: int = 1, run_id: str = "bench") -> tuple[pa.Table
         zone = rng.integers(1, 5)
         while t < duration:
             new_zone = (zone + rng.integers(1, 4) - 1) % 4 + 1
-            relink_rows.append({"run_id": run_id, "type": "relink", "time": T0 + t, "node": f"swarm{s + 1}",
+            relink_rows.append({"run_id": run_id, "type": "relink", "time": t0 + t, "node": f"swarm{s + 1}",
                                 "from_site": f"zone{zone}", "to_site": f"zone{new_zone}"})
             penalty_windows.append((s, t, t + rng.uniform(2.0, 6.0)))
             zone = new_zone
@@ -91,7 +94,7 @@ def synthetic(rows: int, seed: int = 1, run_id: str = "bench") -> tuple[pa.Table
     topic_labels = [f"{kind}-swarm{s + 1}" for s in range(SWARMS) for kind in ("follow_leader", "sensor_data")]
     producer = _names(arr["swarm"] * UAVS + arr["producer"], uav_labels)
     seq = pa.array(arr["seq"], pa.int64())
-    send = T0 + arr["send"]
+    send = t0 + arr["send"]
     sites = _names((arr["swarm"] % 4), [f"zone{z + 1}" for z in range(4)])
     traces = pa.table({
         "run_id": pa.array(np.full(n, run_id, dtype=object), pa.string()),
@@ -106,8 +109,8 @@ def synthetic(rows: int, seed: int = 1, run_id: str = "bench") -> tuple[pa.Table
         "producer_site": sites,
         "consumer_site": sites,
     }, schema=TRACE_SCHEMA)
-    events = [{"run_id": run_id, "type": "run_start", "time": T0}, *sorted(relink_rows, key=lambda e: e["time"]),
-              {"run_id": run_id, "type": "run_end", "time": T0 + duration}]
+    events = [{"run_id": run_id, "type": "run_start", "time": t0}, *sorted(relink_rows, key=lambda e: e["time"]),
+              {"run_id": run_id, "type": "run_end", "time": t0 + duration}]
     events = pa.Table.from_pylist([{f.name: e.get(f.name) for f in EVENT_SCHEMA} for e in events], schema=EVENT_SCHEMA)
     return traces, events
 
@@ -116,6 +119,25 @@ def write_dataset(directory: Path, traces: pa.Table, events: pa.Table) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     pq.write_table(traces, directory / "traces.parquet", row_group_size=256 * 1024)
     pq.write_table(events, directory / "events.parquet")
+
+
+def write_rows(directory: Path, rows: int) -> int:
+    """`rows` synthetic rows written `CHUNK_ROWS` at a time, each chunk the next stretch of one run
+    (so 100M rows never sit in memory at once); returns the relinks."""
+    directory.mkdir(parents=True, exist_ok=True)
+    writer, events, done, part = None, [], 0, 0
+    while done < rows:
+        n = min(CHUNK_ROWS, rows - done)
+        traces, chunk_events = synthetic(n, seed=1 + part, t0=T0 + done / ROWS_PER_SECOND * 1.02)
+        if writer is None:
+            writer = pq.ParquetWriter(directory / "traces.parquet", traces.schema)
+        writer.write_table(traces, row_group_size=256 * 1024)
+        events.append(chunk_events if not events else chunk_events.slice(1))  # one run_start
+        done, part = done + n, part + 1
+    writer.close()
+    merged = pa.concat_tables(events)
+    pq.write_table(merged, directory / "events.parquet")
+    return sum(1 for kind in merged.column("type").to_pylist() if kind == "relink")
 
 
 def linear_fit(rows: list[int], seconds: list[float]) -> dict | None:
@@ -162,6 +184,40 @@ def time_conversion(directory: Path, traces: pa.Table) -> dict:
             "rows_per_s": round(result.trace_rows / seconds)}
 
 
+def timed_sizes(spark, data: Path, sizes: list[int], repeats: int, cores: int) -> list[dict]:
+    """The reduction of every size, `repeats` times each (median), after a warm-up; rows/s per core too."""
+    results = []
+    for rows in sizes:
+        runs, out = [], None
+        for _ in range(repeats):
+            started = time.perf_counter()
+            out = reduction(spark, data / f"rows-{rows}")
+            runs.append(time.perf_counter() - started)
+        median = statistics.median(runs)
+        results.append({"rows": rows, "seconds": round(median, 3), "runs": [round(r, 3) for r in runs],
+                        "rows_per_s": round(rows / median), "rows_per_s_per_core": round(rows / median / cores), **out})
+        print(f"  {rows:>11,} rows on {spark.sparkContext.master}: {median:.2f}s "
+              f"({rows / median:,.0f} rows/s)", flush=True)
+    return results
+
+
+def on_cluster(data: Path, sizes: list[int], repeats: int, workers: int, memory: str) -> dict:
+    """The same reductions on a standalone cluster of `workers` one-core workers (analysis.cluster),
+    started here from the installed pyspark and stopped by PID afterwards."""
+    from analysis.cluster import StandaloneCluster
+    from analysis.spark import session
+
+    with StandaloneCluster(workers=workers, cores=1, memory=memory) as cluster:
+        spark = session(cluster.master, conf={"spark.executor.memory": EXECUTOR_MEMORY})
+        try:
+            reduction(spark, data / "warmup")
+            results = timed_sizes(spark, data, sizes, repeats, workers)
+        finally:
+            spark.stop()
+    return {"master": "standalone", "workers": workers, "cores_per_worker": 1, "worker_memory": memory,
+            "sizes": results}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -172,6 +228,9 @@ def main(argv=None) -> int:
     parser.add_argument("--data", default="results/bench/analysis-data")
     parser.add_argument("--no-convert", action="store_true")
     parser.add_argument("--keep-data", action="store_true", help="keep the generated Parquet and JSON lines")
+    parser.add_argument("--cluster", type=int, default=0, metavar="WORKERS",
+                        help="also on a standalone Spark cluster of this many one-core workers (analysis.cluster)")
+    parser.add_argument("--worker-memory", default="3g", help="each cluster worker's memory")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
 
@@ -184,32 +243,26 @@ def main(argv=None) -> int:
     generated = {}
     for rows in sizes:
         started = time.perf_counter()
-        traces, events = synthetic(rows)
-        write_dataset(data / f"rows-{rows}", traces, events)
+        relinks = write_rows(data / f"rows-{rows}", rows)
         generated[rows] = round(time.perf_counter() - started, 2)
-        print(f"generated {rows:>9,} rows ({events.num_rows - 2} relinks) in {generated[rows]:.1f}s")
+        print(f"generated {rows:>11,} rows ({relinks} relinks) in {generated[rows]:.1f}s", flush=True)
+    warm_traces, warm_events = synthetic(20_000, seed=2)
+    write_dataset(data / "warmup", warm_traces, warm_events)
 
     started = time.perf_counter()
     spark = session(args.master)
     startup = time.perf_counter() - started
     master = spark.sparkContext.master
-    print(f"spark {spark.version} on {master} ({os.cpu_count()} cpus): session up in {startup:.1f}s")
-    warm_traces, warm_events = synthetic(20_000, seed=2)
-    write_dataset(data / "warmup", warm_traces, warm_events)
+    print(f"spark {spark.version} on {master} ({os.cpu_count()} cpus): session up in {startup:.1f}s", flush=True)
     started = time.perf_counter()
     reduction(spark, data / "warmup")
     warmup = time.perf_counter() - started
-
-    results = []
-    for rows in sizes:
-        runs, out = [], None
-        for _ in range(args.repeats):
-            started = time.perf_counter()
-            out = reduction(spark, data / f"rows-{rows}")
-            runs.append(time.perf_counter() - started)
-        median = statistics.median(runs)
-        results.append({"rows": rows, "seconds": round(median, 3), "runs": [round(r, 3) for r in runs],
-                        "rows_per_s": round(rows / median), **out})
+    results = timed_sizes(spark, data, sizes, args.repeats, os.cpu_count())
+    cluster = None
+    if args.cluster:
+        spark.stop()
+        cluster = on_cluster(data, sizes, args.repeats, args.cluster, args.worker_memory)
+        spark = session(args.master)
 
     by_rows = {r["rows"]: r["seconds"] for r in results}
     fit = linear_fit([r["rows"] for r in results], [r["seconds"] for r in results])
@@ -224,6 +277,11 @@ def main(argv=None) -> int:
     for r in results:
         print(f"{r['rows']:>10,} {r['seconds']:>9.2f} {', '.join(f'{x:.2f}' for x in r['runs']):<26} "
               f"{r['rows_per_s']:>10,} {r['e2e_rows']:>9,}")
+    if cluster:
+        print(f"on a standalone cluster of {cluster['workers']} one-core workers (local[*]: {os.cpu_count()} cores):")
+        print(f"{'rows':>11} {'local rows/s/core':>18} {'cluster rows/s/core':>20}")
+        for here, there in zip(results, cluster["sizes"]):
+            print(f"{here['rows']:>11,} {here['rows_per_s_per_core']:>18,} {there['rows_per_s_per_core']:>20,}")
     if ratio is not None:
         print(f"time(1M)/time(500k) = {ratio:.2f} (2.00 = linear with no fixed cost)")
     if fit:
@@ -244,7 +302,7 @@ def main(argv=None) -> int:
               "session_startup_s": round(startup, 2), "warmup_s": round(warmup, 2), "repeats": args.repeats,
               "reduction": "e2e_over_time(1 s) + relinks + summary, collected", "sizes": results,
               "ratio_1m_500k": ratio, "fit": fit, "target_s": TARGET_S, "target_met": ok, "generate_s": generated,
-              "conversion": conversion}
+              "conversion": conversion, "cluster": cluster}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"wrote {args.out}")
