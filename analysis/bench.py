@@ -46,8 +46,9 @@ def _names(idx: np.ndarray, labels: list[str]) -> pa.Array:
     return pc.take(table, pa.array(idx)) if len(idx) else pa.array([], pa.string())
 
 
-def synthetic(rows: int, seed: int = 1, run_id: str = "bench", t0: float = T0) -> tuple[pa.Table, pa.Table]:
-    """(traces, events) with `rows` trace rows, UAV-like, sorted by send time, from epoch `t0`."""
+def synthetic(rows: int, seed: int = 1, run_id: str = "bench", t0: float = T0, seq0: int = 0) -> tuple[pa.Table, pa.Table]:
+    """(traces, events) with `rows` trace rows, UAV-like, sorted by send time, from epoch `t0` and
+    sequence number `seq0`."""
     rng = np.random.default_rng(seed)
     duration = rows / ROWS_PER_SECOND * 1.02 + 1.0
     sends = int(duration * RATE)
@@ -93,7 +94,7 @@ def synthetic(rows: int, seed: int = 1, run_id: str = "bench", t0: float = T0) -
     uav_labels = [f"swarm{s + 1}-u{u + 1}" for s in range(SWARMS) for u in range(UAVS)]
     topic_labels = [f"{kind}-swarm{s + 1}" for s in range(SWARMS) for kind in ("follow_leader", "sensor_data")]
     producer = _names(arr["swarm"] * UAVS + arr["producer"], uav_labels)
-    seq = pa.array(arr["seq"], pa.int64())
+    seq = pa.array(arr["seq"] + seq0, pa.int64())
     send = t0 + arr["send"]
     sites = _names((arr["swarm"] % 4), [f"zone{z + 1}" for z in range(4)])
     traces = pa.table({
@@ -102,6 +103,7 @@ def synthetic(rows: int, seed: int = 1, run_id: str = "bench", t0: float = T0) -
         "producer": producer,
         "consumer": _names(arr["swarm"] * UAVS + arr["consumer"], uav_labels),
         "msg_id": pc.binary_join_element_wise(producer, pc.cast(seq, pa.string()), ":"),
+        "track_id": pa.nulls(n, TRACE_SCHEMA.field("track_id").type),  # no message tracking in this run
         "seq": seq,
         "send_time": pa.array(send, pa.float64()),
         "receive_time": pa.array(send + latency, pa.float64()),
@@ -128,7 +130,8 @@ def write_rows(directory: Path, rows: int) -> int:
     writer, events, done, part = None, [], 0, 0
     while done < rows:
         n = min(CHUNK_ROWS, rows - done)
-        traces, chunk_events = synthetic(n, seed=1 + part, t0=T0 + done / ROWS_PER_SECOND * 1.02)
+        offset = done / ROWS_PER_SECOND * 1.02  # seconds of the run before this chunk
+        traces, chunk_events = synthetic(n, seed=1 + part, t0=T0 + offset, seq0=int(offset * RATE))
         if writer is None:
             writer = pq.ParquetWriter(directory / "traces.parquet", traces.schema)
         writer.write_table(traces, row_group_size=256 * 1024)
