@@ -133,7 +133,7 @@ def draw(result: dict, out: Path, stem: str = "durable") -> list[str]:
         e2e.set_ylabel("latency (ms)")
         e2e.axhline(THRESHOLD_MS, color="red", linestyle="--", label=f"threshold Lth {THRESHOLD_MS:.0f} ms")
         e2e.legend(loc="upper left")
-        drawn.append(_finish(plt, fig, "Durable topics on the UAV smoke topology: site-local vs cloud storage "
+        drawn.append(_finish(plt, fig, "Durable topics on durable-smoke's flying swarm: site-local vs cloud storage "
                                        "(q05-q95)", out / f"{stem}-latency.png"))
         fig, (net, cpu) = plt.subplots(1, 2, figsize=(10, 3.6))
         labels = [n.replace("latency-", "") for n, _ in runs]
@@ -141,6 +141,6 @@ def draw(result: dict, out: Path, stem: str = "durable") -> list[str]:
         net.set_ylabel("storage nodes' traffic, in + out (MB)")
         cpu.bar(labels, [r["storage_cores"] or 0 for _, r in runs])
         cpu.set_ylabel("storage nodes' CPU (cores, mean)")
-        drawn.append(_finish(plt, fig, "What durability costs on this machine (one uav-smoke run each)",
+        drawn.append(_finish(plt, fig, "What durability costs on this machine (one run each)",
                              out / f"{stem}-cost.png"))
     return drawn

@@ -5,14 +5,16 @@ across migrations and crashes.
 Experiments (each one run; the runs land in results/bench/durable/runs/):
 
     latency-none, latency-local-r1, latency-local-r3, latency-cloud-r1, latency-cloud-r3
-        scenarios/uav-smoke.yaml (4 zones, 2 mobile swarms: handovers and migrations) with storage
-        nodes (3 racks per site and in the cloud) and both topic classes stored as named (none:
-        NATS core, nothing stored; local: at the owning broker's site, ePulsar; cloud: in the
-        cloud datacentre, as a cloud-centric Pulsar places its bookies)
+        scenarios/durable-smoke.yaml's topology (2 zones and the cloud, 3 storage racks at each: 9
+        storage nodes) with its swarm flying from zone1 to zone2 at 12 s (seed 10, 1000 m/s: its
+        topics migrate) and no faults, both topic classes stored as named (none: NATS core, nothing
+        stored; local: at the owning broker's site, ePulsar; cloud: in the cloud datacentre, as a
+        cloud-centric Pulsar places its bookies). (uav-smoke's 4 zones need 15 storage nodes: with
+        R3 the machine's two cores were saturated for 57 of 60 s.)
     loss-none, loss-r1-enhanced, loss-r3-enhanced, loss-r1-baseline, loss-r3-baseline
-        the same topology with its migrations (the swarms fly between zones), zone1's broker killed
-        at 25 s and a storage node of zone2 at 38 s for 6 s, per replica count (site-local) and
-        migration workflow; loss-none is the same run without durability
+        the same flight, then the broker the topics migrated to (bzone2) killed at 25 s and a
+        storage node of zone1 (where they fail over to) at 38 s for 6 s, per replica count
+        (site-local) and migration workflow; loss-none is the same run without durability
 
 Per run: publish-acknowledgement latency quantiles (the producers' acks/), end-to-end latency
 quantiles (traces/), the audit of acknowledged messages against deliveries
@@ -36,10 +38,10 @@ from testbed.bench.runs import chosen_experiments, draw_and_judge, experiment_pa
 from testbed.procs import json_lines, percentile
 
 OUT = Path("results/bench")
-LATENCY_BASE = Path("scenarios/uav-smoke.yaml")
-FAULTS = [{"at": "25s", "kill": "bzone1"}, {"at": "38s", "kill": "s1zone2", "restart_after": "6s"}]
+BASE = Path("scenarios/durable-smoke.yaml")
+FLIGHT = {"seed": 10, "mobility": {"model": "random-waypoint", "speed": "1000m/s"}}  # zone1 -> zone2 at 12 s
+FAULTS = [{"at": "25s", "kill": "bzone2"}, {"at": "38s", "kill": "s1zone1", "restart_after": "6s"}]
 QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
-STORAGE = {"racks": 3}
 
 
 def _topics(durable: dict | None) -> list[dict]:
@@ -54,15 +56,12 @@ def experiments() -> dict[str, tuple[Path, dict]]:
                           ("local-r3", {"replicas": 3, "storage": "site-local"}),
                           ("cloud-r1", {"replicas": 1, "storage": "cloud"}),
                           ("cloud-r3", {"replicas": 3, "storage": "cloud"})):
-        found[f"latency-{name}"] = (LATENCY_BASE, {"infrastructure.storage": STORAGE, "workload.topics": _topics(durable),
-                                                   "outputs": {}})
-    found["loss-none"] = (LATENCY_BASE, {"infrastructure.storage": STORAGE, "workload.topics": _topics(None),
-                                         "faults": FAULTS, "outputs": {}})
+        found[f"latency-{name}"] = (BASE, {**FLIGHT, "faults": [], "workload.topics": _topics(durable)})
+    found["loss-none"] = (BASE, {**FLIGHT, "faults": FAULTS, "workload.topics": _topics(None)})
     for workflow in ("enhanced", "baseline"):
         for replicas in (1, 3):
-            found[f"loss-r{replicas}-{workflow}"] = (LATENCY_BASE, {
-                "infrastructure.storage": STORAGE, "faults": FAULTS, "outputs": {},
-                "workload.topics": _topics({"replicas": replicas, "storage": "site-local"}),
+            found[f"loss-r{replicas}-{workflow}"] = (BASE, {
+                **FLIGHT, "faults": FAULTS, "workload.topics": _topics({"replicas": replicas, "storage": "site-local"}),
                 "control.migration": {"workflow": workflow}})
     return found
 

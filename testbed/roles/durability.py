@@ -14,7 +14,8 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-ACKS_DIR = "acks"
+from testbed.systems.pubsub.durable import ACKS_DIR
+
 TRACES_DIR = "traces"
 
 

@@ -403,6 +403,7 @@ class Publisher(TopicClient):
         # durable: (due, first sent, last sent) of every message not acknowledged yet; resent until it is
         self.unacked: dict[int, list[float]] = {}
         self.acked = self.resent = 0
+        self.last_acked = -1
         self.ack_latencies: list[float] = []
         self._ack_inbox = f"_INBOX.ack.{random.getrandbits(64):016x}"
         self._acks_file = acks.open("a") if (acks and self.durable) else None
@@ -456,6 +457,7 @@ class Publisher(TopicClient):
             return  # a resend's second acknowledgement
         now = time.time()
         self.acked += 1
+        self.last_acked = max(self.last_acked, seq)
         self.ack_latencies.append(now - entry[1])
         if self._acks_file is not None:
             self._acks_file.write(f"{self.topic},{self.name},{seq},{entry[1]!r},{now!r}\n")
@@ -734,6 +736,16 @@ class Subscriber(TopicClient):
                     self.run_id, self.topic, self.name, ep.broker, site, self.site)
             self.trace.write_delivery(affixes[0], producer, str(head.get("id", f"{producer}:{seq}")), seq, sent, now,
                                       affixes[1], head.get("r"))
+
+    def owes(self, publisher: Publisher) -> bool:
+        """Whether an acknowledged message of `publisher` (same topic, same process) has not reached
+        this durable subscriber yet: the end of a run waits for these (`workloads.drain`)."""
+        stats = self.stats.get(publisher.name)
+        if publisher.last_acked < 0 or stats is None:
+            return False  # nothing acknowledged, or nothing of it ever owed here (subscribed after)
+        if stats.last < publisher.last_acked:
+            return True
+        return any(seq not in publisher.unacked for seq in stats.missing if seq <= publisher.last_acked)
 
     def rate(self) -> float:
         started, count = self._window

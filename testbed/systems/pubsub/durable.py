@@ -49,6 +49,7 @@ STORE_GIVE_UP_S = 10.0  # then the message is left to the producer's resend (Jet
 STORE_SAMPLE = 200  # a `store_latency` event per this many messages stored
 DUPLICATE_WINDOW_S = 120.0  # how long the stream remembers message ids (a resend within it is dropped)
 CLUSTER = "storage"
+ACKS_DIR = "acks"  # in a run's directory: producers' acknowledgements, one CSV per producer (topic,producer,seq,sent,acked)
 CLUSTER_PORT = 6222  # storage nodes' cluster (route) port
 SITE_TAG, RACK_TAG = "site:", "rack:"
 

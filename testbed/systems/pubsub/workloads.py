@@ -43,9 +43,9 @@ from pathlib import Path
 from testbed.policies.topics import topic_class
 from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source, run_precise, shared_query
 from testbed.systems.pubsub.clienthealth import ClientHealth
-from testbed.systems.pubsub.durable import parse_classes
+from testbed.systems.pubsub.durable import ACKS_DIR, parse_classes
 
-ACKS_DIR = "acks"  # beside traces/: a durable topic's publish acknowledgements, one CSV per producer
+DRAIN_MIN_S, DRAIN_MAX_S = 3.0, 10.0  # the end of a run with durable topics (drain)
 
 
 def persistence(args, topic: str, client: str, producer: bool = False) -> dict:
@@ -66,6 +66,23 @@ def durable_counts(publishers: list[Publisher], subscribers: list[Subscriber]) -
     return {"acked": sum(p.acked for p in publishers), "unacked": sum(len(p.unacked) for p in publishers),
             "resent": sum(p.resent for p in publishers),
             "duplicates": sum(sum(st.duplicates for st in s.stats.values()) for s in subscribers)}
+
+
+async def drain(publishers: list[Publisher], subscribers: list[Subscriber]) -> None:
+    """The end of a process's work: messages in flight reach the subscribers. With durable topics
+    that is every message acknowledged to a producer of this process reaching this process's
+    subscribers of its topic (a redelivery after a move waits out the consumer's ack wait), at
+    least `DRAIN_MIN_S` (for subscribers of other processes' producers) and at most `DRAIN_MAX_S`."""
+    durable = [s for s in subscribers if s.durable]
+    if not durable:
+        await asyncio.sleep(0.5)
+        return
+    began = time.monotonic()
+    pairs = [(s, p) for s in durable for p in publishers if p.topic == s.topic and p.durable]
+    while time.monotonic() - began < DRAIN_MAX_S:
+        if time.monotonic() - began >= DRAIN_MIN_S and not any(s.owes(p) for s, p in pairs):
+            return
+        await asyncio.sleep(0.1)
 
 
 def uav_clients(args, events: EventLog, health: ClientHealth | None = None) -> tuple[list[Publisher], list[Subscriber]]:
@@ -108,7 +125,7 @@ async def _main(args) -> int:
     for task in [*work, waiter, probe]:
         task.cancel()
     health.close()
-    await asyncio.sleep(0.5)  # messages in flight reach the subscribers
+    await drain(publishers, subscribers)
     readers = {}
     for s in subscribers:
         readers[s.topic] = readers.get(s.topic, 0) + 1
@@ -426,7 +443,7 @@ async def _main_hotspot(args) -> int:
     for task in [*work, *surge, waiter, probe]:
         task.cancel()
     health.close()
-    await asyncio.sleep(0.5)  # messages in flight reach the subscribers
+    await drain([pub for pub, _ in publishers], subscribers)
     readers = Counter(s["topic"] for s in plan["subscribers"])
     summary = {"node": args.node, "sent": sum(pub.sent for pub, _ in publishers),
                "expected": sum(pub.sent * readers[pub.topic] for pub, _ in publishers),
