@@ -130,7 +130,8 @@ def draw(result: dict, out: Path, stem: str = "durable") -> list[str]:
         ack.legend(loc="upper left")
         _boxes(e2e, runs, "e2e")
         e2e.set_title("end to end, producer to subscriber")
-        e2e.set_ylabel("latency (ms)")
+        e2e.set_ylabel("latency (ms, log scale)")
+        e2e.set_yscale("log")  # a migration's stall (seconds) and the steady state (tens of ms) on one axis
         e2e.axhline(THRESHOLD_MS, color="red", linestyle="--", label=f"threshold Lth {THRESHOLD_MS:.0f} ms")
         e2e.legend(loc="upper left")
         drawn.append(_finish(plt, fig, "Durable topics on durable-smoke's flying swarm: site-local vs cloud storage "
