@@ -75,8 +75,8 @@ lint: venv
 bench-nc: setup  ## Serf coordinate accuracy and overhead (paper 5.3) -> results/bench/nc.json, fig3b.png
 	$(BIN)/python -m testbed.bench.nc
 
-bench-analysis: setup  ## PySpark reduction of 250k/500k/1M synthetic trace rows -> results/bench/analysis.json
-	$(BIN)/python -m analysis.bench
+bench-analysis: setup  ## PySpark reduction of 250k/500k/1M synthetic trace rows -> results/bench/analysis.json (ANALYSIS_ARGS="--sizes 1000000,10000000,30000000,100000000 --repeats 1 --cluster 2 --no-convert": scaling, local vs a 2-worker standalone cluster, ~15 min)
+	$(BIN)/python -m analysis.bench $(ANALYSIS_ARGS)
 
 bench-migration: setup  ## topic migration overheads, enhanced vs baseline (paper 5.7) -> results/bench/migration.json, fig7a/b.png
 	$(BIN)/python -m testbed.bench.migration
