@@ -187,7 +187,8 @@ def build(scenario: Scenario) -> Topology:
             suffix = "" if scenario.nodes.nc_proxies_per_site == 1 else str(i)
             add(f"p{site.name}{suffix}", "nc-proxy", site.name, Shaping.of(infra.links.local))
     if infra.storage:
-        for site in [*edge_sites, *([topo.sites[cloud_site]] if cloud_site else [])]:
+        stored = [*edge_sites, *([topo.sites[cloud_site]] if cloud_site and topo.sites[cloud_site] not in edge_sites else [])]
+        for site in stored:  # (a cloud in a city shares that city's storage nodes)
             for rack in range(1, infra.storage.racks + 1):
                 add(storage_node_name(site.name, rack), "storage", site.name, Shaping.of(infra.links.local), rack=rack)
     for group in scenario.nodes.clients:
@@ -220,8 +221,11 @@ def _check_durable(scenario: Scenario, built: Topology, report) -> None:
         if topic.durable is None:
             continue
         where = ("workload", "topics", i, "durable")
-        if scenario.workload.kind not in ("uav-swarm", "mmog", "hotspot"):
-            report(where, f"durable topics are for the pub/sub workloads (uav-swarm, mmog, hotspot), "
+        if scenario.workload.kind == "mmog":
+            report(where, "durable topics are not for mmog: its area-of-interest subscriptions open and close at "
+                          "every group change, and a durable cursor would replay what a player missed meanwhile")
+        elif scenario.workload.kind not in ("uav-swarm", "hotspot"):
+            report(where, f"durable topics are for the pub/sub workloads uav-swarm and hotspot, "
                           f"not {scenario.workload.kind}")
         elif storage is None:
             report(where, "durable topics need storage nodes: add infrastructure.storage: {racks: 3}")

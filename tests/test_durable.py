@@ -257,6 +257,10 @@ def test_durable_settings_are_validated_with_file_and_line(tmp_path):
     unknown = check(base.replace("storage: site-local", "storage: nearby", 1))
     assert "durable.storage" in unknown and "nearby" in unknown
     assert "durable topics need storage nodes" in check(re.sub(r"\n  storage: .*", "", base))
+    mmog = (Path(__file__).parents[1] / "scenarios" / "mmog-smoke.yaml").read_text()
+    mmog = mmog.replace("infrastructure:\n", "infrastructure:\n  storage: {racks: 1}\n", 1).replace(
+        "{name: avatar, threshold: 100ms}", "{name: avatar, threshold: 100ms, durable: {replicas: 1}}")
+    assert "durable topics are not for mmog" in check(mmog)
     (tmp_path / "ok.yaml").write_text(base)
     assert parse_classes(classes_json(load(tmp_path / "ok.yaml").workload.topics))["follow_leader"] == DurableSpec(
         3, "site-local")
