@@ -39,15 +39,20 @@ def _check_partition(run_dir: str):
         for row in rows:
             if tracker is None:
                 tracker = Traceback(read_run(run_dir))
-            answer = tracker.query(bytes.fromhex(row.track_id))
-            consumers, brokers = set(row.consumers), set(row.brokers)
-            negatives = [t for t in answer.tests if t.kind == "sub" and t.subscriber not in consumers]
-            yield (row.track_id, len(consumers), len(consumers - set(answer.delivered)),
-                   len(brokers - set(answer.brokers)), answer.published,
-                   len(negatives), sum(t.positive for t in negatives), sum(t.efpp for t in negatives),
-                   len(set(answer.routed) - brokers), answer.brokers_consulted, answer.filters_consulted,
-                   [(float(t.efpp), float(t.positive)) for t in negatives])
+            yield compared(row.track_id, set(row.consumers), set(row.brokers),
+                           tracker.query(bytes.fromhex(row.track_id)))
     return check
+
+
+def compared(track_id: str, consumers: set, brokers: set, answer) -> tuple:
+    """One row of `_schema()`: a traceback `answer` against the truth. Sums start from 0.0 where
+    the column is a double, since Spark refuses an int there (a message with no negative test)."""
+    negatives = [t for t in answer.tests if t.kind == "sub" and t.subscriber not in consumers]
+    return (track_id, len(consumers), len(consumers - set(answer.delivered)),
+            len(brokers - set(answer.brokers)), answer.published,
+            len(negatives), sum(t.positive for t in negatives), sum((t.efpp for t in negatives), 0.0),
+            len(set(answer.routed) - brokers), answer.brokers_consulted, answer.filters_consulted,
+            [(float(t.efpp), float(t.positive)) for t in negatives])
 
 
 COLUMNS = ("track_id", "receivers", "missed_subscribers", "missed_brokers", "published", "negative_tests",

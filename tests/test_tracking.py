@@ -206,3 +206,23 @@ def test_a_store_cut_by_a_crash_reads_up_to_its_last_whole_buffer(tmp_path):
 def test_an_unknown_strategy_is_refused():
     with pytest.raises(ValueError, match="not one of none, log, bloom"):
         TrackingConfig(strategy="async")
+
+
+def test_a_compared_message_with_no_negative_test_fits_the_spark_schema():
+    """A message every tested subscriber received has no negative test: its expected false
+    positives must still be a double, or Spark refuses the row (a CI run once failed on that)."""
+    from pyspark.sql.types import _make_type_verifier
+
+    from analysis.tracking import _schema, compared
+    from testbed.tracking.traceback import Answer, Test
+
+    answer = Answer(id=None, origin="b1", publisher="p1", published=True,
+                    delivered={"s1": ["b1"]}, tests=[Test("b1", "sub", "s1", True, 0.01, 2)], brokers_consulted=1)
+    verify = _make_type_verifier(_schema())
+    row = compared("ab", {"s1"}, {"b1"}, answer)
+    verify(row)
+    assert row[5:8] == (0, 0, 0.0) and isinstance(row[7], float)
+    answer.tests.append(Test("b1", "sub", "s2", True, 0.02, 2))  # s2 never got it: a false positive
+    row = compared("ab", {"s1"}, {"b1"}, answer)
+    verify(row)
+    assert row[5:8] == (1, 1, 0.02) and row[-1] == [(0.02, 1.0)]
