@@ -226,6 +226,24 @@ def with_policy(scenario: Scenario, policy: str) -> Scenario:
     return with_control(scenario, "policy", policy, POLICY_CHOICES)
 
 
+SERVERS_HELP = ("Spread the run over these servers, e.g. tbs1,tbs2,tbs3 (namespace-servers from `testbed servers up 3`) "
+                "or root@vm1,root@vm2 (docs/multi-host.md).")
+
+
+def _servers(text: str | None, scenario) -> list:
+    """--servers, else the scenario's emulation.servers, as servers.Server (empty: this machine)."""
+    from testbed.emulation import servers as servers_mod
+
+    where = "--servers" if text is not None else "emulation.servers"
+    text = text if text is not None else ",".join(scenario.emulation.servers)
+    if not text:
+        return []
+    try:
+        return servers_mod.parse(text, where)
+    except ValueError as error:
+        raise _fail_input(error) from None
+
+
 @app.command()
 def run(path: Path = typer.Argument(..., help="Scenario file."),
         backend: str = typer.Option("auto", help=" | ".join(("auto", *backends.names()))),
@@ -241,7 +259,8 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a load beyond the measured capacity."),
         over_capacity: bool = typer.Option(False, "--over-capacity",
                                            help="Run a load past what this machine can carry at all (to study overload)."),
-        capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity).")
+        capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity)."),
+        servers: Optional[str] = typer.Option(None, help=SERVERS_HELP)
         ) -> None:
     """Build the emulated network for a scenario, run it, collect results, tear down.
 
@@ -285,7 +304,8 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     try:
         # Absolute: processes in Docker hosts start in the read-only source mount, not in our cwd.
         code = experiment.run(scenario, path, backend=backend, shaper=shaper, interactive=interactive,
-                              results_root=results.resolve(), console=console, topology=topology)
+                              results_root=results.resolve(), console=console, topology=topology,
+                              servers=_servers(servers, scenario))
     except experiment.BadRunInput as error:
         raise _fail_input(error) from None
     raise typer.Exit(code)
@@ -296,7 +316,8 @@ def probe(path: Path = typer.Argument(..., help="Scenario file."),
           backend: str = typer.Option("auto", help=" | ".join(("auto", *backends.names()))),
           shaper: str = typer.Option("auto", help=" | ".join(("auto", *SHAPERS))),
           count: int = typer.Option(100, min=5, max=10000, help="Pings per pair."),
-          as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+          as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+          servers: Optional[str] = typer.Option(None, help=SERVERS_HELP)) -> None:
     """Build the network, measure RTT between every pair of sites and nodes of interest, compare.
 
     Exits 1 when a measured median is off by more than max(0.5 ms, 2 %) or p99 by more than +3 ms.
@@ -308,7 +329,7 @@ def probe(path: Path = typer.Argument(..., help="Scenario file."),
     scenario, topology = _load(path)
     try:
         code = probe_mod.main(scenario, backend=backend, shaper=shaper, count=count, as_json=as_json, console=console,
-                              topology=topology)
+                              topology=topology, servers=_servers(servers, scenario))
     except probe_mod.BadRunInput as error:
         raise _fail_input(error) from None
     raise typer.Exit(code)
@@ -356,20 +377,62 @@ def topic_set_threshold(run_id: str = typer.Argument(..., help="The running expe
 
 @app.command()
 def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all runs when omitted."),
-          force: bool = typer.Option(False, "--force", help="Also tear down runs whose controller is alive.")) -> None:
+          force: bool = typer.Option(False, "--force", help="Also tear down runs whose controller is alive."),
+          servers: Optional[str] = typer.Option(None, help="Also clean these servers (over ssh), e.g. tbs1,tbs2,tbs3.")
+          ) -> None:
     """Remove what crashed or killed runs left: namespaces, links, relays, processes, containers.
 
     Example: sudo testbed clean
     """
-    from testbed.emulation import cleanup
+    from testbed.emulation import cleanup, runstate
+    from testbed.emulation import servers as servers_mod
 
     try:
         removed, notes = cleanup.clean(run_id, force=force)
+        remote = servers_mod.parse(servers) if servers else []
     except ValueError as error:
         raise _fail_input(error) from None
+    if remote:
+        control_dir = runstate.STATE_DIR / "ssh-clean"
+        control_dir.mkdir(parents=True, exist_ok=True)
+        notes += servers_mod.clean(remote, control_dir, sys.executable, run_id)
+        servers_mod.close(remote, control_dir)
     for line in removed + notes:
         console.print(line, highlight=False, markup=False)
     console.print(f"clean: removed {len(removed)} leftover item(s)" + (f" of run {run_id}" if run_id else ""))
+
+
+servers_app = typer.Typer(help="Namespace-servers: several ssh-reachable 'servers' on this machine.",
+                          no_args_is_help=True)
+app.add_typer(servers_app, name="servers")
+
+
+@servers_app.command("up")
+def servers_up(count: int = typer.Argument(3, help="How many (2-20).")) -> None:
+    """Make COUNT namespace-servers (tbs1, tbs2, ...), each a network namespace with its own sshd on
+    a management bridge; `testbed run X --servers tbs1,tbs2,tbs3` then spreads a run over them.
+
+    Example: sudo testbed servers up 3
+    """
+    from testbed.emulation import servers as servers_mod
+
+    try:
+        made = servers_mod.up(count)
+    except (ValueError, servers_mod.ServerError) as error:
+        raise _fail_input(error) from None
+    for server in made:
+        console.print(f"{server.name}: {server.user}@{server.host} (ssh -F {server.ssh_config})", highlight=False)
+    console.print(f"--servers {','.join(s.name for s in made)}", highlight=False)
+
+
+@servers_app.command("down")
+def servers_down() -> None:
+    """Remove the namespace-servers (their sshd, namespaces and management bridge)."""
+    from testbed.emulation import servers as servers_mod
+
+    removed = servers_mod.down()
+    console.print(f"servers down: removed {len(removed)} item(s)" + (f" ({', '.join(removed)})" if removed else ""),
+                  highlight=False)
 
 
 def _track_id(run_dir: Path, text: str) -> bytes:
@@ -399,7 +462,8 @@ def _track_id(run_dir: Path, text: str) -> bytes:
 def track(run_dir: Path = typer.Argument(..., help="A run directory (results/<run>)."),
           message: str = typer.Argument(..., help="The message: its tracking id (32 hex digits, the trace's "
                                                   "track_id) or its msg_id (<producer>:<seq>)."),
-          as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+          as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+          servers: Optional[str] = typer.Option(None, help=SERVERS_HELP)) -> None:
     """Trace a message back (seed 002): the brokers it crossed and the subscribers it reached, from
     the brokers' tracking histories, with each entry's expected false-positive probability.
 

@@ -12,6 +12,7 @@ import os
 import platform
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -70,12 +71,18 @@ def git_commit() -> str:
         return "unknown"
 
 
+CLOCK_LIMIT_S = 0.002  # a server clock further off than this would bias one-way latencies
+
+
 class Session:
     """Context manager owning a running network for a scenario; always tears it down."""
 
     def __init__(self, scenario: Scenario, backend: str = "auto", shaper: str = "auto", console=None,
-                 topology: topo_mod.Topology | None = None, log_dir: Path | None = None):
+                 topology: topo_mod.Topology | None = None, log_dir: Path | None = None,
+                 servers: list | None = None):
         self.scenario = scenario
+        self.servers = servers or []  # servers.Server: the run spread over them (docs/multi-host.md)
+        self.clock_offsets: dict[str, dict] = {}
         self.console = console
         self.topology = topology or topo_mod.build(scenario)
         self.handovers = mobility.plan(scenario, self.topology)
@@ -89,6 +96,9 @@ class Session:
             raise BadRunInput("emulation.switch: ovs is not supported yet: site switches are Linux bridges inside "
                               "each site's namespace, where Open vSwitch's daemons cannot reach; use switch: bridge")
         self.backend, self.shaper = backend_choice.value, shaper_choice.value
+        if self.servers and self.backend != "mininet":
+            raise BadRunInput(f"servers: a run over servers uses the mininet backend (network namespaces on each "
+                              f"server); {self.backend} is not supported there yet")
         self.reasons = (backend_choice.reason, shaper_choice.reason)
         self.run_id = runstate.new_run_id()
         self.log_dir = log_dir
@@ -108,12 +118,13 @@ class Session:
         problems += backend.preflight(self.topology)
         if problems:
             raise BadRunInput("cannot run here: " + "; ".join(problems))
+        control_dir = self._reach_servers() if self.servers else None
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._old_handlers[sig] = signal.signal(sig, _raise_interrupted)
         runstate.register(self.run_id, scenario=self.scenario.name, backend=self.backend, shaper=self.shaper)
         self.say(f"backend {self.backend} ({self.reasons[0]}), shaper {self.shaper} ({self.reasons[1]})")
         self.network = Network(self.topology, self.run_id, backend, self.shaper, seed=self.scenario.seed,
-                               progress=self.say, log_dir=self.log_dir)
+                               progress=self.say, log_dir=self.log_dir, servers=self.servers, control_dir=control_dir)
         started = time.monotonic()
         try:
             self.network.start()
@@ -123,6 +134,39 @@ class Session:
         self.say(f"network up: {len(self.topology.sites)} sites, {len(self.topology.nodes)} nodes "
                  f"in {time.monotonic() - started:.1f}s")
         return self
+
+    def _reach_servers(self) -> Path:
+        """Check every server can carry the run, and measure its clock against ours (one-way
+        latency across servers is only as good as that offset): refused beyond CLOCK_LIMIT_S."""
+        from testbed.emulation import servers as servers_mod
+
+        control_dir = runstate.STATE_DIR / f"ssh-{self.run_id}"
+        control_dir.mkdir(parents=True, exist_ok=True)
+        project = Path(__file__).resolve().parents[1]
+        problems = servers_mod.check(self.servers, control_dir, project, sys.executable)
+        if problems:
+            servers_mod.close(self.servers, control_dir)
+            raise BadRunInput("servers: " + "; ".join(problems))
+        for server in self.servers:
+            offset, error = servers_mod.clock_offset(server, control_dir, sys.executable)
+            self.clock_offsets[server.name] = {"host": server.host, "offset_ms": round(offset * 1e3, 3),
+                                               "error_ms": round(error * 1e3, 3)}
+            if abs(offset) > CLOCK_LIMIT_S:
+                servers_mod.close(self.servers, control_dir)
+                raise BadRunInput(f"servers: {server.name}'s clock is {offset * 1e3:+.1f} ms off ours (more than "
+                                  f"{CLOCK_LIMIT_S * 1e3:g} ms): synchronise the clocks (chrony) first")
+        self.say("servers: " + ", ".join(f"{name} clock {c['offset_ms']:+.2f} ms (±{c['error_ms']:.2f})"
+                                         for name, c in self.clock_offsets.items()))
+        return control_dir
+
+    def _clean_servers(self) -> None:
+        """`testbed clean` of this run on every server, then the control connections closed."""
+        from testbed.emulation import servers as servers_mod
+
+        control_dir = self.network.control_dir if self.network else runstate.STATE_DIR / f"ssh-{self.run_id}"
+        for note in servers_mod.clean(self.servers, control_dir, sys.executable, self.run_id):
+            self.say(f"clean {note}")
+        servers_mod.close(self.servers, control_dir)
 
     def __exit__(self, *_exc) -> None:
         # A second Ctrl-C must not cut the teardown short.
@@ -137,6 +181,8 @@ class Session:
             from testbed.emulation import cleanup
 
             cleanup.clean(self.run_id, force=True)
+            if self.servers:
+                self._clean_servers()
             runstate.unregister(self.run_id)
             for sig, handler in self._old_handlers.items():
                 signal.signal(sig, handler)
@@ -148,9 +194,10 @@ def _write_event(handle, **event) -> None:
 
 
 def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: bool, results_root: Path,
-        console, topology: topo_mod.Topology | None = None) -> int:
+        console, topology: topo_mod.Topology | None = None, servers: list | None = None) -> int:
     """Run a scenario as far as the built parts go; returns the exit code."""
-    session = Session(scenario, backend=backend, shaper=shaper, console=console, topology=topology)
+    session = Session(scenario, backend=backend, shaper=shaper, console=console, topology=topology,
+                      servers=servers)
     out = results_root / f"{scenario.name}-{session.run_id}"
     session.log_dir = out / "logs"
     out.mkdir(parents=True, exist_ok=True)

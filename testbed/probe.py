@@ -31,6 +31,7 @@ class PairResult:
     received: int
     ok: bool
     tolerance_ms: float
+    servers: str = ""  # "tbs1-tbs2": the servers of both ends, in a run over servers
 
 
 def pairs_of_interest(topology: Topology) -> list[tuple[str, str]]:
@@ -79,9 +80,10 @@ def measure(session: Session, pairs: list[tuple[str, str]], count: int, interval
     return results
 
 
-def main(scenario, backend: str, shaper: str, count: int, as_json: bool, console, topology=None) -> int:
+def main(scenario, backend: str, shaper: str, count: int, as_json: bool, console, topology=None,
+         servers: list | None = None) -> int:
     with Session(scenario, backend=backend, shaper=shaper, console=None if as_json else console,
-                 topology=topology) as session:
+                 topology=topology, servers=servers) as session:
         topology = session.topology
         pairs = pairs_of_interest(topology)
         if not as_json:
@@ -90,17 +92,21 @@ def main(scenario, backend: str, shaper: str, count: int, as_json: bool, console
         measure(session, pairs, 3)
         raw = measure(session, pairs, count)
         results = [evaluate(topology, a, b, raw[(a, b)], count) for a, b in pairs]
+        if session.servers:
+            network = session.network
+            for r in results:
+                r.servers = "-".join(network.server_of(n).name for n in (r.a, r.b))
     failed = [r for r in results if not r.ok]
     if as_json:
         print(json.dumps({"scenario": scenario.name, "backend": session.backend, "shaper": session.shaper,
-                          "pairs": [asdict(r) for r in results], "ok": not failed}, indent=2))
+                          "clock_offsets": session.clock_offsets, "pairs": [asdict(r) for r in results], "ok": not failed}, indent=2))
     else:
         from rich.table import Table
 
-        table = Table("pair", "configured ms", "median ms", "p99 ms", "received", "within bounds",
-                      title=f"RTT probe ({session.backend}, {session.shaper})")
+        table = Table("pair", *(["servers"] if session.servers else []), "configured ms", "median ms", "p99 ms",
+                      "received", "within bounds", title=f"RTT probe ({session.backend}, {session.shaper})")
         for r in results:
-            table.add_row(f"{r.a} <-> {r.b}", f"{r.configured_ms:.3f}",
+            table.add_row(f"{r.a} <-> {r.b}", *([r.servers] if session.servers else []), f"{r.configured_ms:.3f}",
                           f"{r.median_ms:.3f}" if r.median_ms is not None else "-",
                           f"{r.p99_ms:.3f}" if r.p99_ms is not None else "-", f"{r.received}/{r.sent}",
                           "[green]yes[/green]" if r.ok else "[red]NO[/red]")

@@ -11,8 +11,8 @@ relink. Links are shaped in the run's shaper namespace (see shaping.py).
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +20,16 @@ from typing import Callable
 
 from testbed.emulation import runstate
 from testbed.emulation.backends.base import Backend
-from testbed.emulation.shaping import SHAPERS, ShapedLink, ShaperError
+from testbed.emulation.servers import Server
+from testbed.emulation.shaping import SHAPERS, ShapedLink, ShaperError, ShaperPerServer
 from testbed.topology import GATEWAY_IP, GATEWAY_MAC, Topology
 
 HOST_INTF = "eth0"
+BATCH_CHARS = 3500
 P2P_BASE = (10, 254)
 SHAPER_NODE = "shaper"
 RESERVED_NAMES = {SHAPER_NODE}
+RESERVED_PREFIX = SHAPER_NODE  # shaper1.., shaper-srv1..: the namespaces of a run over servers
 
 Progress = Callable[[str], None]
 # IPv4-only network (no IPv6 chatter on shaped links); TCP buffers large enough for
@@ -60,12 +63,35 @@ def _mac(kind: int, index: int) -> str:
     return f"02:{kind:02x}:{(index >> 16) & 255:02x}:{(index >> 8) & 255:02x}:{index & 255:02x}:01"
 
 
+def place(topology: Topology, servers: list[Server]) -> dict[str, Server]:
+    """Whole sites on servers (a site's router, broker, NC proxy, storage and clients together, so
+    only site links and moved clients cross servers): the sites with most nodes first, each onto
+    the server holding fewest nodes so far."""
+    if len(servers) > len(topology.sites):
+        raise EmulationError(f"{len(servers)} servers for {len(topology.sites)} sites: a server would hold no site")
+    count = {site: 1 for site in topology.sites}
+    for node in topology.nodes.values():
+        count[node.site] += 1
+    load = {server.name: 0 for server in servers}
+    placement = {}
+    for site in sorted(topology.sites, key=lambda s: (-count[s], list(topology.sites).index(s))):
+        server = min(servers, key=lambda s: (load[s.name], servers.index(s)))
+        placement[site] = server
+        load[server.name] += count[site]
+    return placement
+
+
 class Network:
     """An emulated network whose nodes a backend makes (backends.get(name)(run_id, log_dir))."""
 
     def __init__(self, topology: Topology, run_id: str, backend: Backend, shaper: str, seed: int = 1,
-                 progress: Progress = lambda _m: None, log_dir=None):
+                 progress: Progress = lambda _m: None, log_dir=None, servers: list[Server] | None = None,
+                 control_dir: Path | None = None):
         self.topology = topology
+        self.servers = servers or []  # empty: every node on this machine
+        self.control_dir = control_dir  # the ssh control sockets of a run over servers
+        self.placement: dict[str, Server] = place(topology, self.servers) if self.servers else {}
+        self.server_shells: dict[str, object] = {}
         self.run_id = run_id
         self.backend = backend
         self.shaper_kind = shaper
@@ -87,21 +113,21 @@ class Network:
     # -- build -----------------------------------------------------------------------------
     def start(self) -> None:
         """Create sites, nodes and shaped links; configure addresses and routes."""
-        from mininet.node import Node
-
         # Everything Mininet spawns (node shells, relays) inherits the run tag: `testbed clean` finds it.
         os.environ[runstate.ENV_TAG] = self.run_id
         self.net = self.backend.make_net()
         topo = self.topology
-        clash = RESERVED_NAMES & (set(topo.nodes) | set(topo.sites))
+        clash = {n for n in set(topo.nodes) | set(topo.sites) if n in RESERVED_NAMES or
+                 (self.servers and n.startswith(RESERVED_PREFIX))}
         if clash:
             raise EmulationError(f"names reserved by the emulator: {', '.join(sorted(clash))}")
-        shaper_node = self.net.addHost(SHAPER_NODE, cls=Node, inNamespace=True, ip=None)
-        self.shaper = SHAPERS[self.shaper_kind](self.net, shaper_node, self.run_id, self.env, self.log_dir)
-        shaper_node.cmd("ip link set lo up")
+        if self.servers:
+            on = {s.name: [site for site, at in self.placement.items() if at == s] for s in self.servers}
+            self.progress("placement: " + "; ".join(f"{name}: {', '.join(sites)}" for name, sites in on.items()))
+        self.shaper = self._make_shapers()
         self.progress(f"sites: creating {len(topo.sites)} site routers")
         for index, name in enumerate(topo.sites):
-            router = self.net.addHost(name, cls=Node, inNamespace=True, ip=None)
+            router = self.net.addHost(name, cls=self._node_class(name), inNamespace=True, ip=None)
             self._configure_router(router)
             self.sites[name] = router
         self.progress(f"site links: {len(topo.links)}")
@@ -109,7 +135,10 @@ class Network:
             self._add_site_link(index, link)
         total = len(topo.nodes)
         for count, node in enumerate(topo.nodes.values(), start=1):
-            host = self.backend.add_host(self.net, node.name, node.role)
+            if self.servers:  # a node starts on its site's server (the namespace backend's nodes only)
+                host = self.net.addHost(node.name, cls=self._node_class(node.site), inNamespace=True, ip=None)
+            else:
+                host = self.backend.add_host(self.net, node.name, node.role)
             self.nodes[node.name] = host
             self._configure_host(host, node.ip, count)
             shaped = self._new_link(host, HOST_INTF, self.sites[node.site], f"a-{node.name}", node.access)
@@ -124,6 +153,43 @@ class Network:
         runstate.update(self.run_id, nodes={name: node.pid for name, node in self.nodes.items()},
                         ips={name: self.ip_of(name) for name in self.nodes},
                         roles={name: node.role for name, node in self.topology.nodes.items()})
+
+    def _node_class(self, site: str | None):
+        """Mininet's Node here, or a node on the server `site` is placed on."""
+        if not self.servers:
+            from mininet.node import Node
+
+            return Node
+        from testbed.emulation.remote import node_class
+
+        return node_class(self.placement[site] if site else self.servers[0], self.control_dir)
+
+    def _make_shapers(self):
+        """One shaper namespace, or one per server (each shapes the links whose near end it holds)."""
+        if not self.servers:
+            return self._make_shaper(SHAPER_NODE, None)
+        from testbed.emulation.remote import node_class
+
+        shapers = {}
+        for index, server in enumerate(self.servers, start=1):
+            shell = self.net.addHost(f"{SHAPER_NODE}-srv{index}", cls=node_class(server, self.control_dir),
+                                     inNamespace=False, ip=None)
+            self.server_shells[server.name] = shell
+            shapers[server.name] = self._make_shaper(f"{SHAPER_NODE}{index}", server)
+        for shaper in shapers.values():
+            shaper.server_shells = self.server_shells
+        return ShaperPerServer(shapers)
+
+    def _make_shaper(self, name: str, server: Server | None):
+        from mininet.node import Node
+
+        from testbed.emulation.remote import node_class
+
+        cls = node_class(server, self.control_dir) if server else Node
+        shaper_node = self.net.addHost(name, cls=cls, inNamespace=True, ip=None)
+        shaper = SHAPERS[self.shaper_kind](self.net, shaper_node, self.run_id, self.env, self.log_dir)
+        shaper_node.cmd("ip link set lo up")
+        return shaper
 
     def _new_link(self, near_node, near_intf, far_node, far_intf, shaping) -> ShapedLink:
         self._link_counter += 1
@@ -199,17 +265,19 @@ class Network:
         return [f"neigh flush to {ip} dev br0", f"route replace {ip}/32 via {peer_ip} dev p-{where}"]
 
     def _ip_batch(self, router, lines: list[str]) -> None:
-        """Many route changes in one `ip` call: fast, and no shell line-length limit."""
-        if not lines:
-            return
-        with tempfile.NamedTemporaryFile("w", prefix=f"tb{self.run_id}-", suffix=".ip", delete=False) as handle:
-            handle.write("\n".join(lines) + "\n")
-        try:
-            out = router.cmd(f"ip -force -batch {handle.name}")
-        finally:
-            os.unlink(handle.name)
-        if "rror" in out or "annot" in out:
-            raise EmulationError(f"site {router.name}: route setup failed: {out.strip()}")
+        """Many route changes in few `ip` calls: `ip -batch` fed by printf, in pieces that fit the
+        node shell's line (a pty line holds 4095 characters), so it works on any server."""
+        pieces, piece = [], []
+        for line in lines:
+            if piece and sum(len(x) + 3 for x in piece) + len(line) > BATCH_CHARS:
+                pieces.append(piece)
+                piece = []
+            piece.append(line)
+        pieces += [piece] if piece else []
+        for piece in pieces:
+            out = router.cmd("printf '%s\\n' " + " ".join(shlex.quote(x) for x in piece) + " | ip -force -batch -")
+            if "rror" in out or "annot" in out:
+                raise EmulationError(f"site {router.name}: route setup failed: {out.strip()}")
 
     def _install_routes(self) -> None:
         self.progress("routes: installing per-node routes at every site")
@@ -282,6 +350,11 @@ class Network:
             f"ip route replace {address}/32 dev br0 && ip neigh replace {address} lladdr {mac} dev br0 nud permanent")
         if out.strip():
             raise EmulationError(f"{node}: cannot add anycast address {address}: {out.strip()}")
+
+    def server_of(self, node: str) -> Server | None:
+        """The server a node's namespace is on (None on one machine); a site's nodes are on its."""
+        server = getattr(self.nodes.get(node) or self.sites.get(node), "testbed_server", None)
+        return server
 
     def site_of(self, node: str) -> str:
         return self.node_site[node]
@@ -358,7 +431,8 @@ class Network:
                     pass
         nodes = list(self.nodes.values()) + list(self.sites.values())
         if self.shaper:
-            nodes.append(self.shaper.node)
+            nodes += self.shaper.nodes()
+        nodes += list(self.server_shells.values())
         for node in nodes:
             try:
                 node.stop(deleteIntfs=False) if hasattr(node, "stop") else node.terminate()

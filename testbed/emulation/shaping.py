@@ -67,18 +67,27 @@ def _preset_intf_class():
     return PresetIntf
 
 
-def _link_class():
+def _link_class(shells: dict | None = None, vni: int = 0):
     """A Mininet Link whose veth pair is made by the shaper node, directly into the other node.
 
     Containernet creates pairs in the host's namespace first (where `eth0` exists and two runs
     would collide on names); from the shaper's namespace, with the peer sent straight into the
-    other node's namespace by pid, nothing of ours ever appears in the host's namespace."""
+    other node's namespace by pid, nothing of ours ever appears in the host's namespace. Across
+    servers (`shells`: each server's own shell) the pair is a VXLAN with id `vni` (remote.py)."""
     from mininet.link import Link
 
     class ShaperLink(Link):
         @classmethod
         def makeIntfPair(cls, intfname1, intfname2, addr1=None, addr2=None, node1=None, node2=None,
                          deleteIntfs=True):
+            if _server(node1) != _server(node2):
+                from testbed.emulation.remote import vxlan_pair
+
+                try:
+                    vxlan_pair(shells, node1, intfname1, addr1, node2, intfname2, addr2, vni)
+                except RuntimeError as error:
+                    raise ShaperError(str(error)) from None
+                return
             out = node1.cmd(f"ip link add name {intfname1} address {addr1} type veth "
                             f"peer name {intfname2} address {addr2} netns {node2.pid}")
             if out.strip():
@@ -86,6 +95,12 @@ def _link_class():
                                   f"{out.strip()}")
 
     return ShaperLink
+
+
+def _server(node) -> str | None:
+    """The server a node lives on (remote.py's nodes), None on this machine."""
+    server = getattr(node, "testbed_server", None)
+    return server.name if server else None
 
 
 class Shaper:
@@ -99,13 +114,15 @@ class Shaper:
         self.run_id = run_id
         self.env = env
         self.log_dir = log_dir or Path(tempfile.gettempdir()) / f"testbed-{run_id}"
+        self.server_shells: dict[str, object] = {}  # set by a network spread over servers
         # IPv4-only network: the shaper's own IPv6 chatter would otherwise reach the hosts.
         shaper_node.cmd("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1")
 
     # -- structure -------------------------------------------------------------------------
     def connect(self, link: ShapedLink, near_mac: str | None = None, far_mac: str | None = None) -> None:
-        """Create both veth pairs and shape the middle."""
-        Link = _link_class()
+        """Create both veth pairs (the far one a VXLAN when the far node is on another server) and
+        shape the middle."""
+        Link = _link_class(self.server_shells, link.index)
         intf = _preset_intf_class()
         # The shaper node creates both pairs: a container's own shell lives in another PID namespace,
         # where `ip link ... netns <pid>` would name the wrong process.
@@ -120,13 +137,16 @@ class Shaper:
     def move_far_end(self, link: ShapedLink, new_far_node, far_mac: str | None = None,
                      shaping: Shaping | None = None) -> None:
         """Relink: replace the shaper<->far veth pair with one to `new_far_node`."""
-        Link = _link_class()
+        Link = _link_class(self.server_shells, link.index)
 
         self.unshape(link)
         old = link.mininet_links.pop()
         # Deleting one end of a veth removes its peer: one command, then forget the far end.
         old.intf1.delete()
-        old.intf2.node.delIntf(old.intf2)
+        if _server(old.intf1.node) != _server(old.intf2.node):
+            old.intf2.delete()  # a VXLAN's other end is a device of its own, on the other server
+        else:
+            old.intf2.node.delIntf(old.intf2)
         link.far_node = new_far_node
         if shaping is not None:
             link.shaping = shaping
@@ -134,6 +154,10 @@ class Shaper:
                                        intfName2=link.far_intf, addr1=_shaper_mac(link.index, 2),
                                        addr2=far_mac or _shaper_mac(link.index, 3), intf=_preset_intf_class()))
         self.shape(link)
+
+    def nodes(self) -> list:
+        """The namespaces the shaper runs in (one per server)."""
+        return [self.node]
 
     # -- shaping ---------------------------------------------------------------------------
     def shape(self, link: ShapedLink) -> None:
@@ -340,6 +364,46 @@ class RelayCounters:
                 except ValueError:
                     continue
         return None
+
+
+class ShaperPerServer:
+    """A network spread over servers has a shaper on each: a link is shaped by the one on its near
+    node's server (its far end may be a VXLAN to another server). Same interface as a Shaper."""
+
+    def __init__(self, shapers: dict[str, Shaper]):
+        self.shapers = shapers
+        self.name = next(iter(shapers.values())).name
+
+    def _of(self, link: ShapedLink) -> Shaper:
+        return self.shapers[_server(link.near_node)]
+
+    def connect(self, link: ShapedLink, near_mac: str | None = None, far_mac: str | None = None) -> None:
+        self._of(link).connect(link, near_mac=near_mac, far_mac=far_mac)
+
+    def move_far_end(self, link: ShapedLink, new_far_node, far_mac: str | None = None,
+                     shaping: Shaping | None = None) -> None:
+        self._of(link).move_far_end(link, new_far_node, far_mac=far_mac, shaping=shaping)
+
+    def unshape(self, link: ShapedLink) -> None:
+        self._of(link).unshape(link)
+
+    def kill_relay(self, link: ShapedLink) -> bool:
+        return self._of(link).kill_relay(link)
+
+    def nodes(self) -> list:
+        return [shaper.node for shaper in self.shapers.values()]
+
+    def check(self) -> list[str]:
+        return [problem for shaper in self.shapers.values() for problem in shaper.check()]
+
+    def health(self) -> dict | None:
+        found = [h for h in (shaper.health() for shaper in self.shapers.values()) if h is not None]
+        if not found:
+            return None
+        total = {key: sum(h.get(key, 0) for h in found) for key in ("tx", "over_budget", "harness_drops", "relays")}
+        total["late_max_ms"] = max(h.get("late_max_ms", 0.0) for h in found)
+        total["outages"] = [o for h in found for o in h.get("outages", [])]
+        return total
 
 
 SHAPERS = {"delayline": DelayLineShaper, "netem": NetemShaper}

@@ -11,8 +11,8 @@ import re
 from dataclasses import fields as dataclass_fields
 from typing import Annotated, Literal
 
-from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, create_model,
-                      model_validator)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, StringConstraints,
+                      create_model, model_validator)
 
 from testbed import units
 from testbed.nc.snapshots import CONVERGED_RELATIVE_ERROR, SAME_SITE_ERROR_S
@@ -823,10 +823,14 @@ class Tracking(Strict):
                               jitter_s=self.jitter, sync=self.sync)
 
 
+ServerName = Annotated[str, StringConstraints(pattern=r"^([a-z_][a-z0-9_-]{0,31}@)?[A-Za-z0-9][A-Za-z0-9.-]{0,252}$")]
+
+
 class Emulation(Strict):
     backend: Literal["auto", "containernet", "mininet"] = "auto"
     shaper: Literal["auto", "netem", "delayline"] = "auto"
     switch: Literal["bridge", "ovs"] = "bridge"
+    servers: list[ServerName] = []  # spread the run over these ([user@]host; docs/multi-host.md)
 
 
 class Outputs(Strict):

@@ -1,0 +1,270 @@
+"""The servers a run is spread over, and how the harness reaches them: ssh, nothing else.
+
+A server is `[user@]host` (an address or a name resolved here). The harness reaches each with
+`ssh`, multiplexed over one control connection per server, with the user's own ssh setup or the
+config file of the namespace-servers below. On each server the project must sit at the same path
+as here, set up with `make setup` (docs/multi-host.md).
+
+Namespace-servers make several "servers" on one machine, so that the remote path (sshd, ssh,
+VXLAN between server addresses) is exercised for real without a second machine: each is a
+network namespace with its own sshd, on a management bridge of this machine. `testbed servers up
+3` makes them and records them in /run/testbed/servers.json; `--servers tbs1,tbs2,tbs3` then
+names them, and `testbed servers down` removes them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from testbed.emulation import runstate
+
+SERVER_RE = re.compile(r"(?:(?P<user>[a-z_][a-z0-9_-]{0,31})@)?(?P<host>[A-Za-z0-9][A-Za-z0-9.-]{0,252})")
+REGISTRY = runstate.STATE_DIR / "servers.json"
+NS_DIR = runstate.STATE_DIR / "servers"
+NS_PREFIX = "tbs"  # namespace-server names: tbs1, tbs2, ...
+MGMT_BRIDGE = "tbmgmt"
+MGMT_NET = "10.253.0"  # namespace-servers' management network: .1 here, .11, .12, ... the servers
+MGMT_MTU = 9000  # VXLAN adds 50 bytes: emulated frames of 1500 bytes cross whole
+MIN_UNDERLAY_MTU = 1550
+SSH_TIMEOUT_S = 10
+
+
+class ServerError(RuntimeError):
+    """A server cannot be reached or used as asked (said with what to fix)."""
+
+
+@dataclass(frozen=True)
+class Server:
+    name: str  # as the user wrote it (tbs1, vm2.lab, 192.168.1.12)
+    host: str  # the address ssh and VXLAN use
+    user: str = "root"
+    ssh_config: str | None = None  # an ssh config file, or None for the user's own
+
+    def ssh(self, control_dir: Path) -> list[str]:
+        """The ssh command line up to the remote command: one multiplexed connection per server."""
+        argv = ["ssh", "-q", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}",
+                "-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/%h", "-o", "ControlPersist=30"]
+        if self.ssh_config:
+            argv += ["-F", self.ssh_config]
+        return argv + [f"{self.user}@{self.host}"]
+
+
+def parse(text: str, where: str = "--servers") -> list[Server]:
+    """`a,b,c` into servers: namespace-servers by name from the registry, others as [user@]host."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if len(names) < 2:
+        raise ValueError(f"{where}: name two servers or more (got {text!r}); one server is an ordinary run")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where}: a server is named twice in {text!r}")
+    registry = namespace_servers()
+    servers = []
+    for name in names:
+        if name in registry:
+            servers.append(registry[name])
+            continue
+        match = SERVER_RE.fullmatch(name)
+        if not match:
+            raise ValueError(f"{where}: {name!r} is not [user@]host")
+        host = match["host"]
+        try:
+            address = socket.gethostbyname(host)
+        except OSError:
+            hint = f" (namespace-servers: `testbed servers up {len(names)}` first)" if name.startswith(NS_PREFIX) else ""
+            raise ValueError(f"{where}: cannot resolve {host!r}{hint}") from None
+        servers.append(Server(name, address, match["user"] or "root"))
+    return servers
+
+
+def namespace_servers() -> dict[str, Server]:
+    try:
+        return {s["name"]: Server(**s) for s in json.loads(REGISTRY.read_text())}
+    except (OSError, ValueError, TypeError):
+        return {}
+
+
+# -- reaching a server -------------------------------------------------------------------------
+def run(server: Server, command: str, control_dir: Path, timeout: float = 30.0) -> str:
+    """A command on the server (its root namespace); its output, or ServerError with it."""
+    try:
+        done = subprocess.run(server.ssh(control_dir) + [command], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise ServerError(f"server {server.name}: '{command}' did not finish in {timeout:.0f} s") from None
+    if done.returncode != 0:
+        raise ServerError(f"server {server.name} ({server.user}@{server.host}): '{command}' failed "
+                          f"({done.returncode}): {(done.stderr or done.stdout).strip()[-400:]}")
+    return done.stdout
+
+
+def check(servers: list[Server], control_dir: Path, project: Path, python: str) -> list[str]:
+    """What keeps these servers from carrying a run (empty when nothing): reachable over ssh, the
+    project and its Python at the same paths, mnexec, and an underlay that carries VXLAN whole."""
+    problems = []
+    needs = " && ".join(f"test -e {shlex.quote(str(p))}" for p in (project, python)) + " && command -v mnexec >/dev/null"
+    for server in servers:
+        try:
+            run(server, needs, control_dir)
+        except ServerError as error:
+            problems.append(f"{error} (each server needs the project at {project}, set up with `make setup`, "
+                            "and Mininet's mnexec)")
+            continue
+        mtu = underlay_mtu(server, [s for s in servers if s != server][0], control_dir)
+        if mtu < MIN_UNDERLAY_MTU:
+            problems.append(f"server {server.name}: the interface towards the other servers has MTU {mtu}; VXLAN "
+                            f"needs {MIN_UNDERLAY_MTU} or more to carry 1500-byte frames (ip link set DEV mtu 9000)")
+    return problems
+
+
+def underlay_mtu(server: Server, peer: Server, control_dir: Path) -> int:
+    out = run(server, f"ip -o route get {peer.host}", control_dir)
+    match = re.search(r"\bdev (\S+)", out)
+    if not match:
+        raise ServerError(f"server {server.name}: no route to {peer.name} ({peer.host}): {out.strip()}")
+    link = run(server, f"ip -o link show dev {match[1]}", control_dir)
+    return int(re.search(r"\bmtu (\d+)", link)[1])
+
+
+CLOCK_ECHO = "import sys, time\nfor _ in sys.stdin: print(repr(time.time()), flush=True)"
+
+
+def clock_offset(server: Server, control_dir: Path, python: str = "python3", samples: int = 20) -> tuple[float, float]:
+    """The server's clock minus ours, NTP-style: a process on the server answers each line with its
+    clock; the offset is taken from the sample with the shortest round trip, whose half bounds the
+    error: (offset s, error bound s)."""
+    echo = subprocess.Popen(server.ssh(control_dir) + [shlex.join([python, "-u", "-c", CLOCK_ECHO])],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    best = None
+    try:
+        for _ in range(samples):
+            t0 = time.time()
+            echo.stdin.write("t\n")
+            echo.stdin.flush()
+            line = echo.stdout.readline()
+            t1 = time.time()
+            if not line:
+                raise ServerError(f"server {server.name}: the clock probe ({python}) gave no answer")
+            if best is None or t1 - t0 < best[1]:
+                best = (float(line) - (t0 + t1) / 2, t1 - t0)
+    finally:
+        echo.stdin.close()
+        echo.wait(timeout=10)
+    return best[0], best[1] / 2
+
+
+def clean(servers: list[Server], control_dir: Path, python: str, run_id: str | None) -> list[str]:
+    """`testbed clean` on every server (a crashed run's nodes, relays and links there)."""
+    notes = []
+    argv = [python, "-m", "testbed.cli", "clean", "--force"] + ([run_id] if run_id else [])
+    for server in servers:
+        try:
+            out = run(server, shlex.join(argv), control_dir, timeout=120)
+            notes.append(f"{server.name}: {out.strip().splitlines()[-1] if out.strip() else 'clean'}")
+        except ServerError as error:
+            notes.append(str(error))
+    return notes
+
+
+def close(servers: list[Server], control_dir: Path) -> None:
+    """End the control connections (ControlPersist would keep them a while)."""
+    for server in servers:
+        subprocess.run(server.ssh(control_dir)[:-1] + ["-O", "exit", f"{server.user}@{server.host}"],
+                       capture_output=True, timeout=10)
+
+
+# -- namespace-servers on this machine ---------------------------------------------------------
+def _ip(*args: str, netns: str | None = None) -> None:
+    argv = ["ip"] + (["-n", netns] if netns else []) + list(args)
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise ServerError(f"'{' '.join(argv)}' failed: {done.stderr.strip()}")
+
+
+def up(count: int) -> list[Server]:
+    """Make `count` namespace-servers, each a network namespace with its own sshd on the management
+    bridge, reachable as root with a key made for them (recorded in REGISTRY)."""
+    if not 2 <= count <= 20:
+        raise ValueError(f"servers up: 2 to 20 servers (got {count})")
+    if namespace_servers():
+        raise ServerError(f"namespace-servers are already up ({', '.join(namespace_servers())}); "
+                          "`testbed servers down` first")
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not os.access(sshd, os.X_OK):
+        raise ServerError("namespace-servers need sshd: apt-get install openssh-server")
+    NS_DIR.mkdir(parents=True, exist_ok=True)
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
+    key, host_key = NS_DIR / "id_ed25519", NS_DIR / "host_ed25519"
+    for path in (key, host_key):
+        if not path.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True)
+    ssh_config = NS_DIR / "ssh_config"
+    ssh_config.write_text(f"Host {MGMT_NET}.*\n  IdentityFile {key}\n  StrictHostKeyChecking no\n"
+                          "  UserKnownHostsFile /dev/null\n  LogLevel ERROR\n")
+    servers = []
+    try:
+        _ip("link", "add", MGMT_BRIDGE, "mtu", str(MGMT_MTU), "type", "bridge")
+        _ip("addr", "add", f"{MGMT_NET}.1/24", "dev", MGMT_BRIDGE)
+        _ip("link", "set", MGMT_BRIDGE, "up")
+        for index in range(1, count + 1):
+            name, address = f"{NS_PREFIX}{index}", f"{MGMT_NET}.{10 + index}"
+            _ip("netns", "add", name)
+            _ip("link", "add", f"{MGMT_BRIDGE}{index}", "mtu", str(MGMT_MTU), "type", "veth", "peer", "name", "mgmt0",
+                "mtu", str(MGMT_MTU), "netns", name)
+            _ip("link", "set", f"{MGMT_BRIDGE}{index}", "master", MGMT_BRIDGE, "up")
+            _ip("addr", "add", f"{address}/24", "dev", "mgmt0", netns=name)
+            _ip("link", "set", "mgmt0", "up", netns=name)
+            _ip("link", "set", "lo", "up", netns=name)
+            config = NS_DIR / f"sshd-{name}.conf"
+            config.write_text(f"ListenAddress {address}\nHostKey {host_key}\nPidFile {NS_DIR}/sshd-{name}.pid\n"
+                              f"AuthorizedKeysFile {key}.pub\nPermitRootLogin prohibit-password\n"
+                              "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nUseDNS no\n"
+                              "StrictModes no\nMaxSessions 500\nMaxStartups 500\n")
+            subprocess.run(["ip", "netns", "exec", name, sshd, "-f", str(config)], check=True)
+            servers.append(Server(name, address, "root", str(ssh_config)))
+        REGISTRY.write_text(json.dumps([asdict(s) for s in servers]))
+        for server in servers:
+            _wait_ssh(server)
+    except BaseException:
+        down()
+        raise
+    return servers
+
+
+def _wait_ssh(server: Server, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done = subprocess.run(["ssh", "-q", "-o", "BatchMode=yes", "-F", server.ssh_config,
+                               f"{server.user}@{server.host}", "true"], capture_output=True, text=True)
+        if done.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise ServerError(f"namespace-server {server.name}: sshd does not answer: {done.stderr.strip()}")
+        time.sleep(0.2)
+
+
+def down() -> list[str]:
+    """Remove the namespace-servers: their sshd, namespaces and the management bridge."""
+    removed = []
+    for pid_file in NS_DIR.glob("sshd-*.pid"):
+        try:
+            os.kill(int(pid_file.read_text().strip()), 15)
+            removed.append(f"sshd {pid_file.stem[5:]}")
+        except (OSError, ValueError):
+            pass
+        pid_file.unlink(missing_ok=True)
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    for name in names:
+        if re.fullmatch(rf"{NS_PREFIX}\d+", name):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+            removed.append(f"namespace {name}")
+    if subprocess.run(["ip", "link", "del", MGMT_BRIDGE], capture_output=True).returncode == 0:
+        removed.append(f"bridge {MGMT_BRIDGE}")
+    REGISTRY.unlink(missing_ok=True)
+    return removed
