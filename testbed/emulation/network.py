@@ -373,8 +373,10 @@ class Network:
             self.node_site[node] = to_site
             # New site first (it starts delivering), then the others point at it, old site last.
             order = [to_site] + [s for s in self.sites if s not in (to_site, from_site)] + [from_site]
+            for site in order:  # every router at once: one round trip, not one per site
+                self.sites[site].sendCmd(" && ".join(f"ip {line}" for line in self._route_lines(site, node)))
             for site in order:
-                self.sites[site].cmd(" && ".join(f"ip {line}" for line in self._route_lines(site, node)))
+                self.sites[site].waitOutput()
         event = RelinkEvent(started, node, from_site, to_site, time.monotonic() - t0)
         self.relinks.append(event)
         return event
@@ -429,10 +431,15 @@ class Network:
                     self.shaper.unshape(shaped)
                 except (ShaperError, OSError):
                     pass
+            self.shaper.stop()
         nodes = list(self.nodes.values()) + list(self.sites.values())
         if self.shaper:
             nodes += self.shaper.nodes()
         nodes += list(self.server_shells.values())
+        if self.servers:
+            from testbed.emulation.remote import SignalPipe
+
+            SignalPipe.close_all()
         for node in nodes:
             try:
                 node.stop(deleteIntfs=False) if hasattr(node, "stop") else node.terminate()

@@ -18,6 +18,7 @@ import secrets
 import shlex
 import signal
 import subprocess
+import threading
 from pathlib import Path
 
 from testbed.emulation.servers import Server
@@ -40,9 +41,15 @@ def node_class(server: Server, control_dir: Path):
         sshbase = ssh[:-1] + ["-tt"]  # the cluster edition appends user@host itself
 
         def __init__(self, name, **params):
-            super().__init__(name, server=server.host, user=server.user, serverIP=server.host, **params)
-            self.sshcmd = self.sshbase + [self.dest]  # no local sudo: the harness runs as root
             self.testbed_server = server
+            super().__init__(name, server=server.host, user=server.user, serverIP=server.host, **params)
+
+        def startShell(self, *args, **kwargs):
+            self.sshcmd = self.sshbase + [self.dest]  # no `sudo -u`: the harness runs as root already
+            super().startShell(*args, **kwargs)
+
+        def _popen(self, cmd, sudo=True, tt=True, **params):
+            return super()._popen(cmd, sudo=sudo and server.user != "root", tt=tt, **params)
 
         def popen(self, argv, **kwargs):
             return RemotePopen(self, ssh, list(argv), **kwargs)
@@ -50,14 +57,53 @@ def node_class(server: Server, control_dir: Path):
     return RemoteNode
 
 
+class SignalPipe:
+    """One shell per server, over the control connection, that sends the signals of every remote
+    process there: a signal is a line written to it (an ssh per signal would fork two processes
+    each time, and the delay line's counters are asked for every second)."""
+
+    _pipes: dict[tuple, SignalPipe] = {}
+    _lock = threading.Lock()
+
+    def __init__(self, ssh: list[str]):
+        self.process = subprocess.Popen(ssh + ["exec sh"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, text=True, bufsize=1)
+
+    @classmethod
+    def of(cls, ssh: list[str]) -> SignalPipe:
+        with cls._lock:
+            pipe = cls._pipes.get(tuple(ssh))
+            if pipe is None or pipe.process.poll() is not None:
+                pipe = cls._pipes[tuple(ssh)] = SignalPipe(ssh)
+            return pipe
+
+    def send(self, pid_file: str, sig: int) -> None:
+        with self._lock:
+            try:
+                self.process.stdin.write(f"read p < {pid_file} 2>/dev/null && kill -{sig} $p 2>/dev/null\n")
+                self.process.stdin.flush()
+            except (BrokenPipeError, OSError):
+                pass  # the server's connection is gone: its processes went with it
+
+    @classmethod
+    def close_all(cls) -> None:
+        with cls._lock:
+            pipes, cls._pipes = list(cls._pipes.values()), {}
+        for pipe in pipes:
+            try:
+                pipe.process.stdin.close()
+                pipe.process.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pipe.process.kill()
+
+
 class RemotePopen(subprocess.Popen):
     """argv in a remote node's namespaces; the local Popen is the ssh client, which exits with the
-    process. Signals go to the process over the server's control connection."""
+    process. Signals go to the process through its server's SignalPipe."""
 
     def __init__(self, node, ssh: list[str], argv: list[str], env: dict | None = None, cwd=None, **kwargs):
         self.remote_pid_file = f"/tmp/testbed-{secrets.token_hex(6)}.pid"
-        self._ssh = ssh
-        self._signallers: list[subprocess.Popen] = []
+        self._signals = SignalPipe.of(ssh)
         forwarded = {k: v for k, v in (env or {}).items()
                      if k in FORWARDED_ENV or k.startswith("TESTBED_") or k.startswith("TB_")}
         script = (f"echo $$ > {self.remote_pid_file} && "
@@ -70,22 +116,14 @@ class RemotePopen(subprocess.Popen):
         super().__init__(ssh + [remote], **kwargs)
 
     def send_signal(self, sig) -> None:
-        if self.poll() is not None:
-            return
-        self._signallers = [p for p in self._signallers if p.poll() is None]
-        self._signallers.append(subprocess.Popen(
-            self._ssh + [f"kill -{int(sig)} $(cat {self.remote_pid_file}) 2>/dev/null"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        if self.poll() is None:
+            self._signals.send(self.remote_pid_file, int(sig))
 
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        """SIGKILL the remote process and wait for that to be sent (callers wait() next)."""
-        if self.poll() is not None:
-            return
-        subprocess.run(self._ssh + [f"kill -9 $(cat {self.remote_pid_file}) 2>/dev/null"],
-                       capture_output=True, timeout=15)
+        self.send_signal(signal.SIGKILL)
 
 
 def vxlan_pair(shells: dict[str, object], node1, intf1: str, mac1: str, node2, intf2: str, mac2: str,

@@ -159,6 +159,9 @@ class Shaper:
         """The namespaces the shaper runs in (one per server)."""
         return [self.node]
 
+    def stop(self) -> None:
+        """After the last unshape: collect what is still exiting."""
+
     # -- shaping ---------------------------------------------------------------------------
     def shape(self, link: ShapedLink) -> None:
         raise NotImplementedError
@@ -193,6 +196,7 @@ class DelayLineShaper(Shaper):
         self.delayline = delayline
         self.binary = delayline.ensure_built()
         self.links: dict[int, ShapedLink] = {}
+        self.dying: list[subprocess.Popen] = []  # killed relays not collected yet
         self._counters = RelayCounters()
         self._alive_at: dict[int, float] = {}  # each relay's last sign of life (check)
         self.outages: list[tuple[float, float]] = []  # (from, to) epoch s a dead relay's link forwarded nothing
@@ -221,9 +225,19 @@ class DelayLineShaper(Shaper):
         relay, link.relay = link.relay, None
         self.links.pop(link.index, None)
         if relay and relay.poll() is None:
-            # The relay holds no state worth a graceful exit; SIGKILL makes relinking fast.
+            # The relay holds no state worth a graceful exit; SIGKILL makes relinking fast. Its exit
+            # is collected later (check, stop): a relink does not wait the ~30 ms it takes to die.
             relay.kill()
-            relay.wait()
+            self.dying.append(relay)
+        self.dying = [p for p in self.dying if p.poll() is None]
+
+    def stop(self) -> None:
+        for relay in self.dying:
+            try:
+                relay.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self.dying = []
 
     def check(self) -> list[str]:
         """A relay that died is restarted at once (the experiment calls this every 50 ms): its link
@@ -392,6 +406,10 @@ class ShaperPerServer:
 
     def nodes(self) -> list:
         return [shaper.node for shaper in self.shapers.values()]
+
+    def stop(self) -> None:
+        for shaper in self.shapers.values():
+            shaper.stop()
 
     def check(self) -> list[str]:
         return [problem for shaper in self.shapers.values() for problem in shaper.check()]
