@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 SCENARIO ?= scenarios/uav-smoke.yaml
 APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 psmisc procps python3-venv \
-                serf nats-server zookeeper default-jre-headless
+                serf nats-server zookeeper default-jre-headless openssh-server openssh-client
 # The containernet backend: the Docker engine, the base image's bootstrap, brctl for Containernet's LinuxBridge.
 IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.

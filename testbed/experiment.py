@@ -140,6 +140,9 @@ class Session:
         latency across servers is only as good as that offset): refused beyond CLOCK_LIMIT_S."""
         from testbed.emulation import servers as servers_mod
 
+        elsewhere = [s.name for s in self.servers if not s.on_this_machine]
+        if elsewhere:
+            raise BadRunInput(f"servers {', '.join(elsewhere)}: {servers_mod.ELSEWHERE}")
         control_dir = runstate.STATE_DIR / f"ssh-{self.run_id}"
         control_dir.mkdir(parents=True, exist_ok=True)
         project = Path(__file__).resolve().parents[1]
@@ -158,6 +161,12 @@ class Session:
         self.say("servers: " + ", ".join(f"{name} clock {c['offset_ms']:+.2f} ms (±{c['error_ms']:.2f})"
                                          for name, c in self.clock_offsets.items()))
         return control_dir
+
+    def server_record(self) -> dict:
+        """run.json's `servers`: where each site ran and each server's clock against ours."""
+        placement = self.network.placement
+        return {s.name: {**self.clock_offsets.get(s.name, {}),
+                         "sites": [site for site, at in placement.items() if at == s]} for s in self.servers}
 
     def _clean_servers(self) -> None:
         """`testbed clean` of this run on every server, then the control connections closed."""
@@ -217,6 +226,8 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
     with (out / "events.jsonl").open("a") as events:
         try:
             with session:
+                if session.servers:
+                    meta["servers"] = session.server_record()
                 if interactive:
                     from mininet.cli import CLI
 
@@ -291,6 +302,18 @@ def _finish(session: Session, roles: list, events, out: Path, meta: dict) -> Non
         for role in roles:
             for line in role.end_screen(summary):
                 session.console.print(line)
+        if session.servers:
+            session.console.print(_servers_line(session), highlight=False, markup=False, soft_wrap=True)
+
+
+def _servers_line(session: Session) -> str:
+    """The end screen's word on a run over servers: where sites ran, relinks across, clocks."""
+    network = session.network
+    across = sum(network.placement[e.from_site] != network.placement[e.to_site] for e in network.relinks
+                 if e.from_site != e.to_site)
+    where = "; ".join(f"{name} {', '.join(r['sites'])} (clock {r['offset_ms']:+.2f} ms)"
+                      for name, r in session.server_record().items())
+    return f"servers: {where}; relinks {len(network.relinks)}, {across} across servers"
 
 
 def _health_note(monitor: HealthMonitor | None) -> str:
@@ -349,9 +372,11 @@ def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None 
             planned = pending.pop(0)
             event = network.relink(planned.node, planned.to_site)
             done += 1
+            across = ({"servers": f"{network.placement[event.from_site].name}->{network.placement[event.to_site].name}"}
+                      if network.servers else {})
             _write_event(events, type="relink", time=event.time, node=event.node, from_site=event.from_site,
                          to_site=event.to_site, planned_at_s=planned.time, late_s=round(elapsed - planned.time, 4),
-                         call_s=round(event.duration_s, 4))
+                         call_s=round(event.duration_s, 4), **across)
         faults.step(elapsed)
         for problem in network.check():
             _write_event(events, type="data_path_problem", time=time.time(), detail=problem)

@@ -48,6 +48,7 @@ class Server:
     host: str  # the address ssh and VXLAN use
     user: str = "root"
     ssh_config: str | None = None  # an ssh config file, or None for the user's own
+    on_this_machine: bool = False  # a namespace-server: same kernel, /proc and file system as the harness
 
     def ssh(self, control_dir: Path) -> list[str]:
         """The ssh command line up to the remote command: one multiplexed connection per server."""
@@ -56,6 +57,11 @@ class Server:
         if self.ssh_config:
             argv += ["-F", self.ssh_config]
         return argv + [f"{self.user}@{self.host}"]
+
+
+ELSEWHERE = ("a run over other machines is not supported yet: the harness's own connections to the services in nodes "
+             "(Serf RPC, ZooKeeper, NATS) and its CPU monitor enter node namespaces on this machine's kernel; "
+             "use namespace-servers (`testbed servers up 3`), docs/multi-host.md says what is missing")
 
 
 def parse(text: str, where: str = "--servers") -> list[Server]:
@@ -227,7 +233,7 @@ def up(count: int) -> list[Server]:
                               "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nUseDNS no\n"
                               "StrictModes no\nMaxSessions 500\nMaxStartups 500\n")
             subprocess.run(["ip", "netns", "exec", name, sshd, "-f", str(config)], check=True)
-            servers.append(Server(name, address, "root", str(ssh_config)))
+            servers.append(Server(name, address, "root", str(ssh_config), on_this_machine=True))
         REGISTRY.write_text(json.dumps([asdict(s) for s in servers]))
         for server in servers:
             _wait_ssh(server)
@@ -264,6 +270,10 @@ def down() -> list[str]:
         if re.fullmatch(rf"{NS_PREFIX}\d+", name):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
             removed.append(f"namespace {name}")
+    # A namespace outlives `ip netns del` while a process is still in it: its veth goes now.
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for veth in re.findall(rf"^\d+: ({MGMT_BRIDGE}\d+)@", links, re.M):
+        subprocess.run(["ip", "link", "del", veth], capture_output=True)
     if subprocess.run(["ip", "link", "del", MGMT_BRIDGE], capture_output=True).returncode == 0:
         removed.append(f"bridge {MGMT_BRIDGE}")
     REGISTRY.unlink(missing_ok=True)

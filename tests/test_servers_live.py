@@ -1,0 +1,115 @@
+"""A run spread over three namespace-servers (each a network namespace with its own sshd): nodes
+made over ssh, links between servers as VXLAN on the management network, relinks across servers,
+and a crashed run cleaned on every server by `testbed clean --servers`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.emulation import runstate
+from testbed.emulation import servers as servers_mod
+from tests.needs import FULL_SYSTEM
+
+pytestmark = FULL_SYSTEM + [pytest.mark.skipif(not shutil.which("sshd"), reason="needs sshd (openssh-server)")]
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOKE = ROOT / "scenarios" / "uav-smoke.yaml"
+SERVERS = "tbs1,tbs2,tbs3"
+
+
+def _testbed(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def servers():
+    if servers_mod.namespace_servers():
+        pytest.skip("namespace-servers are already up (someone else's): not touching them")
+    made = _testbed("servers", "up", "3")
+    assert made.returncode == 0, made.stdout + made.stderr
+    yield servers_mod.namespace_servers()
+    down = _testbed("servers", "down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not servers_mod.namespace_servers()
+    assert "tbmgmt" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+
+
+def _left_on_servers(names) -> list[str]:
+    """Every process in the servers' namespaces but their sshd listeners."""
+    left = []
+    for name in names:
+        pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True).stdout.split()
+        for pid in pids:
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if "[listener]" not in cmdline and not cmdline.startswith("sshd: "):
+                left.append(f"{name}: {cmdline}")
+    return left
+
+
+def test_probe_across_three_servers_holds_the_configured_rtts(servers):
+    """Every pair of sites, most of them on different servers, within the probe's bounds; each
+    server's clock measured against ours (here the same kernel clock: near zero)."""
+    probe = _testbed("probe", str(SMOKE), "--servers", SERVERS, "--count", "20", "--json")
+    assert probe.returncode == 0, probe.stdout[-3000:] + probe.stderr[-3000:]
+    result = json.loads(probe.stdout)
+    assert result["ok"] and len(result["pairs"]) >= 10
+    across = [p for p in result["pairs"] if p["servers"].split("-")[0] != p["servers"].split("-")[1]]
+    assert len(across) >= 5, result["pairs"]
+    assert set(result["clock_offsets"]) == set(servers)
+    assert all(abs(c["offset_ms"]) < 1.0 for c in result["clock_offsets"].values())
+
+
+def test_a_run_over_three_servers_relinks_across_them_and_delivers_everything(servers, tmp_path):
+    run = _testbed("run", str(SMOKE), "--servers", SERVERS, "--duration", "25s", "--results", str(tmp_path))
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (out,) = tmp_path.glob("uav-smoke-*")
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["complete"] and set(meta["servers"]) == set(servers)
+    sites = [site for server in meta["servers"].values() for site in server["sites"]]
+    assert sorted(sites) == sorted(set(sites)) and all(meta["servers"][s]["sites"] for s in servers)
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    relinks = [e for e in events if e["type"] == "relink"]
+    crossed = [e for e in relinks if e["servers"].split("->")[0] != e["servers"].split("->")[1]]
+    assert crossed, relinks
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["expected_deliveries"] > 2000 and summary["delivered"] == summary["expected_deliveries"], summary
+    assert "across servers" in run.stdout
+    assert _left_on_servers(servers) == []
+
+
+def test_a_killed_run_is_cleaned_on_every_server(servers, tmp_path):
+    """SIGKILL the harness mid-run: `testbed clean RUN --servers ...` leaves no process of the run
+    anywhere, and the servers hold nothing but their sshd."""
+    harness = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(SMOKE), "--servers", SERVERS,
+                                "--results", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    run_id, deadline = None, time.monotonic() + 240
+    for line in harness.stdout:
+        if run_id is None and line.startswith("[") and "]" in line:
+            run_id = line[1:line.index("]")]
+        if "settle:" in line or time.monotonic() > deadline:
+            break
+    assert run_id and harness.poll() is None
+    os.kill(harness.pid, signal.SIGKILL)
+    harness.wait()
+    assert run_id in runstate.tagged_processes().values()  # what the dead harness left behind
+    clean = _testbed("clean", run_id, "--servers", SERVERS)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+    for name in servers:
+        assert f"{name}: clean" in clean.stdout, clean.stdout
+    time.sleep(1)
+    assert run_id not in runstate.tagged_processes().values()
+    assert _left_on_servers(servers) == []
