@@ -12,7 +12,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-client bench-capacity bench-bad bench-bad-live bench-tracking bench-autotune bench-soak bench-durable
+.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-client bench-capacity bench-bad bench-bad-live bench-tracking bench-autotune bench-soak bench-durable bench-servers
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -60,6 +60,11 @@ doctor: venv
 
 bench-emulation: setup  ## accuracy, shaper throughput, bring-up/teardown, relink -> results/bench/emulation.json
 	$(BIN)/python -m testbed.bench.emulation
+
+bench-servers: setup  ## relink on this machine and across three namespace-servers -> results/bench/relink-servers.json
+	@up=$$($(BIN)/testbed servers up 3 >/dev/null 2>&1 && echo yes); \
+	$(BIN)/python -m testbed.bench.emulation --servers tbs1,tbs2,tbs3; code=$$?; \
+	if [ "$$up" = yes ]; then $(BIN)/testbed servers down >/dev/null; fi; exit $$code
 
 bench-shaper: setup
 	$(BIN)/python -m testbed.emulation.bench_shaper

@@ -124,7 +124,8 @@ class Session:
         runstate.register(self.run_id, scenario=self.scenario.name, backend=self.backend, shaper=self.shaper)
         self.say(f"backend {self.backend} ({self.reasons[0]}), shaper {self.shaper} ({self.reasons[1]})")
         self.network = Network(self.topology, self.run_id, backend, self.shaper, seed=self.scenario.seed,
-                               progress=self.say, log_dir=self.log_dir, servers=self.servers, control_dir=control_dir)
+                               progress=self.say, log_dir=self.log_dir, servers=self.servers, control_dir=control_dir,
+                               reachable=self.reachable())
         started = time.monotonic()
         try:
             self.network.start()
@@ -134,6 +135,13 @@ class Session:
         self.say(f"network up: {len(self.topology.sites)} sites, {len(self.topology.nodes)} nodes "
                  f"in {time.monotonic() - started:.1f}s")
         return self
+
+    def reachable(self) -> dict[str, set[str]]:
+        """The sites each mobile node's plan moves it to: its access link gets a port to each up front."""
+        found: dict[str, set[str]] = {}
+        for planned in self.handovers:
+            found.setdefault(planned.node, set()).add(planned.to_site)
+        return found
 
     def _reach_servers(self) -> Path:
         """Check every server can carry the run, and measure its clock against ours (one-way

@@ -105,12 +105,15 @@ def bringup() -> dict:
 _REPLY = re.compile(r"^\[(\d+\.\d+)\].*icmp_seq=(\d+) .*time=([0-9.]+) ms")
 
 
-def relink(trials: int = 6) -> dict:
-    """Continuous 2 ms pings from the moving host to the zone-2 broker while it moves zone1 <-> zone2."""
+def relink(trials: int = 6, servers: list | None = None) -> dict:
+    """Continuous 2 ms pings from the moving host to the zone-2 broker while it moves zone1 <-> zone2
+    (on `servers`: zone1 and zone2 on different ones, the move across them)."""
     scenario = load(MOBILE)
     reach_ms, call_ms, settled_ok = [], [], []
-    with Session(scenario) as session:
+    with Session(scenario, servers=servers) as session:
         net = session.network
+        if servers and net.placement["zone1"] == net.placement["zone2"]:
+            raise RuntimeError("relink bench: zone1 and zone2 were placed on one server")
         target = net.ip_of("bzone2")
         for trial in range(trials):
             to_site = "zone2" if trial % 2 == 0 else "zone1"
@@ -135,7 +138,34 @@ def relink(trials: int = 6) -> dict:
             "ok": len(reached) == trials and max(reached) <= 200 and all(settled_ok)}
 
 
+def servers_main(names: str) -> int:
+    """`make bench-servers`: the relink bench on this machine and across namespace-servers, side by side."""
+    from testbed.emulation import servers as servers_mod
+
+    servers = servers_mod.parse(names)
+    results = {"machine": os.uname().nodename, "time": time.time(), "servers": names}
+    for where, on in (("one machine", None), ("across servers", servers)):
+        console.print(f"relink: {where}")
+        results[where] = relink(servers=on)
+    out = OUT.with_name("relink-servers.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    table = Table("where", "relink call ms (median, max)", "new path answers after ms (median, max)", "ok",
+                  title="relink: uav1 zone1 <-> zone2, 6 moves")
+    for where in ("one machine", "across servers"):
+        r = results[where]
+        reached = [x for x in r["reach_new_path_ms"] if x is not None]
+        table.add_row(where, f"{statistics.median(r['relink_call_ms']):.0f}, {max(r['relink_call_ms']):.0f}",
+                      f"{statistics.median(reached):.0f}, {max(reached):.0f}" if reached else "-",
+                      "yes" if r["ok"] else "NO")
+    console.print(table)
+    console.print(f"written {out}")
+    return 0 if all(results[w]["ok"] for w in ("one machine", "across servers")) else 1
+
+
 def main() -> int:
+    if len(sys.argv) > 2 and sys.argv[1] == "--servers":
+        return servers_main(sys.argv[2])
     if os.geteuid() != 0:
         console.print("bench-emulation needs root (network namespaces)")
         return 1

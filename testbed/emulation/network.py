@@ -86,12 +86,13 @@ class Network:
 
     def __init__(self, topology: Topology, run_id: str, backend: Backend, shaper: str, seed: int = 1,
                  progress: Progress = lambda _m: None, log_dir=None, servers: list[Server] | None = None,
-                 control_dir: Path | None = None):
+                 control_dir: Path | None = None, reachable: dict[str, set[str]] | None = None):
         self.topology = topology
         self.servers = servers or []  # empty: every node on this machine
         self.control_dir = control_dir  # the ssh control sockets of a run over servers
         self.placement: dict[str, Server] = place(topology, self.servers) if self.servers else {}
         self.server_shells: dict[str, object] = {}
+        self.reachable = reachable or {}  # mobile node -> the sites its plan moves it to (ports made up front)
         self.run_id = run_id
         self.backend = backend
         self.shaper_kind = shaper
@@ -142,7 +143,10 @@ class Network:
             self.nodes[node.name] = host
             self._configure_host(host, node.ip, count)
             shaped = self._new_link(host, HOST_INTF, self.sites[node.site], f"a-{node.name}", node.access)
+            shaped.roaming = node.mobile
             self.shaper.connect(shaped, near_mac=_mac(1, count))
+            for site in sorted(self.reachable.get(node.name, set()) - {node.site}):
+                self.shaper.add_port(shaped, self.sites[site])
             self._attach_port(self.sites[node.site], f"a-{node.name}")
             self.access[node.name] = shaped
             self.node_site[node.name] = node.site
@@ -367,16 +371,26 @@ class Network:
         started = time.time()
         t0 = time.monotonic()
         if to_site != from_site:
+            if not self.topology.nodes[node].mobile:
+                raise EmulationError(f"relink {node}: not a mobile node (mobile: true in the scenario builds its "
+                                     "access link to move)")
             shaped = self.access[node]
             self.shaper.move_far_end(shaped, self.sites[to_site])
-            self._attach_port(self.sites[to_site], shaped.far_intf)
             self.node_site[node] = to_site
-            # New site first (it starts delivering), then the others point at it, old site last.
+            port = shaped.far_intf
+            # Every router at once (one round trip, not one per site), the new site taking the node's
+            # port onto its switch and the old one letting it go.
             order = [to_site] + [s for s in self.sites if s not in (to_site, from_site)] + [from_site]
-            for site in order:  # every router at once: one round trip, not one per site
-                self.sites[site].sendCmd(" && ".join(f"ip {line}" for line in self._route_lines(site, node)))
             for site in order:
-                self.sites[site].waitOutput()
+                lines = [f"ip {line}" for line in self._route_lines(site, node)]
+                if site == to_site:
+                    lines = [f"ip link set {port} master br0", f"ip link set {port} up"] + lines
+                elif site == from_site:
+                    lines = [f"ip link set {port} nomaster"] + lines
+                self.sites[site].sendCmd(" && ".join(lines))
+            problems = [f"{site}: {out.strip()}" for site in order if (out := self.sites[site].waitOutput()).strip()]
+            if problems:
+                raise EmulationError(f"relink {node} to {to_site}: {'; '.join(problems)}")
         event = RelinkEvent(started, node, from_site, to_site, time.monotonic() - t0)
         self.relinks.append(event)
         return event

@@ -4,9 +4,12 @@ A link between interface X on node A and interface Y on node B is two veth pairs
 A:X <-> shaper:l<N>a and shaper:l<N>b <-> B:Y, and the shaper namespace delays what crosses
 between l<N>a and l<N>b: with `netem` (tc qdiscs plus mirred redirects) where the kernel has
 sch_netem, otherwise with the user-space delay line (one relay process per link that schedules
-each frame at its kernel receive timestamp plus the delay). Both shapers share this structure,
-so relinking is the same on both: only the l<N>b side moves, and node A's interface, its
-addresses and its routes never go away.
+each frame at its kernel receive timestamp plus the delay).
+
+A mobile node's access link roams: l<N>b leads to a bridge of its own in the shaper namespace
+(m<N>), with a port towards each site the node may reach (l<N>p<k>, made up front for the sites
+its mobility plan visits). Relinking switches which port is on the bridge: one command, while the
+relay, its shaping, and node A's interface, addresses and routes stay as they are.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from testbed import procs
 from testbed.topology import Shaping
 
 READY_TIMEOUT_S = 5.0
+MAX_PORTS = 32  # sites one roaming link can switch between (its ports' VXLAN ids hold 5 bits)
 
 
 class ShaperError(RuntimeError):
@@ -42,6 +46,8 @@ class ShapedLink:
     seed: int
     mininet_links: list = field(default_factory=list)
     relay: subprocess.Popen | None = None
+    roaming: bool = False  # a mobile node's access link: its far end switches between sites (`ports`)
+    ports: dict = field(default_factory=dict)  # far node name -> the shaper's port towards it
 
     @property
     def shaper_a(self) -> str:
@@ -50,6 +56,11 @@ class ShapedLink:
     @property
     def shaper_b(self) -> str:
         return f"l{self.index}b"
+
+    @property
+    def switch(self) -> str:
+        """A roaming link's bridge in the shaper namespace, between the relay and the sites' ports."""
+        return f"m{self.index}"
 
 
 def _preset_intf_class():
@@ -120,8 +131,9 @@ class Shaper:
 
     # -- structure -------------------------------------------------------------------------
     def connect(self, link: ShapedLink, near_mac: str | None = None, far_mac: str | None = None) -> None:
-        """Create both veth pairs (the far one a VXLAN when the far node is on another server) and
-        shape the middle."""
+        """Create both pairs (the far one a VXLAN when the far node is on another server) and shape
+        the middle. A roaming link's relay ends on its own bridge instead, and the far node is the
+        first of its ports (`move_far_end`)."""
         Link = _link_class(self.server_shells, link.index)
         intf = _preset_intf_class()
         # The shaper node creates both pairs: a container's own shell lives in another PID namespace,
@@ -129,31 +141,50 @@ class Shaper:
         link.mininet_links.append(Link(self.node, link.near_node, intfName1=link.shaper_a,
                                        intfName2=link.near_intf, addr1=_shaper_mac(link.index, 1),
                                        addr2=near_mac or _shaper_mac(link.index, 0), intf=intf))
-        link.mininet_links.append(Link(self.node, link.far_node, intfName1=link.shaper_b,
-                                       intfName2=link.far_intf, addr1=_shaper_mac(link.index, 2),
-                                       addr2=far_mac or _shaper_mac(link.index, 3), intf=intf))
-        self.shape(link)
-
-    def move_far_end(self, link: ShapedLink, new_far_node, far_mac: str | None = None,
-                     shaping: Shaping | None = None) -> None:
-        """Relink: replace the shaper<->far veth pair with one to `new_far_node`."""
-        Link = _link_class(self.server_shells, link.index)
-
-        self.unshape(link)
-        old = link.mininet_links.pop()
-        # Deleting one end of a veth removes its peer: one command, then forget the far end.
-        old.intf1.delete()
-        if _server(old.intf1.node) != _server(old.intf2.node):
-            old.intf2.delete()  # a VXLAN's other end is a device of its own, on the other server
+        if link.roaming:
+            i = link.index
+            out = self.node.cmd(f"ip link add {link.switch} type bridge && ip link set {link.switch} up && "
+                                f"ip link add {link.shaper_b} address {_shaper_mac(i, 2)} type veth peer name l{i}m && "
+                                f"ip link set l{i}m master {link.switch} && ip link set l{i}m up && "
+                                f"ip link set {link.shaper_b} up")
+            if out.strip():
+                raise ShaperError(f"cannot make the roaming switch of link {i}: {out.strip()}")
+            self.add_port(link, link.far_node, far_mac)
+            self._switch(link, None, link.far_node)
         else:
-            old.intf2.node.delIntf(old.intf2)
-        link.far_node = new_far_node
-        if shaping is not None:
-            link.shaping = shaping
-        link.mininet_links.append(Link(self.node, new_far_node, intfName1=link.shaper_b,
-                                       intfName2=link.far_intf, addr1=_shaper_mac(link.index, 2),
-                                       addr2=far_mac or _shaper_mac(link.index, 3), intf=_preset_intf_class()))
+            link.mininet_links.append(Link(self.node, link.far_node, intfName1=link.shaper_b,
+                                           intfName2=link.far_intf, addr1=_shaper_mac(link.index, 2),
+                                           addr2=far_mac or _shaper_mac(link.index, 3), intf=intf))
         self.shape(link)
+
+    def add_port(self, link: ShapedLink, far_node, far_mac: str | None = None) -> None:
+        """A roaming link's port towards `far_node` (a site it may move to), made before it is needed
+        and left off its switch: a move then only switches ports, and its relay keeps running."""
+        if far_node.name in link.ports:
+            return
+        number = len(link.ports)
+        if number >= MAX_PORTS:
+            raise ShaperError(f"link {link.index}: more than {MAX_PORTS} sites to roam to")
+        port = f"l{link.index}p{number}"
+        Link = _link_class(self.server_shells, (1 << 23) | (link.index << 5) | number)
+        Link(self.node, far_node, intfName1=port, intfName2=link.far_intf, addr1=_shaper_mac(link.index, 4 + number),
+             addr2=far_mac or _shaper_mac(link.index, 3), intf=_preset_intf_class())
+        link.ports[far_node.name] = port
+
+    def _switch(self, link: ShapedLink, old_far_node, new_far_node) -> None:
+        off = f"ip link set {link.ports[old_far_node.name]} nomaster && " if old_far_node is not None else ""
+        out = self.node.cmd(off + f"ip link set {link.ports[new_far_node.name]} master {link.switch}")
+        if out.strip():
+            raise ShaperError(f"link {link.index}: cannot switch to {new_far_node.name}: {out.strip()}")
+
+    def move_far_end(self, link: ShapedLink, new_far_node) -> None:
+        """Relink: the roaming link's switch takes the port towards `new_far_node` instead of the
+        current one (made now if it was not made up front); the relay and its shaping stay."""
+        if not link.roaming:
+            raise ShaperError(f"link {link.index} ({link.near_node.name}) was not built to move")
+        self.add_port(link, new_far_node)
+        self._switch(link, link.far_node, new_far_node)
+        link.far_node = new_far_node
 
     def nodes(self) -> list:
         """The namespaces the shaper runs in (one per server)."""
@@ -394,9 +425,11 @@ class ShaperPerServer:
     def connect(self, link: ShapedLink, near_mac: str | None = None, far_mac: str | None = None) -> None:
         self._of(link).connect(link, near_mac=near_mac, far_mac=far_mac)
 
-    def move_far_end(self, link: ShapedLink, new_far_node, far_mac: str | None = None,
-                     shaping: Shaping | None = None) -> None:
-        self._of(link).move_far_end(link, new_far_node, far_mac=far_mac, shaping=shaping)
+    def move_far_end(self, link: ShapedLink, new_far_node) -> None:
+        self._of(link).move_far_end(link, new_far_node)
+
+    def add_port(self, link: ShapedLink, far_node, far_mac: str | None = None) -> None:
+        self._of(link).add_port(link, far_node, far_mac)
 
     def unshape(self, link: ShapedLink) -> None:
         self._of(link).unshape(link)
