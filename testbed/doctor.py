@@ -74,6 +74,20 @@ def check_open_files(nodes: int = 0) -> tuple[bool, str]:
     return soft >= need, f"open files soft={soft} hard={hard}" + ("" if soft >= need else f" (need about {need}: ulimit -n)")
 
 
+def check_servers() -> tuple[bool, str]:
+    """Runs over servers: namespace-servers need sshd; say which are up."""
+    import shutil
+
+    from testbed.emulation import servers
+
+    up = servers.namespace_servers()
+    if not shutil.which("sshd") and not Path("/usr/sbin/sshd").exists():
+        return False, "no sshd: namespace-servers need it (apt-get install openssh-server)"
+    if up:
+        return True, f"namespace-servers up: --servers {','.join(up)}"
+    return True, "sshd present: `testbed servers up 3` makes namespace-servers"
+
+
 def collect(nodes: int = 0) -> dict:
     checks = []
 
@@ -98,6 +112,7 @@ def collect(nodes: int = 0) -> dict:
     zk = any(Path(p).exists() for p in ("/usr/share/zookeeper/bin/zkServer.sh", "/usr/bin/zookeeper-server"))
     add("ZooKeeper", (zk, "zookeeper installed" if zk else "zookeeper not installed (apt-get install zookeeper)"))
     add("Java", _version(["java", "-version"]))
+    add("servers (--servers)", check_servers())
     try:
         import pyspark  # noqa: F401
 
