@@ -395,7 +395,7 @@ def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all r
     if remote:
         control_dir = runstate.STATE_DIR / "ssh-clean"
         control_dir.mkdir(parents=True, exist_ok=True)
-        notes += servers_mod.clean(remote, control_dir, sys.executable, run_id)
+        notes += servers_mod.clean(remote, control_dir, sys.executable, run_id, force=force)
         servers_mod.close(remote, control_dir)
     for line in removed + notes:
         console.print(line, highlight=False, markup=False)

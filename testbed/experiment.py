@@ -181,7 +181,7 @@ class Session:
         from testbed.emulation import servers as servers_mod
 
         control_dir = self.network.control_dir if self.network else runstate.STATE_DIR / f"ssh-{self.run_id}"
-        for note in servers_mod.clean(self.servers, control_dir, sys.executable, self.run_id):
+        for note in servers_mod.clean(self.servers, control_dir, sys.executable, self.run_id, force=True):
             self.say(f"clean {note}")
         servers_mod.close(self.servers, control_dir)
 

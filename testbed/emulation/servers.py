@@ -165,10 +165,11 @@ def clock_offset(server: Server, control_dir: Path, python: str = "python3", sam
     return best[0], best[1] / 2
 
 
-def clean(servers: list[Server], control_dir: Path, python: str, run_id: str | None) -> list[str]:
-    """`testbed clean` on every server (a crashed run's nodes, relays and links there)."""
+def clean(servers: list[Server], control_dir: Path, python: str, run_id: str | None, force: bool) -> list[str]:
+    """`testbed clean` on every server (a crashed run's nodes, relays and links there); `force` also
+    takes down runs whose harness is alive, as the local clean does."""
     notes = []
-    argv = [python, "-m", "testbed.cli", "clean", "--force"] + ([run_id] if run_id else [])
+    argv = [python, "-m", "testbed.cli", "clean"] + (["--force"] if force else []) + ([run_id] if run_id else [])
     for server in servers:
         try:
             out = run(server, shlex.join(argv), control_dir, timeout=120)
@@ -204,6 +205,9 @@ def up(count: int) -> list[Server]:
     sshd = shutil.which("sshd") or "/usr/sbin/sshd"
     if not os.access(sshd, os.X_OK):
         raise ServerError("namespace-servers need sshd: apt-get install openssh-server")
+    taken = subprocess.run(["ip", "-o", "-4", "addr", "show"], capture_output=True, text=True).stdout
+    if f" {MGMT_NET}." in taken:
+        raise ServerError(f"the namespace-servers' management network {MGMT_NET}.0/24 is already in use here")
     NS_DIR.mkdir(parents=True, exist_ok=True)
     Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
     key, host_key = NS_DIR / "id_ed25519", NS_DIR / "host_ed25519"
