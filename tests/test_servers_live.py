@@ -42,6 +42,7 @@ def servers():
     assert down.returncode == 0, down.stdout + down.stderr
     assert not servers_mod.namespace_servers()
     assert "tbmgmt" not in subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert not servers_mod.NS_DIR.exists()
 
 
 def _left_on_servers(names) -> list[str]:
@@ -88,6 +89,7 @@ def test_a_run_over_three_servers_relinks_across_them_and_delivers_everything(se
     assert summary["expected_deliveries"] > 2000 and summary["delivered"] == summary["expected_deliveries"], summary
     assert "across servers" in run.stdout
     assert _left_on_servers(servers) == []
+    assert not (runstate.STATE_DIR / f"ssh-{meta['run_id']}").exists()  # its ssh control sockets went too
 
 
 def test_a_killed_run_is_cleaned_on_every_server(servers, tmp_path):
@@ -112,4 +114,5 @@ def test_a_killed_run_is_cleaned_on_every_server(servers, tmp_path):
         assert f"{name}: clean" in clean.stdout, clean.stdout
     time.sleep(1)
     assert run_id not in runstate.tagged_processes().values()
+    assert not (runstate.STATE_DIR / f"ssh-{run_id}").exists()
     assert _left_on_servers(servers) == []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import shutil
 import subprocess
 import time
 
@@ -90,4 +91,9 @@ def clean(run_id: str | None = None, force: bool = False) -> tuple[list[str], li
         if rid not in skip and (run_id is None or rid == run_id):
             runstate.unregister(rid)
             removed.append(f"run {rid}: state file")
+    for control in runstate.STATE_DIR.glob("ssh-*"):  # a run over servers' ssh control sockets
+        rid = control.name[4:]
+        if rid not in skip and (run_id is None or rid == run_id):
+            shutil.rmtree(control, ignore_errors=True)
+            removed.append(f"run {rid}: ssh control directory")
     return removed, notes

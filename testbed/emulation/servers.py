@@ -180,10 +180,12 @@ def clean(servers: list[Server], control_dir: Path, python: str, run_id: str | N
 
 
 def close(servers: list[Server], control_dir: Path) -> None:
-    """End the control connections (ControlPersist would keep them a while)."""
+    """End the control connections (ControlPersist would keep them a while) and remove their
+    directory."""
     for server in servers:
         subprocess.run(server.ssh(control_dir)[:-1] + ["-O", "exit", f"{server.user}@{server.host}"],
                        capture_output=True, timeout=10)
+    shutil.rmtree(control_dir, ignore_errors=True)
 
 
 # -- namespace-servers on this machine ---------------------------------------------------------
@@ -281,4 +283,5 @@ def down() -> list[str]:
     if subprocess.run(["ip", "link", "del", MGMT_BRIDGE], capture_output=True).returncode == 0:
         removed.append(f"bridge {MGMT_BRIDGE}")
     REGISTRY.unlink(missing_ok=True)
+    shutil.rmtree(NS_DIR, ignore_errors=True)  # keys, configs: made again by the next `up`
     return removed
