@@ -158,7 +158,7 @@ class Network:
                         ips={name: self.ip_of(name) for name in self.nodes},
                         roles={name: node.role for name, node in self.topology.nodes.items()})
 
-    def _node_class(self, site: str | None):
+    def _node_class(self, site: str):
         """Mininet's Node here, or a node on the server `site` is placed on."""
         if not self.servers:
             from mininet.node import Node
@@ -166,7 +166,7 @@ class Network:
             return Node
         from testbed.emulation.remote import node_class
 
-        return node_class(self.placement[site] if site else self.servers[0], self.control_dir)
+        return node_class(self.placement[site], self.control_dir)
 
     def _make_shapers(self):
         """One shaper namespace, or one per server (each shapes the links whose near end it holds)."""
@@ -357,8 +357,7 @@ class Network:
 
     def server_of(self, node: str) -> Server | None:
         """The server a node's namespace is on (None on one machine); a site's nodes are on its."""
-        server = getattr(self.nodes.get(node) or self.sites.get(node), "testbed_server", None)
-        return server
+        return getattr(self.nodes.get(node) or self.sites.get(node), "testbed_server", None)
 
     def site_of(self, node: str) -> str:
         return self.node_site[node]
