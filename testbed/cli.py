@@ -222,6 +222,21 @@ def with_control(scenario: Scenario, field: str, value: str, allowed) -> Scenari
     return scenario.model_copy(update={"control": control})
 
 
+def with_settle(scenario: Scenario, cap: str) -> Scenario:
+    """The scenario with control.settle replaced by a bare cap (the default bounds), checked by the
+    same model as a scenario file: how a quick run skips most of the coordinates' wait."""
+    from pydantic import ValidationError
+
+    from testbed.scenario.model import Control
+
+    data = scenario.control.model_dump(mode="json", exclude_unset=True)
+    try:
+        control = Control.model_validate({**data, "settle": cap})
+    except ValidationError as error:
+        raise ValueError(f"--settle: {error.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    return scenario.model_copy(update={"control": control})
+
+
 def with_policy(scenario: Scenario, policy: str) -> Scenario:
     return with_control(scenario, "policy", policy, POLICY_CHOICES)
 
@@ -251,6 +266,8 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         scale: Optional[float] = typer.Option(None, help="Multiply counts and rates."),
         interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
         duration: Optional[str] = typer.Option(None, help="Override the scenario's duration, e.g. 20s."),
+        settle: Optional[str] = typer.Option(None, help="Override control.settle: the longest wait for the "
+                                             "coordinates before the workload, e.g. 5s (0s: none)."),
         policy: Optional[str] = typer.Option(None, help=f"Override control.policy: {' | '.join(POLICIES)}."),
         distance: Optional[str] = typer.Option(None, help=f"Override control.distance: {' | '.join(DISTANCES)}."),
         seed: Optional[int] = typer.Option(None, min=0, max=2**32 - 1,
@@ -292,6 +309,11 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
             scenario = scenario.model_copy(update={"duration": parse_duration(duration)})
         except ValueError as error:
             raise _fail_input(ValueError(f"--duration: {error}")) from None
+    if settle is not None:
+        try:
+            scenario = with_settle(scenario, settle)
+        except ValueError as error:
+            raise _fail_input(error) from None
     est, verdict = _offered_load(scenario, topology, capacity)
     for line in load_mod.lines(est, verdict):
         console.print(line, highlight=False, markup=False, soft_wrap=True, style="yellow" if verdict.beyond else None)

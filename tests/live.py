@@ -13,6 +13,9 @@ from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 
+#: The lateness fields of a health row (testbed.health): how late the harness was in that second.
+LATENESS_FIELDS = ("relay_late_max_ms", "publisher_late_max_ms", "loop_lag_max_ms")
+
 
 def run_held(argv: list[str], results: Path, name: str, not_held: Callable[[Path, dict], str | None],
              attempts: int = 2, timeout: float = 600) -> tuple[subprocess.CompletedProcess, Path, dict]:
@@ -32,9 +35,26 @@ def run_held(argv: list[str], results: Path, name: str, not_held: Callable[[Path
     raise AssertionError(f"{attempts} runs, none held by the harness: {why}")
 
 
-def not_stalls(saturated: list[dict]) -> list[dict]:
-    """The saturated intervals in which the hypervisor took no CPU from the VM (`steal_ms` 0): those
-    the harness's own load can explain. An interval with steal is the machine stalling under the
-    harness (the harness's load does not raise steal); a test of the system under test need not
-    count it, and says so by using this."""
-    return [i for i in saturated if not i.get("steal_ms")]
+def explained_by_steal(row: dict) -> bool:
+    """True when the hypervisor held the VM's cores in this second for at least as long as the
+    harness was late in it (/proc/stat steal, ms): a stall of S ms can delay a frame, a publish or
+    an event loop by up to S ms, so the second says nothing about the harness's own load. A second
+    late with less steal than lateness (0 steal included) is the harness's: a guard that flagged
+    every second would be caught by the seconds without steal."""
+    steal = row.get("cpu_steal_ms") or 0.0
+    late = max((row.get(field) or 0.0) for field in LATENESS_FIELDS)
+    return steal > 0 and steal >= late
+
+
+def unexplained_seconds(out: Path) -> list[float]:
+    """The run's saturated seconds (elapsed_s, from its health.jsonl) that steal does not explain:
+    those the harness's own load must answer for."""
+    rows = [json.loads(line) for line in (out / "health.jsonl").read_text().splitlines() if line.strip()]
+    return [float(r["elapsed_s"]) for r in rows if r.get("causes") and not explained_by_steal(r)]
+
+
+def judged_seconds(out: Path) -> int:
+    """Seconds of the run the guard judged (health rows during the workload): a run whose guard
+    said nothing at all is not evidence that it held."""
+    rows = [json.loads(line) for line in (out / "health.jsonl").read_text().splitlines() if line.strip()]
+    return sum(1 for r in rows if float(r["elapsed_s"]) >= 0)

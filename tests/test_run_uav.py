@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.live import not_stalls, run_held
+from tests.live import judged_seconds, run_held, unexplained_seconds
 from tests.needs import FULL_SYSTEM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,17 +23,17 @@ def _not_held(out: Path, summary: dict) -> str | None:
     """At 240 deliveries/s the harness is far from its limits: every second within budget, except
     at most a few seconds just after a migration, when every client of a swarm process reconnects
     at once (the UAVs of a swarm share one process and one core), and one isolated second anywhere
-    (this VM's timer stalls reach several ms now and then); seconds in which the hypervisor took
-    CPU from the VM (steal) are its, not the harness's. None when so, else what was not."""
-    harness = summary["harness"]
+    (this VM's timer stalls reach several ms now and then); a second in which the hypervisor took
+    the VM's cores for at least as long as the harness was late is the hypervisor's, not the
+    harness's (`tests.live.explained_by_steal`). None when so, else what was not."""
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     t0 = next(e["time"] for e in events if e["type"] == "run_start")
     herds = [(e["time"] - t0 - 0.5, e["time"] - t0 + 2.5) for e in events if e["type"] in ("migration_start",
                                                                                           "migration_end")]
-    ours = not_stalls(harness["saturated"])  # seconds the hypervisor stalled the VM are not the harness's
-    elsewhere = [i for i in ours if not any(low <= i["from_s"] <= high for low, high in herds)]
-    if sum(i["to_s"] - i["from_s"] for i in ours) > 3.01 or sum(i["to_s"] - i["from_s"] for i in elsewhere) > 1.01:
-        return f"saturated {harness['saturated']}; migrations at {herds}"
+    ours = unexplained_seconds(out)  # seconds the hypervisor stalled the VM for longer are not the harness's
+    elsewhere = [s for s in ours if not any(low <= s <= high for low, high in herds)]
+    if judged_seconds(out) < 25 or len(ours) > 3 or len(elsewhere) > 1:
+        return f"{judged_seconds(out)} s judged; saturated {summary['harness']['saturated']}; migrations at {herds}"
     return None
 
 
