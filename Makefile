@@ -37,8 +37,10 @@ scenario: setup  ## the default smoke scenario end to end, then its figures (SCE
 	$(BIN)/testbed run $(SCENARIO)
 	$(BIN)/testbed figures $$(dirname $$(ls -td results/*/run.json | head -1))
 
+# Two workers, whole files each (a file's shared live run stays shared); TEST_ARGS adds pytest flags.
+PYTEST_WORKERS ?= 2
 test: setup  ## the test suite (namespace tests need root; Containernet tests skip with the reason)
-	$(BIN)/python -m pytest -q -ra --durations=25
+	$(BIN)/python -m pytest -q -ra --durations=25 -n $(PYTEST_WORKERS) --dist loadfile $(TEST_ARGS)
 
 figures: venv
 	$(BIN)/testbed figures

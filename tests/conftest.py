@@ -1,7 +1,7 @@
 """Fixtures more than one test module needs, written once (pytest finds them here by name).
 
-- `spark`: a small local SparkSession for the PySpark jobs (analysis tests), skipping without
-  pyspark or Java;
+- `spark`: a small local SparkSession for the PySpark jobs (analysis tests), one per test process
+  (a JVM start costs ~10 s), skipping without pyspark or Java;
 - `cn_python`: the interpreter that has Containernet, skipping (with what is missing) where it is
   not installed, not root, or the Docker engine or base image is absent.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def spark():
     pytest.importorskip("pyspark", reason="pyspark is not installed (pip install -r requirements.txt)")
     from analysis.spark import java_available
@@ -66,3 +66,10 @@ def cn_python() -> str:
     if not image_exists(BASE_IMAGE):
         pytest.skip(f"image {BASE_IMAGE} missing (python -m testbed.emulation.images build)")
     return python
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with live runs first (stable otherwise): `make test` deals whole files to two workers
+    (pytest-xdist, --dist loadfile), and a long file dealt last would finish alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)

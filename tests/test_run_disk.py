@@ -35,9 +35,20 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
-def _fill_after(mount: Path, delay_s: float, leave: int) -> threading.Thread:
+def _fill_once_delivering(mount: Path, leave: int, stop: threading.Event) -> threading.Thread:
+    """Fills the disk up to `leave` bytes free once the run's workload delivers (its events say
+    run_start and a trace file has rows): mid-run by the run's own clock, not after a wall-clock
+    guess that a slow bring-up would overtake."""
+    def delivering() -> bool:
+        events = list(mount.glob("uav-smoke-*/events.jsonl"))
+        return bool(events) and '"run_start"' in events[0].read_text() and any(
+            path.stat().st_size > 0 for path in mount.glob("uav-smoke-*/traces/*.jsonl"))
+
     def fill() -> None:
-        time.sleep(delay_s)
+        while not delivering():
+            if stop.wait(0.2):
+                return
+        time.sleep(2.0)  # a few seconds of traces and health rows to keep
         with (mount / "filler").open("wb") as handle:
             while disk_free(mount) > leave:
                 handle.write(b"\0" * (1 << 20))
@@ -51,9 +62,13 @@ def _fill_after(mount: Path, delay_s: float, leave: int) -> threading.Thread:
 @full_system
 def test_a_disk_filling_mid_run_stops_the_run_and_keeps_what_it_recorded(small_disk):
     assert FULL_SYSTEM  # the marks above: root, Mininet, serf, nats-server, Java
-    filler = _fill_after(small_disk, 50.0, DISK_RESERVE_B // 2)  # after bring-up and settle (<= 30 s)
+    stop = threading.Event()
+    filler = _fill_once_delivering(small_disk, DISK_RESERVE_B // 2, stop)
+    # No settle wait: where topics sit does not matter to what a full disk must do to the run.
     run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "scenarios/uav-smoke.yaml", "--backend", "mininet",
-                          "--results", str(small_disk)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+                          "--settle", "0s", "--results", str(small_disk)], capture_output=True, text=True, cwd=ROOT,
+                         timeout=600)
+    stop.set()
     filler.join(timeout=5)
     assert run.returncode == 1, run.stdout[-3000:] + run.stderr[-3000:]
     assert "stopped: the results disk" in run.stdout and "Traceback" not in run.stdout + run.stderr

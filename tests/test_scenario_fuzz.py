@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml"))
 TEXTS = {path.name: path.read_text() for path in SHIPPED}
 DATA = {name: yaml.safe_load(text) for name, text in TEXTS.items()}
-BOUND_S = 1.0  # the loader's worst case, per input (issue 19: refused within a second)
+BOUND_S = 1.0  # the loader's worst case, per input, in CPU seconds of this process: refused within a second of
+#               work (wall time would judge the other tests sharing the machine's two cores)
 
 # 150 examples each in `make test` (seconds); FUZZ_EXAMPLES=5000 for a deep search.
 FUZZ = settings(max_examples=int(os.environ.get("FUZZ_EXAMPLES", 150)), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -47,10 +48,10 @@ def validate(path: Path) -> str | None:
 
 
 def assert_validates_cleanly(path: Path) -> str | None:
-    started = time.perf_counter()
+    started = time.process_time()
     text = validate(path)  # any exception other than ScenarioError fails the test with its traceback
-    elapsed = time.perf_counter() - started
-    assert elapsed < BOUND_S, f"validation took {elapsed:.2f} s"
+    elapsed = time.process_time() - started
+    assert elapsed < BOUND_S, f"validation took {elapsed:.2f} CPU-s"
     if text is not None:
         for line in text.splitlines():
             assert re.match(rf"{re.escape(str(path))}(:\d+)?: \S", line), line
