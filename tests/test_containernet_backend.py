@@ -14,8 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from testbed import topology
 from testbed.emulation import cleanup, installed
 from testbed.emulation.backends.containernet import image_problems
+from testbed.probe import pairs_of_interest
+from testbed.scenario.loader import load
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.containernet
@@ -64,14 +67,26 @@ def test_the_pub_sub_system_runs_in_containers_and_survives_a_broker_crash(harne
     summary = json.loads((out / "summary.json").read_text())
     print(f"\ncontainernet failover: {summary['failover']}, delivered {summary['delivered']} of "
           f"{summary['expected_deliveries']}")
-    assert summary["migrations"] >= 2 and summary["expected_deliveries"] > 1000
-    assert summary["delivered"] >= 0.9 * summary["expected_deliveries"]
+    assert summary["expected_deliveries"] > 1000 and summary["delivered"] >= 0.9 * summary["expected_deliveries"]
+    assert summary["rounds_failed"] == 0
+    # Every topic of the one swarm sits on bzone1 (its zone) when it is killed; they are re-placed by
+    # fencing the dead broker (not migrated: nothing is left to release), and every member's client
+    # of every topic comes back. The counts come from the scenario, not from an old run.
+    scenario = load(ROOT / "scenarios/failover-smoke.yaml")
+    (swarms,) = scenario.nodes.clients
+    topics = swarms.count * len(scenario.workload.topics)
     failover = summary["failover"]
-    assert failover["topics_replaced"] == 2 and failover["clients_lost_broker"] == failover["clients_recovered"] == 6
+    assert failover["topics_replaced"] == topics
+    assert failover["clients_lost_broker"] == failover["clients_recovered"] == topics * swarms.members
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     (killed,) = [e for e in events if e["type"] == "broker_killed"]
     assert {"nats-server", "serf"} <= set(killed["killed"]) and "bash" not in killed["killed"]
     assert not cleanup.docker_containers(None)
+
+
+def _mmog_smoke():
+    path = ROOT / "scenarios/mmog-smoke.yaml"
+    return topology.checked(load(path), str(path))
 
 
 def test_probe_on_docker_hosts_is_within_bounds(harness):
@@ -80,7 +95,7 @@ def test_probe_on_docker_hosts_is_within_bounds(harness):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     result = json.loads(out.stdout)
     assert result["backend"] == "containernet" and result["ok"]
-    assert len(result["pairs"]) == 15
+    assert len(result["pairs"]) == len(pairs_of_interest(_mmog_smoke()))
     assert not cleanup.docker_containers(None)
 
 
