@@ -174,3 +174,20 @@ def test_a_dead_relays_outage_marks_the_seconds_it_spans(tmp_path):
     down = {r["t"]: r["relay_down_ms"] for r in monitor.rows if r.get("relay_down_ms")}
     assert down == {int(began): pytest.approx(100.0, abs=0.01), int(began) + 1: pytest.approx(150.0, abs=0.01)}
     assert all(r["causes"] == ["relay-down"] for r in monitor.rows if r["t"] in down)
+
+
+def test_steal_excuses_a_late_second_only_when_it_lasted_as_long_as_the_lateness(tmp_path):
+    """How live tests tell the hypervisor's stalls from the harness's load: a second is excused
+    when steal covers its worst lateness; a guard flagging every second is caught by the seconds
+    without steal."""
+    from tests.live import explained_by_steal, judged_seconds, unexplained_seconds
+
+    assert explained_by_steal({"cpu_steal_ms": 40.0, "relay_late_max_ms": 12.0, "loop_lag_max_ms": 3.0})
+    assert not explained_by_steal({"cpu_steal_ms": 10.0, "relay_late_max_ms": 12.0})
+    assert not explained_by_steal({"cpu_steal_ms": 0.0, "publisher_late_max_ms": 0.0})
+    rows = [{"elapsed_s": -1.0, "causes": ["cpu"], "cpu_steal_ms": 0.0},
+            {"elapsed_s": 0.0, "causes": ["relays"], "cpu_steal_ms": 50.0, "relay_late_max_ms": 9.0},
+            {"elapsed_s": 1.0, "causes": ["relays"], "cpu_steal_ms": 0.0, "relay_late_max_ms": 0.4},
+            {"elapsed_s": 2.0, "causes": [], "cpu_steal_ms": 0.0}]
+    (tmp_path / "health.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    assert unexplained_seconds(tmp_path) == [-1.0, 1.0] and judged_seconds(tmp_path) == 3
