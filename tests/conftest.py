@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytest_plugins = ["tests.leftovers"]  # the session fails if it leaves anything behind
+
 
 @pytest.fixture(scope="session")
 def spark():
@@ -27,6 +29,7 @@ def spark():
 
     from analysis.spark import session
 
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this package (set before the JVM)
     existing = SparkSession.getActiveSession()  # another module's session: reuse it, leave it running
     # Tiny inputs: query planning and code generation dominate, so skip what only pays off on big data.
     spark = session("local[2]", app_name="test-analysis", shuffle_partitions=1,

@@ -360,19 +360,15 @@ def _spark_available():
 
 @pytest.mark.slow
 @pytest.mark.skipif(_spark_available() is not None, reason=str(_spark_available()))
-def test_spark_job_matches_the_local_reduction(tmp_path):
+def test_spark_job_matches_the_local_reduction(spark, tmp_path):
     from testbed.bench import assess_spark
 
     infras: list[Infrastructure] = [infrastructure("mmog", *mmog_topology(), threshold=0.045),
                                     infrastructure("uav", *uav_topology())]
     seeds = 4
     started = time.monotonic()
-    spark = assess_spark.spark_session("local[2]", shuffle_partitions=2)
-    try:
-        rows = assess_spark.run(spark, infras, seeds, tmp_path / "out", partitions=2)
-        placements = spark.read.parquet(str(tmp_path / "out" / "placements.parquet")).count()
-    finally:
-        spark.stop()
+    rows = assess_spark.run(spark, infras, seeds, tmp_path / "out", partitions=2)
+    placements = spark.read.parquet(str(tmp_path / "out" / "placements.parquet")).count()
     elapsed = time.monotonic() - started
     # 4 seeds x 2 topologies x every policy x 2 evaluations x 2 readings of d
     assert placements == 4 * 2 * len(POLICIES) * 2 * 2
