@@ -400,27 +400,32 @@ def topic_set_threshold(run_id: str = typer.Argument(..., help="The running expe
 @app.command()
 def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all runs when omitted."),
           force: bool = typer.Option(False, "--force", help="Also tear down runs whose controller is alive."),
-          servers: Optional[str] = typer.Option(None, help="Also clean these servers (over ssh), e.g. tbs1,tbs2,tbs3.")
+          servers: Optional[str] = typer.Option(None, help="Also clean these servers (over ssh), e.g. tbs1,tbs2,tbs3."),
+          check: bool = typer.Option(False, "--check", help="Remove nothing: list what the testbed made that is "
+                                     "still here (live runs included); exit 1 if anything is.")
           ) -> None:
-    """Remove what crashed or killed runs left: namespaces, links, relays, processes, containers.
+    """Remove what crashed or killed runs left: namespaces, links, relays, processes, containers,
+    and namespace-servers whose sshd outlived `servers down`.
 
     Example: sudo testbed clean
     """
-    from testbed.emulation import cleanup, runstate
+    from testbed.emulation import cleanup, leftovers
     from testbed.emulation import servers as servers_mod
 
+    if check:
+        found = leftovers.left()
+        for item in found:
+            console.print(item.text, highlight=False, markup=False, soft_wrap=True)
+        console.print(f"clean --check: {len(found)} item(s) left")
+        raise typer.Exit(1 if found else 0)
     try:
         removed, notes = cleanup.clean(run_id, force=force)
         remote = servers_mod.parse(servers) if servers else []
     except ValueError as error:
         raise _fail_input(error) from None
-    if remote:
-        control_dir = runstate.STATE_DIR / "ssh-clean"
-        control_dir.mkdir(parents=True, exist_ok=True)
-        notes += servers_mod.clean(remote, control_dir, sys.executable, run_id, force=force)
-        servers_mod.close(remote, control_dir)
+    notes += servers_mod.clean(remote, sys.executable, run_id, force=force)
     for line in removed + notes:
-        console.print(line, highlight=False, markup=False)
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(f"clean: removed {len(removed)} leftover item(s)" + (f" of run {run_id}" if run_id else ""))
 
 
@@ -449,12 +454,14 @@ def servers_up(count: int = typer.Argument(3, help="How many (2-20).")) -> None:
 
 @servers_app.command("down")
 def servers_down() -> None:
-    """Remove the namespace-servers (their sshd, namespaces and management bridge)."""
+    """Remove the namespace-servers: the connections to them, every process in their namespaces
+    (also of servers whose name is already gone), the namespaces and the management bridge."""
     from testbed.emulation import servers as servers_mod
 
     removed = servers_mod.down()
-    console.print(f"servers down: removed {len(removed)} item(s)" + (f" ({', '.join(removed)})" if removed else ""),
-                  highlight=False)
+    for line in removed:
+        console.print(line, highlight=False, markup=False, soft_wrap=True)
+    console.print(f"servers down: removed {len(removed)} item(s)")
 
 
 def _track_id(run_dir: Path, text: str) -> bytes:

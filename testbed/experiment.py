@@ -177,13 +177,13 @@ class Session:
                          "sites": [site for site, at in placement.items() if at == s]} for s in self.servers}
 
     def _clean_servers(self) -> None:
-        """`testbed clean` of this run on every server, then the control connections closed."""
+        """The run's control connections closed, then `testbed clean` of this run on every server."""
         from testbed.emulation import servers as servers_mod
 
         control_dir = self.network.control_dir if self.network else runstate.STATE_DIR / f"ssh-{self.run_id}"
-        for note in servers_mod.clean(self.servers, control_dir, sys.executable, self.run_id, force=True):
-            self.say(f"clean {note}")
         servers_mod.close(self.servers, control_dir)
+        for note in servers_mod.clean(self.servers, sys.executable, self.run_id, force=True):
+            self.say(f"clean {note}")
 
     def __exit__(self, *_exc) -> None:
         # A second Ctrl-C must not cut the teardown short.

@@ -5,7 +5,8 @@ so `cmd()` and everything network.py builds with it work unchanged. Two things a
 
 - `RemotePopen`: a process in a remote node whose terminate/kill/send_signal reach the process
   itself (the cluster's popen only holds the local ssh client, and joins argv unquoted). The
-  process writes its pid to a file on the server; signals are sent there with `kill`.
+  process writes its pid to a file on the server, named with the run id so that `testbed clean`
+  there removes it; signals are sent there with `kill`.
 - VXLAN links between servers: the cluster edition tunnels over ssh (`-w`, needs PermitTunnel and
   a process per link) or GRE (this kernel has none). A VXLAN device is made in the server's own
   namespace (its UDP socket stays there, on the underlay) and moved into the node, as Docker's
@@ -14,6 +15,7 @@ so `cmd()` and everything network.py builds with it work unchanged. Two things a
 
 from __future__ import annotations
 
+import glob
 import secrets
 import shlex
 import signal
@@ -21,12 +23,28 @@ import subprocess
 import threading
 from pathlib import Path
 
+from testbed.emulation import runstate
 from testbed.emulation.servers import Server
 
 VXLAN_PORT = 4789
 VXLAN_MTU = 1500
 # What a remote process needs from the harness's environment (ssh passes none of it).
 FORWARDED_ENV = ("PATH", "PYTHONPATH", "PYTHONUNBUFFERED", "HOME", "LANG")
+PID_FILE = "/tmp/testbed-{run}-{token}.pid"  # on the server: a remote process's pid, for its signals
+
+
+def pid_file_run(path: Path) -> str | None:
+    """The run a remote pid file belongs to (None for any other file)."""
+    prefix, _ = PID_FILE.split("{run}")
+    rest = str(path)[len(prefix):]
+    if not str(path).startswith(prefix) or not rest.endswith(".pid") or "-" not in rest:
+        return None
+    return rest.rsplit("-", 1)[0]
+
+
+def pid_files(run: str = "*") -> dict[Path, str]:
+    """The remote pid files of one run (every run: "*") on this machine, with their run."""
+    return {Path(path): pid_file_run(Path(path)) for path in glob.glob(PID_FILE.format(run=run, token="*"))}
 
 
 def node_class(server: Server, control_dir: Path):
@@ -102,10 +120,11 @@ class RemotePopen(subprocess.Popen):
     process. Signals go to the process through its server's SignalPipe."""
 
     def __init__(self, node, ssh: list[str], argv: list[str], env: dict | None = None, cwd=None, **kwargs):
-        self.remote_pid_file = f"/tmp/testbed-{secrets.token_hex(6)}.pid"
-        self._signals = SignalPipe.of(ssh)
         forwarded = {k: v for k, v in (env or {}).items()
                      if k in FORWARDED_ENV or k.startswith("TESTBED_") or k.startswith("TB_")}
+        self.remote_pid_file = PID_FILE.format(run=forwarded.get(runstate.ENV_TAG, "untagged"),
+                                               token=secrets.token_hex(6))
+        self._signals = SignalPipe.of(ssh)
         script = (f"echo $$ > {self.remote_pid_file} && "
                   + (f"cd {shlex.quote(str(cwd))} && " if cwd else "")
                   + "exec " + shlex.join(["env", *(f"{k}={v}" for k, v in forwarded.items()), *argv]))

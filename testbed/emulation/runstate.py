@@ -3,7 +3,8 @@
 Processes inherit `TESTBED_RUN=<id>` in their environment (Mininet node shells, relays, role
 processes), containers are named `tb<id>.<node>` and labelled, and /run/testbed/<id>.json says
 which process controls the run, so `testbed clean` can find a crashed run's leftovers without the
-scenario file and can tell a live run (left alone) from a dead one.
+scenario file and can tell a live run (left alone) from a dead one. The process table read here is
+the one `testbed clean` and the leftover listing judge processes by.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ import json
 import os
 import re
 import secrets
+import signal
 import string
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 ENV_TAG = "TESTBED_RUN"
 STATE_DIR = Path(os.environ.get("TESTBED_STATE_DIR", "/run/testbed"))
@@ -67,6 +70,8 @@ def known_runs() -> dict[str, dict]:
     runs = {}
     if STATE_DIR.is_dir():
         for path in STATE_DIR.glob("*.json"):
+            if not RUN_ID_RE.fullmatch(path.stem):
+                continue  # servers.json: the namespace-servers, not a run
             try:
                 runs[path.stem] = json.loads(path.read_text())
             except (OSError, ValueError):
@@ -95,19 +100,95 @@ def is_live(run: dict) -> bool:
     return pid_alive(run.get("pid"))
 
 
+class Process(NamedTuple):
+    """A process as /proc shows it."""
+
+    pid: int
+    started: int  # clock ticks after boot: with the pid, it names this process and no later one
+    title: str  # its command line, or the title it gave itself (sshd: root@notty, ssh: PATH [mux])
+    netns: int  # inode of its network namespace (0 where the kernel will not say, as for a guarded PID 1)
+    env: dict[str, str]  # the TESTBED_* entries of its environment (the run tag among them)
+
+    @property
+    def run(self) -> str | None:
+        return self.env.get(ENV_TAG)
+
+
+def _read_process(entry: Path) -> Process | None:
+    """None for a kernel thread, a zombie, or a process gone meanwhile."""
+    try:
+        title = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        fields = (entry / "stat").read_bytes().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if not title or fields[0] == b"Z":
+        return None
+    try:
+        netns = os.stat(entry / "ns" / "net").st_ino
+    except PermissionError:
+        netns = 0
+    except OSError:
+        return None
+    try:
+        environ = (entry / "environ").read_bytes()
+    except OSError:
+        environ = b""
+    env = dict(item.decode(errors="replace").split("=", 1) for item in environ.split(b"\0")
+               if item.startswith(b"TESTBED_") and b"=" in item)
+    return Process(int(entry.name), int(fields[19]), title, netns, env)
+
+
+def processes() -> list[Process]:
+    """Every process now running (kernel threads and zombies left out)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            process = _read_process(entry)
+            if process is not None:
+                found.append(process)
+    return found
+
+
 def tagged_processes() -> dict[int, str]:
     """pid -> run id for every process carrying a run tag in its environment."""
-    found = {}
-    needle = f"{ENV_TAG}=".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    return {p.pid: p.run for p in processes() if p.run}
+
+
+def init_netns() -> int:
+    """The machine's own network namespace: PID 1's, or where PID 1 hides it (a sandbox's init),
+    kthreadd's (kernel threads live there)."""
+    try:
+        return os.stat("/proc/1/ns/net").st_ino
+    except PermissionError:
+        return os.stat("/proc/2/ns/net").st_ino
+
+
+def ancestors() -> set[int]:
+    """This process and those above it: what a clean or a check must never count or kill."""
+    pids, pid = set(), os.getpid()
+    while pid > 1:
+        pids.add(pid)
         try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        for item in environ.split(b"\0"):
-            if item.startswith(needle):
-                found[int(entry.name)] = item[len(needle):].decode(errors="replace")
-                break
-    return found
+            pid = int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    return pids
+
+
+def end(pids: list[int], grace_s: float = 2.0) -> list[int]:
+    """SIGTERM, then SIGKILL for those still running after `grace_s`."""
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
+        time.sleep(0.05)
+    for pid in pids:
+        if pid_alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return pids

@@ -10,6 +10,11 @@ VXLAN between server addresses) is exercised for real without a second machine: 
 network namespace with its own sshd, on a management bridge of this machine. `testbed servers up
 3` makes them and records them in /run/testbed/servers.json; `--servers tbs1,tbs2,tbs3` then
 names them, and `testbed servers down` removes them.
+
+A server's sshd serves each connection from a process of its own, which outlives the listener and
+holds the server's namespace after its name is deleted. Once the management link is gone the
+client's end of the connection cannot reach it any more, so that process would wait forever: a
+connection is ended before the link, and `down` ends every process in a server's namespace.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ MGMT_NET = "10.253.0"  # namespace-servers' management network: .1 here, .11, .1
 MGMT_MTU = 9000  # VXLAN adds 50 bytes: emulated frames of 1500 bytes cross whole
 MIN_UNDERLAY_MTU = 1550
 SSH_TIMEOUT_S = 10
+PRIVSEP_DIR = Path("/run/sshd")  # sshd's privilege-separation directory
 
 
 class ServerError(RuntimeError):
@@ -50,10 +56,13 @@ class Server:
     ssh_config: str | None = None  # an ssh config file, or None for the user's own
     on_this_machine: bool = False  # a namespace-server: same kernel, /proc and file system as the harness
 
-    def ssh(self, control_dir: Path) -> list[str]:
-        """The ssh command line up to the remote command: one multiplexed connection per server."""
-        argv = ["ssh", "-q", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}",
-                "-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/%h", "-o", "ControlPersist=30"]
+    def ssh(self, control_dir: Path | None) -> list[str]:
+        """The ssh command line up to the remote command: one multiplexed connection per server
+        (its socket in `control_dir`), or without `control_dir` a connection that ends with the
+        command."""
+        argv = ["ssh", "-q", "-o", "BatchMode=yes", "-o", f"ConnectTimeout={SSH_TIMEOUT_S}"]
+        if control_dir is not None:
+            argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/%h", "-o", "ControlPersist=30"]
         if self.ssh_config:
             argv += ["-F", self.ssh_config]
         return argv + [f"{self.user}@{self.host}"]
@@ -98,7 +107,7 @@ def namespace_servers() -> dict[str, Server]:
 
 
 # -- reaching a server -------------------------------------------------------------------------
-def run(server: Server, command: str, control_dir: Path, timeout: float = 30.0) -> str:
+def run(server: Server, command: str, control_dir: Path | None, timeout: float = 30.0) -> str:
     """A command on the server (its root namespace); its output, or ServerError with it."""
     try:
         done = subprocess.run(server.ssh(control_dir) + [command], capture_output=True, text=True, timeout=timeout)
@@ -165,14 +174,15 @@ def clock_offset(server: Server, control_dir: Path, python: str = "python3", sam
     return best[0], best[1] / 2
 
 
-def clean(servers: list[Server], control_dir: Path, python: str, run_id: str | None, force: bool) -> list[str]:
+def clean(servers: list[Server], python: str, run_id: str | None, force: bool) -> list[str]:
     """`testbed clean` on every server (a crashed run's nodes, relays and links there); `force` also
-    takes down runs whose harness is alive, as the local clean does."""
+    takes down runs whose harness is alive, as the local clean does. Each over a connection of its
+    own: that clean removes the run's control directory, so it must not run through it."""
     notes = []
     argv = [python, "-m", "testbed.cli", "clean"] + (["--force"] if force else []) + ([run_id] if run_id else [])
     for server in servers:
         try:
-            out = run(server, shlex.join(argv), control_dir, timeout=120)
+            out = run(server, shlex.join(argv), None, timeout=120)
             notes.append(f"{server.name}: {out.strip().splitlines()[-1] if out.strip() else 'clean'}")
         except ServerError as error:
             notes.append(str(error))
@@ -181,11 +191,26 @@ def clean(servers: list[Server], control_dir: Path, python: str, run_id: str | N
 
 def close(servers: list[Server], control_dir: Path) -> None:
     """End the control connections (ControlPersist would keep them a while) and remove their
-    directory."""
+    directory. A connection whose socket is already gone cannot be asked to exit: it is killed."""
     for server in servers:
         subprocess.run(server.ssh(control_dir)[:-1] + ["-O", "exit", f"{server.user}@{server.host}"],
                        capture_output=True, timeout=10)
+    runstate.end([master.pid for master in control_masters(control_dir)])
     shutil.rmtree(control_dir, ignore_errors=True)
+
+
+def master_host(title: str, control_dir: Path) -> str | None:
+    """The host of an ssh control connection (its process title is `ssh: <ControlPath> [mux]`)
+    whose socket lies under `control_dir`; None for any other process."""
+    prefix = f"ssh: {control_dir}/"
+    if not (title.startswith(prefix) and title.endswith(" [mux]")):
+        return None
+    return title[len(prefix):-len(" [mux]")].rsplit("/", 1)[-1]
+
+
+def control_masters(control_dir: Path) -> list[runstate.Process]:
+    """The ssh control connections whose sockets lie under `control_dir`."""
+    return [p for p in runstate.processes() if master_host(p.title, control_dir)]
 
 
 # -- namespace-servers on this machine ---------------------------------------------------------
@@ -211,7 +236,9 @@ def up(count: int) -> list[Server]:
     if f" {MGMT_NET}." in taken:
         raise ServerError(f"the namespace-servers' management network {MGMT_NET}.0/24 is already in use here")
     NS_DIR.mkdir(parents=True, exist_ok=True)
-    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege-separation directory
+    if not PRIVSEP_DIR.exists():
+        PRIVSEP_DIR.mkdir()
+        (NS_DIR / "made-privsep-dir").touch()  # `down` removes it again
     key, host_key = NS_DIR / "id_ed25519", NS_DIR / "host_ed25519"
     for path in (key, host_key):
         if not path.exists():
@@ -252,8 +279,7 @@ def up(count: int) -> list[Server]:
 def _wait_ssh(server: Server, timeout_s: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
-        done = subprocess.run(["ssh", "-q", "-o", "BatchMode=yes", "-F", server.ssh_config,
-                               f"{server.user}@{server.host}", "true"], capture_output=True, text=True)
+        done = subprocess.run(server.ssh(None) + ["true"], capture_output=True, text=True)
         if done.returncode == 0:
             return
         if time.monotonic() > deadline:
@@ -261,27 +287,104 @@ def _wait_ssh(server: Server, timeout_s: float = 10.0) -> None:
         time.sleep(0.2)
 
 
-def down() -> list[str]:
-    """Remove the namespace-servers: their sshd, namespaces and the management bridge."""
+def _named_namespaces() -> dict[int, str]:
+    """Namespace-servers' named network namespaces: inode -> name."""
+    found = {}
+    for path in Path("/run/netns").glob(f"{NS_PREFIX}*"):
+        if re.fullmatch(rf"{NS_PREFIX}\d+", path.name):
+            try:
+                found[os.stat(path).st_ino] = path.name
+            except OSError:
+                pass
+    return found
+
+
+def local_addresses(tcp_table: str) -> set[tuple[str, int]]:
+    """Local (address, port) of the sockets in /proc/<pid>/net/tcp's text (addresses are stored
+    as little-endian hex)."""
+    found = set()
+    for line in tcp_table.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) > 1 and ":" in fields[1]:
+            address, port = fields[1].split(":")
+            found.add((socket.inet_ntoa(bytes.fromhex(address)[::-1]), int(port, 16)))
+    return found
+
+
+def is_server_sshd(process: runstate.Process) -> bool:
+    """An sshd of a namespace-server: its listener (its config lies in NS_DIR), or the process
+    of one connection (a socket on port 22 of the management network in its namespace)."""
+    if not process.title.startswith("sshd"):
+        return False
+    if f"-f {NS_DIR}/" in process.title:
+        return True
+    try:
+        table = Path(f"/proc/{process.pid}/net/tcp").read_text()
+    except OSError:
+        return False
+    return any(address.startswith(f"{MGMT_NET}.") and address != f"{MGMT_NET}.1" and port == 22
+               for address, port in local_addresses(table))
+
+
+def server_processes(orphans_only: bool) -> dict[str, list[runstate.Process]]:
+    """Every process in a namespace-server's network namespace, by server (a server whose name
+    was deleted is `netns [inode]`). `orphans_only`: only those whose name is gone."""
+    named = _named_namespaces()
+    everything = runstate.processes()
+    # This machine's own namespace is never a server's, whoever connects to whom.
+    orphaned = {p.netns for p in everything if is_server_sshd(p)} - set(named) - {runstate.init_netns()}
+    spaces = orphaned if orphans_only else orphaned | set(named)
+    mine = runstate.ancestors()
+    found: dict[str, list[runstate.Process]] = {}
+    for process in everything:
+        if process.netns in spaces and process.pid not in mine:
+            found.setdefault(named.get(process.netns, f"netns [{process.netns}]"), []).append(process)
+    return found
+
+
+def _end_servers(orphans_only: bool) -> list[str]:
     removed = []
-    for pid_file in NS_DIR.glob("sshd-*.pid"):
-        try:
-            os.kill(int(pid_file.read_text().strip()), 15)
-            removed.append(f"sshd {pid_file.stem[5:]}")
-        except (OSError, ValueError):
-            pass
-        pid_file.unlink(missing_ok=True)
+    for server, processes in sorted(server_processes(orphans_only).items()):
+        runstate.end([p.pid for p in processes])
+        what = f"namespace-server {server}" if server.startswith(NS_PREFIX) else f"orphaned namespace-server session, {server}"
+        removed.append(f"{what}: ended " + ", ".join(f"{p.pid} ({p.title[:60]})" for p in processes))
+    return removed
+
+
+def end_orphans() -> list[str]:
+    """End the processes of namespace-servers whose name is gone (a connection that outlived
+    `servers down`, or a `down` that was cut short); servers that are up are left alone."""
+    return _end_servers(orphans_only=True)
+
+
+def down() -> list[str]:
+    """Remove the namespace-servers: the connections to them, every process in their namespaces
+    (sshd's listener and the processes of its connections), the namespaces and the management
+    bridge, their keys and configs."""
+    removed = []
+    for master in control_masters(runstate.STATE_DIR):
+        host = master_host(master.title, runstate.STATE_DIR)
+        if host.startswith(f"{MGMT_NET}."):
+            runstate.end([master.pid])
+            removed.append(f"ssh connection to {host} ({master.pid})")
+    removed += _end_servers(orphans_only=False)
     names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     for name in names:
         if re.fullmatch(rf"{NS_PREFIX}\d+", name):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
             removed.append(f"namespace {name}")
-    # A namespace outlives `ip netns del` while a process is still in it: its veth goes now.
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     for veth in re.findall(rf"^\d+: ({MGMT_BRIDGE}\d+)@", links, re.M):
         subprocess.run(["ip", "link", "del", veth], capture_output=True)
     if subprocess.run(["ip", "link", "del", MGMT_BRIDGE], capture_output=True).returncode == 0:
         removed.append(f"bridge {MGMT_BRIDGE}")
+    if (NS_DIR / "made-privsep-dir").exists() and not _other_sshd():
+        shutil.rmtree(PRIVSEP_DIR, ignore_errors=True)
     REGISTRY.unlink(missing_ok=True)
     shutil.rmtree(NS_DIR, ignore_errors=True)  # keys, configs: made again by the next `up`
     return removed
+
+
+def _other_sshd() -> bool:
+    """An sshd that is not a namespace-server's runs here (it needs PRIVSEP_DIR)."""
+    return any(p.title.startswith("sshd") and "[listener]" in p.title for p in runstate.processes())
