@@ -1,6 +1,8 @@
-"""BAD Pub/Sub live (seed 004): the workload plan, the scenario's checks, subscription sharing on
-real nats-servers (a hub and a leaf), and the smoke scenario end to end with nearest-broker
-placement and load-based migration (root; about two minutes)."""
+"""BAD Pub/Sub live: the workload plan, the scenario's checks, subscription sharing on real
+nats-servers (a hub and a leaf), and one run of tests/scenarios/bad-ldm.yaml (the smoke cut to 14 s;
+the file says what changed and why) shared by the end-to-end claims: nearest-broker placement,
+load-based migration judged on the loads the subscribers measured, every result delivered, the back
+end's surges (root; about 45 s)."""
 
 from __future__ import annotations
 
@@ -8,22 +10,26 @@ import asyncio
 import json
 import shutil
 import subprocess
-import sys
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from testbed import topology
+from testbed.policies.bad import cov
 from testbed.scenario.loader import ScenarioError, load
 from testbed.systems.bad.brokerload import load_between
 from testbed.systems.bad.dataplane import LEAF_PORT, hub_config, leaf_config
 from testbed.systems.bad.plan import bad_plan, factor_at, results_at
+from tests.live import judged_seconds, run_held, unexplained_seconds
 from tests.needs import full_system
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "scenarios" / "bad-smoke.yaml"
+LDM_SCENARIO = ROOT / "tests" / "scenarios" / "bad-ldm.yaml"  # the smoke cut to 14 s for the live run
 
 
 def smoke_plan():
@@ -89,7 +95,7 @@ def _varz(port: int, path: str = "varz") -> dict:
 
 @pytest.mark.skipif(not shutil.which("nats-server"), reason="nats-server is not installed")
 def test_a_leaf_broker_shares_one_upstream_subscription_between_its_subscribers(tmp_path):
-    """Seed 004's subscription sharing, by nats-server: two subscribers of one BE subscription at
+    """BAD's subscription sharing, by nats-server: two subscribers of one BE subscription at
     a leaf broker make one subscription at the hub, each result crosses the leaf connection once,
     and the leaf's load is (1 + 2) x the result bytes (eq. 5)."""
     import nats
@@ -149,44 +155,110 @@ def test_a_leaf_broker_shares_one_upstream_subscription_between_its_subscribers(
             server.wait(timeout=10)
 
 
-@full_system
-def test_bad_smoke_nr_placement_is_skewed_and_ldm_ends_less_skewed(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(SMOKE), "--backend", "mininet",
-                          "--results", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    (out,) = tmp_path.glob("bad-smoke-*")
-    summary = json.loads((out / "summary.json").read_text())
-    bad = summary["bad"]
+def _not_held(out: Path, summary: dict) -> str | None:
+    """Nearly every second judged and within budget (at most three the hypervisor's steal does not
+    explain): the claims count results and bytes, not latencies, but a harness that fell behind for
+    longer could drop results at a slow subscriber or shift a window's counts."""
+    ours = unexplained_seconds(out)
+    if judged_seconds(out) < 10 or len(ours) > 3:
+        return f"{judged_seconds(out)} s judged; saturated {summary['harness']['saturated']}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def ldm_run(tmp_path_factory):
+    """(run directory, summary, events, plan, deliveries) of one run of LDM_SCENARIO the harness held."""
+    _run, out, summary = run_held([str(LDM_SCENARIO), "--backend", "mininet"], tmp_path_factory.mktemp("bad"),
+                                  "bad-ldm", _not_held, timeout=300)
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    deliveries = [json.loads(line) for path in (out / "traces").glob("*.jsonl") for line in path.read_text().splitlines()]
+    return out, summary, events, json.loads((out / "bad-plan.json").read_text()), deliveries
+
+
+def measured_loads(deliveries: list[dict], since: float, until: float, size: float) -> dict[str, float]:
+    """Each broker's F_j (eq. 5) over [since, until), bytes/s, counted from what its subscribers
+    received: every result it pushed (O_j), and every distinct result it pulled from the hub (I_j)."""
+    pushed: Counter = Counter()
+    pulled: dict[str, set] = {}
+    for d in deliveries:
+        if since <= float(d["receive_time"]) < until:
+            pushed[d["broker"]] += 1
+            pulled.setdefault(d["broker"], set()).add((d["topic"], d["seq"]))
+    return {b: (pushed[b] + len(pulled[b])) * size / (until - since) for b in pulled}
+
+
+@full_system
+def test_nr_placement_is_skewed_and_ldm_evens_the_measured_load(ldm_run):
+    _out, summary, events, plan, deliveries = ldm_run
+    bad = summary["bad"]
+    assert not [e for e in events if e["type"] == "bad_process_died"]  # no coordinator round crashed it
     placed = {e["subscriber"]: e["broker"] for e in events if e["type"] == "bad_placed"}
     assert len(placed) == 100
-    # nr: subscribers on their own zone's broker, nearest by Serf's estimates (10 of 100 went to a
-    # neighbour in one run: zones 10 ms apart, estimates off by ~8 %), most on zone1's
-    plan = json.loads((out / "bad-plan.json").read_text())
+    # nr: subscribers on the broker nearest by Serf's estimates. At least 60 of zone1's 70 (the
+    # downtown's three nodes of 20, a neighbour node of 10) on zone1's broker; in all at least 70 of
+    # 100 on their own zone's (a zone of one subscriber node may still be misjudged, see the
+    # scenario). A placement blind to distance puts ~25 on their own zone's broker.
     site = {s["id"]: s["site"] for s in plan["subscribers"]}
-    brokers_site = {n.name: n.site for n in topology.build(load(SMOKE)).nodes.values()}
-    assert sum(brokers_site[placed[s]] == site[s] for s in placed) >= 80, placed
-    assert sum(brokers_site[b] == "zone1" for b in placed.values()) >= 50
-    assert bad["cov_first"] > 0.5  # the paper's "extremely skewed" NR
-    assert bad["migrations"] > 0 and bad["cov_last"] < bad["cov_first"] / 2 and bad["max_last"] < bad["max_first"]
-    migrated = {e["subscriber"] for e in events if e["type"] == "bad_migration"}
-    reattached = {e["client"] for e in events if e["type"] == "bad_reattached"}
+    brokers_site = {n.name: n.site for n in topology.build(load(LDM_SCENARIO)).nodes.values()}
+    at_home = [s for s in placed if brokers_site[placed[s]] == site[s]]
+    assert sum(site[s] == "zone1" for s in at_home) >= 60 and len(at_home) >= 70, placed
+    assert bad["cov_first"] > 0.5  # eq. 5 over that placement: the paper's "extremely skewed" NR
+    # eq. 5 is what the brokers measure: nats-server's byte counters over windows that no move touched
+    assert bad["fresh_samples"] >= 8 and bad["measured_vs_model"] < 0.03, bad
+    # LDM ends less skewed, measured from what the subscribers received in the last 4 s (two
+    # executions of every channel): it stops at alpha (0.15) or when no move is valid, and a move or
+    # a surge within the window shifts the cov by a few hundredths; without migrations it stays ~0.8
+    end = next(e["time"] for e in events if e["type"] == "run_end")
+    loads = measured_loads(deliveries, end - 4.5, end - 0.5, plan["message_size"])
+    assert len(loads) == 4 and cov(np.array(list(loads.values()))) < 0.25, loads
+    assert bad["migrations"] > 0
+    migrated = Counter(e["subscriber"] for e in events if e["type"] == "bad_migration")
+    reattached = Counter(e["client"] for e in events if e["type"] == "bad_reattached")
     assert migrated == reattached  # every order was carried out
-    assert bad["lost"] == 0 and bad["measured_vs_model"] < 0.10
-    # every subscriber got results
-    brokers: dict[str, set] = {}
-    for path in (out / "traces").glob("*.jsonl"):
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            brokers.setdefault(row["consumer"], set()).add(row["broker"])
-    assert set(brokers) == set(placed)
+
+
+@full_system
+def test_every_subscriber_gets_every_result_and_moved_ones_through_their_new_broker(ldm_run):
+    _out, summary, events, plan, deliveries = ldm_run
+    bad = summary["bad"]
+    # every subscriber process handed back its counts: losses are counted over all 100, and what they
+    # counted is what the traces hold
+    assert bad["reported"] == len(plan["subscribers"]) and bad["received"] == len(deliveries) == summary["delivered"]
+    assert bad["lost"] == 0
+    received: dict[str, set] = {}
+    for d in deliveries:
+        received.setdefault(d["consumer"], set()).add(d["broker"])
+    assert set(received) == {s["id"] for s in plan["subscribers"]}
     # a subscriber moved 5 s or more before the end got results through its new broker (every
-    # channel of the smoke executes at least every 2.5 s)
-    end = max(e["time"] for e in events if e["type"] == "run_end")
+    # channel executes at least every 2 s)
+    end = next(e["time"] for e in events if e["type"] == "run_end")
     final = {e["subscriber"]: e for e in sorted((e for e in events if e["type"] == "bad_migration"),
                                                  key=lambda e: e["time"])}
     settled = [e for e in final.values() if e["time"] < end - 5]
-    missed = {e["subscriber"]: (e["time"], e["destination"], brokers[e["subscriber"]]) for e in settled
-              if e["destination"] not in brokers[e["subscriber"]]}
+    missed = {e["subscriber"]: (e["time"], e["destination"], received[e["subscriber"]]) for e in settled
+              if e["destination"] not in received[e["subscriber"]]}
     assert settled and not missed, (end, missed)
-    assert summary["delivered"] > 10_000
+
+
+@full_system
+def test_the_back_end_yields_each_execution_whole_surges_included(ldm_run):
+    """Every execution of every BE subscription reached its subscribers with all its records, and
+    those in a surge with `factor` times as many (read from the records' scheduled times; an
+    execution within 0.3 s of a surge's start or end is left out, the run's clock and the back
+    end's start differ by tens of ms, and so is one in the last second, whose records may still be
+    on their way when the subscribers stop)."""
+    _out, _summary, events, plan, deliveries = ldm_run
+    t0 = next(e["time"] for e in events if e["type"] == "run_start")
+    end = next(e["time"] for e in events if e["type"] == "run_end")
+    index = {be["topic"]: k for k, be in enumerate(plan["be"])}
+    executions: dict[tuple[int, float], set] = {}
+    for d in deliveries:
+        executions.setdefault((index[d["topic"]], float(d["send_time"])), set()).add(int(d["seq"]))
+    edges = [t for s in plan["surges"] for t in (s["at"], s["until"])]
+    judged = {(k, due): seqs for (k, due), seqs in executions.items()
+              if due < end - 1 and all(abs(due - t0 - t) > 0.3 for t in edges)}
+    wrong = {(k, round(due - t0, 2)): (len(seqs), results_at(plan, k, due - t0)) for (k, due), seqs in judged.items()
+             if len(seqs) != results_at(plan, k, due - t0)}
+    assert not wrong, wrong
+    surged = [(k, due) for k, due in judged if factor_at(plan, k, due - t0) > 1]
+    assert plan["surges"] and surged

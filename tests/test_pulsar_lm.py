@@ -1,5 +1,5 @@
-"""Pulsar's load manager (seed 001) on hand-worked examples: bundle hashing and splits, the placement
-strategies, each shedder and the split rule, and the leader's rounds (grace, split + unload)."""
+"""Pulsar's load manager on hand-worked examples: bundle hashing and splits, the placement
+strategies, each shedder and the split rule, and the leader's rounds (shedding, grace, split + unload)."""
 
 from __future__ import annotations
 
@@ -186,39 +186,80 @@ def test_new_topics_of_one_bundle_share_a_broker_and_the_four_bundles_spread_ove
     assert len({owners.pop() for owners in by_bundle.values()}) == len(by_bundle) == 4
 
 
-def test_a_round_sheds_the_hot_brokers_bundle_elsewhere_then_respects_the_grace_period():
-    config = LoadManagerConfig(bundles=8, shedding_interval=10.0, grace_period=30.0, history=0.0)
-    lm = LoadManager(config, seed=1)
-    topics = [f"hot-{i}" for i in range(1, 25)]
-    empty = snapshot({}, {"a": 0.0, "b": 0.0, "c": 0.0})
-    for t in topics:
-        lm.assign(t, empty)
-    placement = {t: "a" for t in topics}  # every bundle's topics ended up on a (e.g. a hash placement)
-    lm.assigned = {b: "a" for b in lm.bundles.names()}
-    hot = snapshot(placement, {"a": 0.9, "b": 0.1, "c": 0.1}, {t: 100.0 for t in topics})
+def test_a_round_sheds_the_hot_brokers_biggest_bundles_to_the_idle_brokers():
+    # Splits off: the shedder alone moves load. a at 0.9 against b and c at 0.1 (average 0.37) sheds
+    # 0.9 - 0.37 - 0.1 + 0.05 = 48 % of its throughput, biggest bundles first: the four bundles of 4
+    # and 3 topics (14 of 24 topics, 58 %), to the brokers with the fewest bundles, b and c in turn.
+    lm, topics = _all_on_a()
+    hot = snapshot({t: "a" for t in topics}, {"a": 0.9, "b": 0.1, "c": 0.1}, {t: 100.0 for t in topics})
     first = lm.round(hot, now=100.0)
     unloads = [e for e in first.events if e["type"] == "bundle_unload"]
-    assert unloads and all(e["from_broker"] == "a" and e["to_broker"] in ("b", "c") for e in unloads)
-    assert {m.topic for m in first.migrations} == {t for e in unloads for t in e["topics"]}
+    assert [(e["from_broker"], e["to_broker"], len(e["topics"])) for e in unloads] == \
+        [("a", "b", 4), ("a", "c", 4), ("a", "c", 3), ("a", "b", 3)]
+    assert all(e["by"] == "threshold" for e in unloads)
+    assert not [e for e in first.events if e["type"] == "bundle_unload_skipped"]
+    assert sorted((m.topic, m.source, m.target) for m in first.migrations) == \
+        sorted((t, "a", e["to_broker"]) for e in unloads for t in e["topics"])
     usage = next(e for e in first.events if e["type"] == "lm_usage")
     assert usage["average"] == pytest.approx((0.9 + 0.1 + 0.1) / 3)
     assert lm.round(hot, now=105.0).migrations == []  # before the next shedding period
-    again = lm.round(hot, now=112.0)  # a period later, still hot: the same bundles are in their grace
-    moved = {e["bundle"] for e in unloads}
-    assert not moved & {e["bundle"] for e in again.events if e["type"] == "bundle_unload"}
 
 
-def test_a_hot_bundle_splits_and_both_halves_are_unloaded():
+@pytest.mark.parametrize("target", ["b", "c"])
+def test_an_unloaded_bundle_stays_through_its_grace_period_then_may_move_again(target):
+    # The brokers that took a's bundles turn hot: within the 30 s grace they keep them, after it they shed.
+    lm, topics = _all_on_a()
+    first = lm.round(snapshot({t: "a" for t in topics}, {"a": 0.9, "b": 0.1, "c": 0.1}, {t: 100.0 for t in topics}),
+                     now=100.0)
+    moved = {e["bundle"] for e in first.events if e["type"] == "bundle_unload" and e["to_broker"] == target}
+    where = {t: lm.assigned[lm.bundles.bundle_of(t)] for t in topics}
+    hot_target = snapshot(where, {"a": 0.1, "b": 0.1, "c": 0.1, target: 0.9}, {t: 100.0 for t in topics})
+    assert lm.round(hot_target, now=112.0).migrations == []
+    after = lm.round(hot_target, now=140.0)
+    again = {e["bundle"] for e in after.events if e["type"] == "bundle_unload"}
+    assert again and again <= moved and {m.source for m in after.migrations} == {target}
+
+
+def test_a_lookup_between_an_unloads_release_and_acquire_gets_the_destination():
+    # Baseline workflow: the source releases every topic of the bundle, then each client's lookup
+    # lets the destination acquire it. A lookup that finds none of the bundle's topics placed must
+    # get the destination chosen at the unload, and the record must still say so once they arrive.
+    lm, topics = _all_on_a()
+    first = lm.round(snapshot({t: "a" for t in topics}, {"a": 0.9, "b": 0.1, "c": 0.1}, {t: 100.0 for t in topics}),
+                     now=100.0)
+    unloads = [e for e in first.events if e["type"] == "bundle_unload"]
+    in_transit = {t for e in unloads for t in e["topics"]}
+    released = snapshot({t: "a" for t in topics if t not in in_transit}, {"a": 0.9, "b": 0.1, "c": 0.1})
+    for e in unloads:
+        assert {lm.assign(t, released) for t in e["topics"]} == {e["to_broker"]}, e
+    arrived = snapshot({t: lm.assigned[lm.bundles.bundle_of(t)] for t in topics}, {"a": 0.1, "b": 0.1, "c": 0.1})
+    lm.round(arrived, now=101.0)
+    assert {b: sorted(bs) for b, bs in lm.owned(arrived).items()} == \
+        {b: sorted(e["bundle"] for e in unloads if e["to_broker"] == b) for b in "bc"} | \
+        {"a": sorted(set(lm.bundles.names()) - {e["bundle"] for e in unloads})}
+
+
+def _all_on_a() -> tuple[LoadManager, list[str]]:
+    """A leader (8 bundles, no splits, no smoothing) whose 24 topics all ended up on broker a."""
+    config = LoadManagerConfig(bundles=8, shedding_interval=10.0, grace_period=30.0, history=0.0, auto_split=False)
+    lm = LoadManager(config, seed=1)
+    lm.assigned = {b: "a" for b in lm.bundles.names()}  # e.g. a hash placement before this leader
+    return lm, [f"hot-{i}" for i in range(1, 25)]
+
+
+def test_a_hot_bundle_splits_and_both_halves_go_to_the_idle_brokers():
     config = LoadManagerConfig(bundles=1, split_max_rate=100.0, history=0.0)
     lm = LoadManager(config, seed=2)
     topics = [f"hot-{i}" for i in range(1, 9)]
     placement = {t: "a" for t in topics}
-    snap = snapshot(placement, {"a": 0.3, "b": 0.0}, {t: 20.0 for t in topics})  # 8 x 40 msg/s = 320 > 100
+    snap = snapshot(placement, {"a": 0.3, "b": 0.0, "c": 0.0}, {t: 20.0 for t in topics})  # 8 x 40 msg/s = 320 > 100
     decision = lm.round(snap, now=0.0)
     split = next(e for e in decision.events if e["type"] == "bundle_split")
     assert split["bundle"] == "0x00000000_0xffffffff" and len(split["into"]) == 2 and len(lm.bundles) == 2
-    assert {e["bundle"] for e in decision.events if e["type"] in ("bundle_unload", "bundle_unload_skipped")} == \
-        set(split["into"])
+    unloads = [e for e in decision.events if e["type"] == "bundle_unload"]
+    assert [e["bundle"] for e in unloads] == split["into"] and all(e["by"] == "split" for e in unloads)
+    assert sorted(e["to_broker"] for e in unloads) == ["b", "c"]  # one half each: neither stays, none doubles up
+    assert sorted(m.topic for m in decision.migrations) == sorted(topics)
 
 
 def test_the_registry_and_the_controller_wiring():

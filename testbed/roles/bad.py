@@ -182,7 +182,7 @@ class BadRole(Role):
         if b["reattach_p50_s"] is not None:
             lines.append(f"re-attach p50 {1e3 * b['reattach_p50_s']:.1f} ms; first result through the new broker "
                          f"p50 {b['first_result_p50_s'] or 0:.2f} s; duplicates dropped {b['duplicates']}, "
-                         f"lost {b['lost']}")
+                         f"lost {b['lost']} (counted by {b['reported']} subscribers)")
         if b["measured_vs_model"] is not None:
             lines.append(f"measured F_j vs eq. 5: median deviation {100 * b['measured_vs_model']:.2f} % "
                          f"({b['fresh_samples']} fresh measurements)")
@@ -191,7 +191,9 @@ class BadRole(Role):
 
 def balance_summary(events: list[dict], summaries: list[dict], control) -> dict:
     """The BCS's rounds as numbers: cov and max load at the first round after every subscriber was
-    placed and at the last, migrations, shuffles, re-attach times, measured-vs-model agreement."""
+    placed and at the last, migrations, shuffles, re-attach times, measured-vs-model agreement; and
+    how many subscribers' own counts came back (`reported`: duplicates and losses are summed over
+    those only, so a process that timed out at the stop would otherwise hide its losses)."""
     rounds = sorted((e for e in events if e.get("type") == "bad_round"), key=lambda e: e["round"])
     placed = [e["time"] for e in events if e.get("type") == "bad_placed"]
     full = [r for r in rounds if placed and r["time"] > max(placed) and r["mean"] > 0] or rounds or [{}]
@@ -207,4 +209,6 @@ def balance_summary(events: list[dict], summaries: list[dict], control) -> dict:
             "rounds_moving": sum(1 for r in rounds if r.get("moves")), "shuffles": sum(bool(r.get("shuffled")) for r in rounds),
             "reattach_p50_s": percentile(reattach, 0.5), "first_result_p50_s": percentile(first, 0.5),
             "duplicates": sum(s.get("duplicates", 0) for s in summaries), "lost": sum(s.get("lost", 0) for s in summaries),
+            "reported": sum(len(s.get("subscribers", ())) for s in summaries),
+            "received": sum(s.get("received", 0) for s in summaries),
             "measured_vs_model": percentile(deviations, 0.5), "fresh_samples": len(deviations)}

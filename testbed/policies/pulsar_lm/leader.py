@@ -37,7 +37,7 @@ class LoadManager:
         self.rng = random.Random(seed)
         self.bundles = Bundles.equal(config.bundles)
         self.assigned: dict[str, str] = {}
-        self.pending: set[str] = set()  # assigned at a lookup, no topic of it placed yet (preallocated)
+        self.pending: set[str] = set()  # assigned (at a lookup or an unload), no topic of it at its broker yet
         self.short: dict[str, TimeAverage] = {}
         self.long: dict[str, TimeAverage] = {}
         self.shedder_usage: dict[str, float] = {}  # ThresholdShedder's history, updated when it runs
@@ -49,11 +49,15 @@ class LoadManager:
     def _refresh(self, snapshot: Snapshot) -> None:
         """Forget dead brokers' assignments and bundles with no topic (an empty bundle is owned by
         nobody until a lookup lands in it), unless preallocated; adopt the observed owner of a bundle
-        it has not assigned."""
+        it has not assigned. A preallocated bundle stays so until one of its topics is seen at its
+        broker: an unloaded bundle's topics are all released before the destination acquires them,
+        and a lookup in between must get the destination, not a new choice (one such lookup once
+        left the record naming another broker than the one that owned the topics, and the shedder
+        then found the hot broker's own bundles "already" elsewhere)."""
         observed: dict[str, Counter] = {}
         for topic, broker in snapshot.placement.items():
             observed.setdefault(self.bundles.bundle_of(topic), Counter())[broker] += 1
-        self.pending -= set(observed)
+        self.pending -= {b for b, counts in observed.items() if self.assigned.get(b) in counts}
         self.assigned = {b: o for b, o in self.assigned.items()
                          if o in snapshot.brokers and (b in observed or b in self.pending)}
         for bundle, counts in observed.items():
@@ -199,6 +203,7 @@ class LoadManager:
                                     "by": by, "reason": "the destination is the owner"})
             return
         self.assigned[unload.bundle] = target
+        self.pending.add(unload.bundle)
         self.unloaded_at[unload.bundle] = now
         moved = [t for t, b in sorted(snapshot.placement.items())
                  if b == unload.broker and self.bundles.bundle_of(t) == unload.bundle]
