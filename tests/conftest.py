@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.leftovers"]  # the session fails if it leaves anything behind
+# tests.leftovers: the session fails if it leaves anything behind; tests.machine: which live tests
+# may run side by side (marker `quiet`: none beside it).
+pytest_plugins = ["tests.leftovers", "tests.machine"]
 
 
 @pytest.fixture(scope="session")

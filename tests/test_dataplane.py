@@ -191,6 +191,7 @@ def test_zookeeper_runs_in_the_cloud_and_brokers_register(plane):
     assert reports["bzone1"]["network_bps"] >= 0 and reports["bzone1"]["period"] == PERIOD
 
 
+@pytest.mark.quiet
 def test_e2e_latency_matches_the_configured_path(plane):
     trace = plane.log_dir / "trace-e2e.jsonl"
     sub = plane.client("sub", "cl2", "e2e", "--trace", str(trace))

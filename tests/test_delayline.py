@@ -138,6 +138,7 @@ def _tolerance(rtt_ms: float) -> float:
     return max(0.5, 0.02 * rtt_ms)
 
 
+@pytest.mark.quiet
 @needs_root
 def test_symmetric_delay_rtt(topo):
     d = Direction(delay_s=0.020)
@@ -203,6 +204,7 @@ def one_way(topo, src_ns, dst_ns, dst_ip, n=50, gap=0.002):
     return json.loads(out.strip().splitlines()[-1])
 
 
+@pytest.mark.quiet
 @needs_root
 def test_asymmetric_delays(topo):
     from testbed.emulation.bench_shaper import H1_IP, H2_IP
@@ -217,6 +219,7 @@ def test_asymmetric_delays(topo):
     assert abs(statistics.median(ba) - 25.0) <= 0.5, ba
 
 
+@pytest.mark.quiet
 @needs_root
 def test_jitter_never_reorders(topo):
     from testbed.emulation.bench_shaper import H2_IP
@@ -248,6 +251,7 @@ def test_seeded_loss(topo):
     assert _lost(topo, seed=8, count=count) != lost_a
 
 
+@pytest.mark.quiet
 @needs_root
 @needs_iperf3
 def test_rate_limit_tcp(topo):

@@ -98,6 +98,7 @@ def median(values: list[float]) -> float:
     return values[len(values) // 2]
 
 
+@pytest.mark.quiet
 def test_two_hosts_with_20ms_path_measure_40ms_rtt():
     scenario = parse_text(STAR)
     with Session(scenario) as session:
@@ -107,6 +108,7 @@ def test_two_hosts_with_20ms_path_measure_40ms_rtt():
     assert median(measured) == pytest.approx(40.0, abs=max(0.5, 0.8))
 
 
+@pytest.mark.quiet
 def test_three_site_matrix_matches_the_scenario():
     scenario = parse_text(THREE_SITES)
     topo = topology.build(scenario)
@@ -121,6 +123,7 @@ def test_three_site_matrix_matches_the_scenario():
         assert r.median_ms == pytest.approx(r.configured_ms, abs=max(1.0, 0.03 * r.configured_ms)), r
 
 
+@pytest.mark.quiet
 def test_relink_changes_the_measured_rtt():
     scenario = parse_text(MOBILE)
     topo = topology.build(scenario)

@@ -62,6 +62,7 @@ def serf_rtt(session: Session, node: str, a: str, b: str) -> float:
     return float(match.group(1))
 
 
+@pytest.mark.quiet
 def test_distance_matches_serf_rtt_on_live_agents(tmp_path):
     with Session(parse_text(STAR)) as session:
         agents = SerfAgents(session.network, session.topology, tmp_path)
@@ -79,6 +80,7 @@ def test_distance_matches_serf_rtt_on_live_agents(tmp_path):
             agents.stop()
 
 
+@pytest.mark.quiet
 def test_coordinates_converge_towards_the_configured_rtt(tmp_path):
     from testbed.nc import snapshots
 

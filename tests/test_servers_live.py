@@ -60,6 +60,7 @@ def _left_on_servers(names) -> list[str]:
     return left
 
 
+@pytest.mark.quiet
 def test_probe_across_three_servers_holds_the_configured_rtts(servers):
     """Every pair of sites, most of them on different servers, within the probe's bounds; each
     server's clock measured against ours (here the same kernel clock: near zero)."""
