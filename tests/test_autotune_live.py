@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from testbed.scenario.loader import load
 from tests.live import run_held, unexplained_seconds
 from tests.needs import full_system
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "tests" / "scenarios" / "autotune-steps.yaml"
-LOW, HIGH = (0.0, 10.0), (10.0, 18.0)  # the scenario's steps, s from the common start: 1.75, then 35 requests/s
+# the scenario's two steps, (start, end) in s from the common start: 1.75, then 35 requests/s
+LOW, HIGH = ((s.start, s.end) for s in load(SCENARIO).workload.autotune.source.steps)
 
 
 def _not_held(_out: Path, summary: dict) -> str | None:
@@ -58,7 +60,8 @@ def test_a_tuned_publisher_brings_n_down_at_low_load_and_up_at_high_load(tmp_pat
             row = json.loads(line)
             arrived = float(row["send_time"]) - start
             step = LOW if arrived < LOW[1] else HIGH
-            latency.setdefault(name, {}).setdefault(step, []).append(float(row["receive_time"]) - float(row["send_time"]))
+            took = float(row["receive_time"]) - float(row["send_time"])
+            latency.setdefault(name, {}).setdefault(step, []).append(took)
     fixed, tuned, low = (latency[n] for n in ("fixed50", "auto50", "auto1"))
     # 1.75 requests/s: a fixed N = 50 never fills, every request waits T (200 ms); tuned, N falls to
     # 1-2 within a second (from the second on, a mean under 2) and the latency with it

@@ -133,6 +133,16 @@ def test_threshold_shedder_leaves_a_broker_with_one_bundle_and_amounts_under_the
     assert threshold_shedder(small, usage, {"a": ["x", "y", "z"]}, BUNDLE_RATES, set(), CONFIG) == []
 
 
+def test_threshold_shedder_leaves_a_broker_under_the_average_plus_threshold_however_much_it_carries():
+    # a at 0.47 against an average of 0.40: 7 points over, under the 10-point threshold (with the
+    # 5-point margin its 10 MB/s would be worth a 200 kB/s unload, above the minimum)
+    brokers = {"a": load("a", 0.47, throughput=10_000_000), "b": load("b", 0.4), "c": load("c", 0.33)}
+    usage = {"a": 0.47, "b": 0.4, "c": 0.33}
+    assert threshold_shedder(brokers, usage, {"a": ["x", "y", "z"], "b": ["w", "v"]}, BUNDLE_RATES, set(), CONFIG) == []
+    usage["a"] = 0.56  # 13 points over the average, now 0.43: sheds
+    assert [u.broker for u in threshold_shedder(brokers, usage, {"a": ["x", "y", "z"]}, BUNDLE_RATES, set(), CONFIG)]
+
+
 def test_overload_shedder_sheds_the_excess_over_85_percent_plus_5_points_and_at_least_one_bundle():
     # max use 0.95: (0.95 - 0.85 + 0.05) x 1 MB/s = 150 kB/s; z (500 kB/s) is the biggest: only z.
     brokers = {"a": load("a", 0.95, throughput=1_000_000), "b": load("b", 0.5)}
