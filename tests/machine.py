@@ -1,10 +1,10 @@
-"""Live tests side by side, except those that need the machine to themselves.
+"""Tests side by side, except those that need the machine to themselves.
 
-`make test` runs two workers. A live test (marker `root`) shares the machine with the other
-worker's live test; a test marked `quiet` judges timing at sub-millisecond precision (a probe's
-RTT bounds, the delay line's accuracy, a path's end-to-end latency), which a second live network
-on two cores would move by a millisecond, so it waits until no other live test runs and holds
-the others off while it runs. Two file locks make it a readers-writer lock that lets a waiting
+`make test` runs two workers. A test shares the machine with the other worker's test; a test
+marked `quiet` judges timing at sub-millisecond precision (a probe's RTT bounds, the delay line's
+accuracy, a path's end-to-end latency), which a second live network or a Spark job on two cores
+would move by milliseconds, so it waits until the other worker's test ends and holds the next one
+off while it runs. Two file locks make it a readers-writer lock that lets a waiting
 quiet test in first (a turnstile: a live test passes through it before taking its shared lock).
 """
 
@@ -23,7 +23,7 @@ LOCKS_ENV = "TESTBED_TEST_LOCKS"
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "quiet: judges timing finely: runs with no other live test beside it")
+    config.addinivalue_line("markers", "quiet: judges timing finely: runs with no other test beside it")
     if not hasattr(config, "workerinput"):  # the controller, before any worker starts: they inherit it
         os.environ[LOCKS_ENV] = tempfile.mkdtemp(prefix="testbed-test-locks-")
 
@@ -45,7 +45,7 @@ def _locked(name: str, mode: int):
 
 @contextmanager
 def machine(quiet: bool):
-    """Held for a live test: exclusive when `quiet`, shared otherwise."""
+    """Held for a test's phase: exclusive when `quiet`, shared otherwise."""
     if quiet:
         with _locked("turnstile", fcntl.LOCK_EX), _locked("machine", fcntl.LOCK_EX):
             yield
@@ -57,8 +57,7 @@ def machine(quiet: bool):
 
 
 def _phase(item, exclusive: bool):
-    live = item.get_closest_marker("root") or item.get_closest_marker("quiet")
-    if not live or LOCKS_ENV not in os.environ:
+    if LOCKS_ENV not in os.environ:
         return _nothing()
     return machine(quiet=exclusive)
 
@@ -70,7 +69,7 @@ def _nothing():
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
-    """Fixtures (a module's shared live run among them) run beside other live tests."""
+    """Fixtures (a module's shared live run among them) run beside the other worker's tests."""
     with _phase(item, exclusive=False):
         yield
 
