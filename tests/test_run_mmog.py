@@ -1,7 +1,8 @@
 """The MMOG smoke scenario end to end (paper 5.8.2): mobile players on two edge sites per city, each
 publishing its avatar's topic and subscribing to its group's, moving those subscriptions at every
-group change; game servers subscribed to their edge site's players; traces and Fig. 9 for one player
-(root only; about a minute). Also the workload's plan and area-of-interest rules, without a network."""
+group change; game servers subscribed to their edge site's players; topics placed where ePulsar should
+put them; traces and Fig. 9 for one player (root only; about a minute and a half). Also the workload's
+plan and area-of-interest rules, without a network."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from pathlib import Path
 import pytest
 
 from testbed import topology
+from testbed.policies.distance import get_distance
+from tests.live import judged_seconds, run_held
 from tests.needs import full_system
+from tests.spans import clean_seconds, detection_window
 from testbed.mobility import GroupChange, group_changes
 from testbed.systems.pubsub.workloads import _due_between, area_of_interest, mmog_plan, served
 from testbed.scenario.loader import ScenarioError, load
@@ -71,63 +75,181 @@ def test_due_between_counts_the_open_loop_schedule():
     assert _due_between(100.0, 30, 101.0, 100.0) == 0
 
 
+CLEAN_MIN = 10  # seconds without any saturation: latency medians over a third of the run at least
+
+
+def mmog_not_held(out: Path, summary: dict) -> str | None:
+    """At 840 deliveries/s the harness saturates a few seconds around migrations (every client of a
+    moving topic reconnects at once), and the hypervisor stalls the VM now and then; the latencies
+    are judged on the other seconds (tests.spans), CLEAN_MIN of them at least. None when so, else
+    what was not."""
+    clean, judged = len(clean_seconds(out)), judged_seconds(out)
+    if judged < 25 or clean < CLEAN_MIN:
+        return f"{clean} clean of {judged} judged seconds; saturated {summary['harness']['saturated']}"
+    return None
+
+
+@pytest.fixture(scope="module")
+def mmog(tmp_path_factory) -> tuple[Path, Path]:
+    """One real run of the MMOG smoke (30 s: the first group changes come after 15 s) that the
+    harness held: (its directory, the results root)."""
+    root = tmp_path_factory.mktemp("mmog")
+    _run, out, _summary = run_held(["scenarios/mmog-smoke.yaml", "--duration", "30s"], root, "mmog-smoke",
+                                   mmog_not_held)
+    return out, root
+
+
+def _events(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+
+
+def _rows(out: Path) -> list[dict]:
+    return [json.loads(line) for path in (out / "traces").glob("*.jsonl") for line in path.read_text().splitlines()]
+
+
 @full_system
-def test_mmog_smoke_runs_end_to_end(tmp_path):
-    run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", "scenarios/mmog-smoke.yaml", "--duration", "30s",
-                          "--results", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    (out,) = tmp_path.glob("mmog-smoke-*")
+def test_mmog_smoke_runs_end_to_end(mmog):
+    out, root = mmog
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["classes"]) == {"avatar"}
     avatar = summary["classes"]["avatar"]
-    # every player publishes at the scenario's rate for 30 s, seen by its game server and its group's
-    # players (~80 subscriptions, 5.25 per message)
-    scenario = load(ROOT / "scenarios" / "mmog-smoke.yaml")
-    published = scenario.workload.avatars * scenario.workload.rate * 30
+    # every player publishes at the scenario's rate for the run, seen by its game server and its
+    # group's players (~80 subscriptions, 5.25 per message)
+    scenario = load(out / "scenario.yaml")
+    published = scenario.workload.avatars * scenario.workload.rate * scenario.duration
     assert summary["published"] >= 0.95 * published
     assert summary["expected_deliveries"] > 4 * published
     assert 0.99 * summary["expected_deliveries"] <= summary["delivered"] <= 1.01 * summary["expected_deliveries"]
     assert avatar["messages"] == summary["delivered"]
-    assert summary["migrations_failed"] == 0
+    assert summary["rounds_failed"] == 0
 
     # every player asked its own edge site's NC proxy
     plan = json.loads((out / "mmog-plan.json").read_text())
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    events = _events(out)
     attached = {e["client"]: e["proxy"] for e in events if e["type"] == "player_attached"}
     assert attached == {p: edge["proxy"] for p, edge in zip(plan["players"], plan["edges"])}
 
     # every message took its configured path: player -> owning broker -> subscriber (player or game
-    # server): access delays plus the WonderProxy inter-city delay, plus a few ms of processing
-    topo = topology.build(load(SMOKE))
-    excess, configured, consumers = [], [], set()
-    for path in (out / "traces").glob("*.jsonl"):
-        for line in path.read_text().splitlines():
-            row = json.loads(line)
-            assert row["topic"] == f"avatar-{row['producer']}" and row["producer"] in plan["players"]
-            assert row["consumer"] != row["producer"]
-            consumers.add(row["consumer"])
-            path_s = (topo.node_rtt(row["producer"], row["broker"]) + topo.node_rtt(row["broker"], row["consumer"])) / 2
-            configured.append(path_s)
-            excess.append(float(row["receive_time"]) - float(row["send_time"]) - path_s)
-    assert len(excess) == summary["delivered"]
+    # server): access delays plus the WonderProxy inter-city delay, plus a few ms of processing;
+    # judged on messages sent in seconds the harness and the hypervisor left alone
+    topo = topology.build(scenario)
+    clean = clean_seconds(out)
+    excess, configured, measured, consumers, rows = [], [], [], set(), _rows(out)
+    for row in rows:
+        assert row["topic"] == f"avatar-{row['producer']}" and row["producer"] in plan["players"]
+        assert row["consumer"] != row["producer"]
+        consumers.add(row["consumer"])
+        if int(float(row["send_time"])) not in clean:
+            continue
+        path_s = (topo.node_rtt(row["producer"], row["broker"]) + topo.node_rtt(row["broker"], row["consumer"])) / 2
+        latency = float(row["receive_time"]) - float(row["send_time"])
+        configured.append(path_s)
+        measured.append(latency)
+        excess.append(latency - path_s)
+    assert len(rows) == summary["delivered"] and len(excess) >= 5 * published / scenario.duration  # 5 s of it
     assert consumers & set(plan["servers"]) and consumers & set(plan["players"])
     assert 0.0 <= 1e3 * statistics.median(excess) <= 8.0
-    assert abs(avatar["p50_ms"] - 1e3 * statistics.median(configured)) <= 10.0, avatar
+    assert abs(statistics.median(measured) - statistics.median(configured)) <= 0.010
 
     # the group changes happened and moved the players' subscriptions (unsubscribe and subscribe)
     kinds = {e["type"] for e in events}
     assert {"group_change", "aoi_change", "acquired", "round", "nc_snapshot"} <= kinds
-    planned = [c for c in plan["changes"] if c[0] < 29.0]
+    planned = [c for c in plan["changes"] if c[0] < scenario.duration - 1.0]
     assert len([e for e in events if e["type"] == "group_change"]) >= len(planned) > 0
     aoi = [e for e in events if e["type"] == "aoi_change"]
     assert {e["client"] for e in aoi} <= set(plan["players"])  # game servers keep their edge site's players
     assert any(e["subscribed"] for e in aoi) and any(e["unsubscribed"] for e in aoi)
 
-    figures = subprocess.run([sys.executable, "-m", "testbed.cli", "figures", str(out), "--out", str(tmp_path / "figs")],
+    figures = subprocess.run([sys.executable, "-m", "testbed.cli", "figures", str(out), "--out", str(root / "figs")],
                              capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert figures.returncode == 0, figures.stderr[-2000:]
-    assert (tmp_path / "figs" / f"fig9-{out.name}.png").stat().st_size > 10_000
-    drawn = json.loads((tmp_path / "figs" / "figures.json").read_text())["figures"]
+    assert (root / "figs" / f"fig9-{out.name}.png").stat().st_size > 10_000
+    drawn = json.loads((root / "figs" / "figures.json").read_text())["figures"]
     (fig9,) = [f for f in drawn if Path(f["path"]).name.startswith("fig9-")]
     # one player's area of interest: the avatars of its groups over the run
     assert len(fig9["series"]) >= 2 and set(fig9["series"]) <= set(plan["players"])
+
+
+class Placement:
+    """What ePulsar should do with each avatar topic, on the configured network (the topology's
+    RTTs, which the coordinates estimate): E(b) = d(player, b) + max over its consumers (its game
+    server, the other players of its group at that time) of d(c, b), in the scenario's reading of d
+    (`rtt` here). Algorithm 1 leaves a topic where E <= Lth and otherwise moves it to the best-ranked
+    broker, so a placement is as good as the policy's when E(used) <= max(Lth, min over b of E(b))."""
+
+    def __init__(self, out: Path, events: list[dict]):
+        self.scenario = load(out / "scenario.yaml")
+        self.topo = topology.build(self.scenario)
+        plan = json.loads((out / "mmog-plan.json").read_text())
+        self.players, self.server = plan["players"], {p: e["server"] for p, e in zip(plan["players"], plan["edges"])}
+        self.start_groups = dict(zip(self.players, plan["groups"]))
+        self.changes = sorted((e["time"], e["avatar"], e["to_group"]) for e in events if e["type"] == "group_change")
+        self.brokers = sorted({e["broker"] for e in events if e["type"] == "broker_registered"})
+        (topic,) = self.scenario.workload.topics
+        self.threshold = topic.threshold
+        self.per_rtt = get_distance(self.scenario.control.distance).per_rtt
+
+    def groups(self, t: float) -> dict[str, int]:
+        groups = dict(self.start_groups)
+        for when, who, to in self.changes:
+            if when <= t:
+                groups[who] = to
+        return groups
+
+    def e(self, player: str, broker: str, t: float) -> float:
+        groups = self.groups(t)
+        consumers = [self.server[player]] + [q for q in self.players if q != player and groups[q] == groups[player]]
+        return self.per_rtt * (self.topo.node_rtt(player, broker) + max(self.topo.node_rtt(c, broker) for c in consumers))
+
+    def excess(self, player: str, broker: str, t: float) -> float:
+        """How much worse than the policy's own standard the placement on `broker` is at `t` (s)."""
+        return self.e(player, broker, t) - max(self.threshold, min(self.e(player, b, t) for b in self.brokers))
+
+    def settled(self, player: str, t: float, placed: float, window: float) -> bool:
+        """Whether the topic's clients have been as they are at `t` for a detection window: since
+        its first placement and since the last group change that touched it (its own player's, or
+        another player's leaving or joining its group)."""
+        if t < placed + window:
+            return False
+        for when, who, to in self.changes:
+            if when <= t < when + window:
+                before = self.groups(when - 1e-6)
+                if who == player or before[player] in (before[who], to):
+                    return False
+        return True
+
+
+def _coordinate_error_s(events: list[dict], t: float) -> float:
+    """The 95th percentile of the coordinates' all-pairs error (s) in the latest snapshot before t."""
+    snaps = [e for e in events if e["type"] == "nc_snapshot" and e["time"] <= t and e.get("p95_error_ms") is not None]
+    return snaps[-1]["p95_error_ms"] / 1e3
+
+
+@full_system
+def test_topics_are_placed_where_the_policy_should_put_them(mmog):
+    """ePulsar's placement in the MMOG case, judged on the configured network rather than on the
+    broker each message happened to use: topics do migrate (a topic's first broker is its first
+    asker's nearest, and group changes move its consumers), every migration goes to a broker within
+    the coordinates' error of the best (E sums two estimated distances: twice the run's p95 error),
+    and once a topic's clients have been as they are for a detection window, at least half of its
+    messages go through a broker that meets the policy's standard (`Placement`). A policy that put
+    every topic in the cloud (nyc) would be 50 ms over it for most messages."""
+    out, _root = mmog
+    events = _events(out)
+    judge = Placement(out, events)
+    window = detection_window(judge.scenario.control)
+    moved = [e for e in events if e["type"] == "migration_end"]
+    assert moved and all(e["ok"] for e in moved), moved
+    for e in moved:
+        player = e["topic"].removeprefix("avatar-")
+        worse = judge.e(player, e["to_broker"], e["time"]) - min(judge.e(player, b, e["time"]) for b in judge.brokers)
+        assert worse <= 2 * _coordinate_error_s(events, e["time"]), (e, worse)
+    placed = {e["topic"]: e["time"] for e in events if e["type"] == "initial_placement"}
+    assert set(placed) == {f"avatar-{p}" for p in judge.players}
+    excess = []
+    for row in _rows(out):
+        sent = float(row["send_time"])
+        if judge.settled(row["producer"], sent, placed[row["topic"]], window) and row["consumer"] == judge.server[row["producer"]]:
+            excess.append(judge.excess(row["producer"], row["broker"], sent))
+    assert len(excess) >= judge.scenario.workload.rate * len(judge.players), len(excess)  # a second of each, at least
+    assert statistics.median(excess) <= 0.0, statistics.median(excess)
