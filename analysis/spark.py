@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from pathlib import Path
 
 DEFAULT_MASTER = "local[*]"
@@ -57,6 +58,8 @@ def session(master: str | None = None, app_name: str = "testbed-analysis", shuff
     """Get (or create) the SparkSession. Settings apply when this call starts the JVM."""
     from pyspark.sql import SparkSession
 
+    # Python workers run this interpreter (it has pyarrow and this package), not the first python3 on PATH.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     master = master or os.environ.get("ANALYSIS_SPARK_MASTER") or DEFAULT_MASTER
     local = master.startswith("local")
     if shuffle_partitions is None and local:

@@ -31,7 +31,6 @@ def spark():
 
     from analysis.spark import session
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Python workers import this package (set before the JVM)
     existing = SparkSession.getActiveSession()  # another module's session: reuse it, leave it running
     # Tiny inputs: query planning and code generation dominate, so skip what only pays off on big data.
     spark = session("local[2]", app_name="test-analysis", shuffle_partitions=1,
