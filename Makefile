@@ -12,7 +12,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt venv scenario test figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-client bench-capacity bench-bad bench-bad-live bench-tracking bench-autotune bench-soak bench-durable bench-servers
+.PHONY: setup apt venv scenario test test-long figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-client bench-capacity bench-bad bench-bad-live bench-tracking bench-autotune bench-soak bench-durable bench-servers
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -37,10 +37,14 @@ scenario: setup  ## the default smoke scenario end to end, then its figures (SCE
 	$(BIN)/testbed run $(SCENARIO)
 	$(BIN)/testbed figures $$(dirname $$(ls -td results/*/run.json | head -1))
 
-# Two workers, whole files each (a file's shared live run stays shared); TEST_ARGS adds pytest flags.
+# Two workers, whole files each (a file's shared live run stays shared; a live test has the machine
+# to itself: tests/machine.py); TEST_ARGS adds pytest flags.
 PYTEST_WORKERS ?= 2
-test: setup  ## the test suite (namespace tests need root; Containernet tests skip with the reason)
-	$(BIN)/python -m pytest -q -ra --durations=25 -n $(PYTEST_WORKERS) --dist loadfile $(TEST_ARGS)
+test: setup  ## the test suite but its long live runs (namespace tests need root; Containernet tests skip with the reason)
+	$(BIN)/python -m pytest -q -ra --durations=25 -n $(PYTEST_WORKERS) --dist loadfile -m "not long" $(TEST_ARGS)
+
+test-long: setup  ## the long live runs: failover faults, durable topics, MMOG, runs over namespace-servers
+	$(BIN)/python -m pytest -q -ra --durations=25 -m long $(TEST_ARGS)
 
 figures: venv
 	$(BIN)/testbed figures

@@ -1,11 +1,12 @@
-"""Tests side by side, except those that need the machine to themselves.
+"""Which tests may run side by side on the two workers of `make test`.
 
-`make test` runs two workers. A test shares the machine with the other worker's test; a test
-marked `quiet` judges timing at sub-millisecond precision (a probe's RTT bounds, the delay line's
-accuracy, a path's end-to-end latency), which a second live network or a Spark job on two cores
-would move by milliseconds, so it waits until the other worker's test ends and holds the next one
-off while it runs. Two file locks make it a readers-writer lock that lets a waiting
-quiet test in first (a turnstile: a live test passes through it before taking its shared lock).
+Measured: two live networks at once do not fit on this 2-core VM (an MMOG smoke beside another
+run left the CPU 0 % idle for all its 34 s; failover runs had no CPU to spare in their fault
+windows), and a test that judges timing finely (marker `quiet`: a probe's RTT bounds, the delay
+line's accuracy, a path's end-to-end latency) is moved by milliseconds by anything beside it. So
+a live test (marker `root`) or a quiet one has the machine to itself, fixtures included; tests of
+pure logic run two at a time. Two file locks make it a readers-writer lock that lets a waiting
+live test in first (a turnstile: a pure test passes through it before taking its shared lock).
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def _locked(name: str, mode: int):
 
 @contextmanager
 def machine(quiet: bool):
-    """Held for a test's phase: exclusive when `quiet`, shared otherwise."""
+    """Held for a test's phase: exclusive for a live or quiet test, shared otherwise."""
     if quiet:
         with _locked("turnstile", fcntl.LOCK_EX), _locked("machine", fcntl.LOCK_EX):
             yield
@@ -56,10 +57,10 @@ def machine(quiet: bool):
         yield
 
 
-def _phase(item, exclusive: bool):
+def _phase(item):
     if LOCKS_ENV not in os.environ:
         return _nothing()
-    return machine(quiet=exclusive)
+    return machine(quiet=bool(item.get_closest_marker("root") or item.get_closest_marker("quiet")))
 
 
 @contextmanager
@@ -69,19 +70,18 @@ def _nothing():
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_setup(item):
-    """Fixtures (a module's shared live run among them) run beside the other worker's tests."""
-    with _phase(item, exclusive=False):
+    """Fixtures too: a module's shared live run is set up in its first test's setup."""
+    with _phase(item):
         yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
-    """The test's own body: alone on the machine when it is `quiet`."""
-    with _phase(item, exclusive=item.get_closest_marker("quiet") is not None):
+    with _phase(item):
         yield
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_teardown(item):
-    with _phase(item, exclusive=False):
+    with _phase(item):
         yield

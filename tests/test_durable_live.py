@@ -12,6 +12,7 @@ import json
 import statistics
 from pathlib import Path
 
+import pytest
 import yaml
 
 from testbed.scenario.loader import load
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 KILL_AT, STORAGE_AT, STORAGE_BACK_AFTER = 15.0, 20.0, 6.0  # 14 s of acks on bzone1 (~60/s); the streams move within a second or two
 DURATION = STORAGE_AT + STORAGE_BACK_AFTER + 4.0  # a few seconds with every storage node back
 CLEAN_MIN = 5  # clean seconds before the crash: the acknowledgement median over 5 s of them at least
-pytestmark = FULL_SYSTEM
+pytestmark = FULL_SYSTEM + [pytest.mark.long]
 
 
 def _acks(out: Path, start: float) -> list[tuple[str, float, float]]:

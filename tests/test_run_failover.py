@@ -43,7 +43,7 @@ ZK_START_MAX_S = 6.0  # ZooKeeper's JVM serves again within this of its restart
 HANDOVER_MIN_S, HANDOVER_MAX_S = SESSION_S * 2 / 3, SESSION_S + 4.0
 CRASH_SPAN_S = 6.0  # the other swarm's deliveries compared in as long before and after a client crash
 BOTH = ["follow_leader-swarm1", "sensor_data-swarm1"]
-pytestmark = FULL_SYSTEM
+pytestmark = FULL_SYSTEM + [pytest.mark.long]
 
 
 def variant(root: Path, name: str, settle: str | None, **changes) -> Path:

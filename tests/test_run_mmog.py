@@ -107,6 +107,7 @@ def _rows(out: Path) -> list[dict]:
     return [json.loads(line) for path in (out / "traces").glob("*.jsonl") for line in path.read_text().splitlines()]
 
 
+@pytest.mark.long
 @full_system
 def test_mmog_smoke_runs_end_to_end(mmog):
     out, root = mmog
@@ -225,6 +226,7 @@ def _coordinate_error_s(events: list[dict], t: float) -> float:
     return snaps[-1]["p95_error_ms"] / 1e3
 
 
+@pytest.mark.long
 @full_system
 def test_topics_are_placed_where_the_policy_should_put_them(mmog):
     """ePulsar's placement in the MMOG case, judged on the configured network rather than on the

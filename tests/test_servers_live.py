@@ -20,7 +20,7 @@ from testbed.emulation import runstate
 from testbed.emulation import servers as servers_mod
 from tests.needs import FULL_SYSTEM
 
-pytestmark = FULL_SYSTEM + [pytest.mark.skipif(not shutil.which("sshd"), reason="needs sshd (openssh-server)")]
+pytestmark = FULL_SYSTEM + [pytest.mark.long, pytest.mark.skipif(not shutil.which("sshd"), reason="needs sshd (openssh-server)")]
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOKE = ROOT / "scenarios" / "uav-smoke.yaml"
