@@ -36,8 +36,6 @@ def _acks(out: Path, start: float) -> list[tuple[str, float, float]]:
 def not_held(out: Path, summary: dict) -> str | None:
     """Before the crash the harness kept up (the hypervisor's stalls aside); the acknowledgement
     latency is judged on the seconds neither saturated, or not judged when too few are left."""
-    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
-    start = next(e["time"] for e in events if e["type"] == "run_start")
     ours = [s for s in unexplained_seconds(out) if s < KILL_AT]
     if len(ours) > 1:  # one isolated late second, as every smoke allows
         return f"{len(ours)} saturated seconds before the crash that steal does not explain; " \
