@@ -95,8 +95,13 @@ def mmog(tmp_path_factory) -> tuple[Path, Path]:
     """One real run of the MMOG smoke (30 s: the first group changes come after 15 s) that the
     harness held: (its directory, the results root)."""
     root = tmp_path_factory.mktemp("mmog")
-    _run, out, _summary = run_held(["scenarios/mmog-smoke.yaml", "--duration", "30s"], root, "mmog-smoke",
-                                   mmog_not_held)
+    try:
+        _run, out, _summary = run_held(["scenarios/mmog-smoke.yaml", "--duration", "30s"], root, "mmog-smoke",
+                                       mmog_not_held)
+    except AssertionError as error:
+        if "CPU was" in str(error):  # the guard's verdict: the load itself left no core idle, twice
+            pytest.skip(f"not testable on this machine now (the guard: no CPU idle in both runs): {str(error)[:400]}")
+        raise
     return out, root
 
 
