@@ -40,13 +40,18 @@ def _testbed(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 # own two servers before the module's three are up (one file, so one worker owns the names).
 
 
-@pytest.fixture
-def two_servers():
+def _servers_up(count: int) -> dict:
+    """`count` namespace-servers of this test's own (never someone else's that are already up)."""
     if servers_mod.namespace_servers():
         pytest.skip("namespace-servers are already up (someone else's): not touching them")
-    made = _testbed("servers", "up", "2")
+    made = _testbed("servers", "up", str(count))
     assert made.returncode == 0, made.stdout + made.stderr
-    yield servers_mod.namespace_servers()
+    return servers_mod.namespace_servers()
+
+
+@pytest.fixture
+def two_servers():
+    yield _servers_up(2)
     _testbed("servers", "down")
 
 
@@ -107,11 +112,7 @@ def test_a_connection_that_outlived_its_servers_name_is_ended_by_clean(two_serve
 
 @pytest.fixture(scope="module")
 def servers():
-    if servers_mod.namespace_servers():
-        pytest.skip("namespace-servers are already up (someone else's): not touching them")
-    made = _testbed("servers", "up", "3")
-    assert made.returncode == 0, made.stdout + made.stderr
-    yield servers_mod.namespace_servers()
+    yield _servers_up(3)
     down = _testbed("servers", "down")
     assert down.returncode == 0, down.stdout + down.stderr
     assert not servers_mod.namespace_servers()
