@@ -12,6 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import nats.errors
 import pytest
 
 from testbed.scenario.loader import ScenarioError, load
@@ -197,7 +198,15 @@ def test_a_site_local_stream_follows_its_broker_to_another_site(cluster):
                 break
             assert time.monotonic() < deadline, f"not moved: {info.cluster}"
             await asyncio.sleep(0.2)
-        again = await durable2.js.publish("s.mv-a", b"x", headers={"Nats-Msg-Id": "p:3"})
+        # the new leader may not answer its first publish yet (a leader change: a timeout with no
+        # store); a JetStream client resends with the same id, which is what dedup is for
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                again = await durable2.js.publish("s.mv-a", b"x", headers={"Nats-Msg-Id": "p:3"}, timeout=2)
+                break
+            except nats.errors.TimeoutError:
+                assert time.monotonic() < deadline, "the moved stream answered no publish in 10 s"
         events = agent2.events
         for closing in (durable.close(), durable2.close(), agent.nc.close(), agent2.nc.close()):
             await closing

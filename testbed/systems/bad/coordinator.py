@@ -75,7 +75,8 @@ class Coordinator:
             self.changed[j] = time.time()
             self.events.add("bad_placed", subscriber=subscriber, broker=self.brokers[j]["name"],
                             placement=self.placer.kind,
-                            distance_ms=None if distances is None else round(1e3 * float(distances[j]), 3))
+                            estimates_ms=None if distances is None else
+                            {b["name"]: round(1e3 * float(d), 3) for b, d in zip(self.brokers, distances)})
         j = int(self.loads.broker[i])
         return {"broker": self.brokers[j]["name"], "address": self.brokers[j]["address"]}
 
