@@ -91,7 +91,7 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
             refusal = _impossible(path, _offered_load(scenario, topology, capacity)[1], capacity)
             if refusal is not None:
                 raise refusal
-            console.print(f"{path}: ok ({scenario.name})", highlight=False)
+            console.print(f"{path}: ok ({scenario.name})", highlight=False, soft_wrap=True)  # one line per file, however long its path
         except ScenarioError as error:
             failed = True
             print(str(error), file=sys.stderr)

@@ -18,13 +18,15 @@ from pathlib import Path
 from typing import NamedTuple
 
 from testbed import health, procs
+from testbed.emulation.delayline import BINARY as RELAY_BINARY
 from testbed.emulation.runstate import ENV_TAG
 
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 FILES_PERIOD_S = 10  # open file descriptors are counted this often (a directory listing per process)
 LAG_S = 3  # clients write a second's line when it ends; relays answer one poll later
+RELAY_NEEDLE = f"/{RELAY_BINARY.parent.name}/{RELAY_BINARY.name} "  # the binary, not a path that names it
 CLASSES = (  # (class, substring of the command line); first match wins
-    ("relays", "delayline"), ("storage", "/storage-"), ("nats-server", "nats-server"), ("clients", "testbed.systems.pubsub.workloads"),
+    ("relays", RELAY_NEEDLE), ("storage", "/storage-"), ("nats-server", "nats-server"), ("clients", "testbed.systems.pubsub.workloads"),
     ("clients", "testbed.systems.pubsub.client"), ("clients", "testbed.systems.pubsub.multiclient"),
     ("broker-agents", "testbed.systems.pubsub.broker"), ("control-plane", "testbed.systems.pubsub.manager"),
     ("control-plane", "testbed.systems.pubsub.lookup"), ("zookeeper", "zookeeper"), ("serf", "serf"),

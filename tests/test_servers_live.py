@@ -18,7 +18,7 @@ import pytest
 
 from testbed.emulation import runstate
 from testbed.emulation import servers as servers_mod
-from tests.live import measured_held, steal_ms
+from tests.live import measured_held
 from tests.needs import FULL_SYSTEM
 
 pytestmark = FULL_SYSTEM + [pytest.mark.long, pytest.mark.skipif(not shutil.which("sshd"), reason="needs sshd (openssh-server)")]
@@ -135,16 +135,25 @@ def _left_on_servers(names) -> list[str]:
     return left
 
 
+def _beyond_bounds_ms(done: subprocess.CompletedProcess) -> float:
+    """How far the probe's worst pair is beyond its bounds (median within its tolerance, p99 within
+    3 ms of the configured RTT), ms; 0 when it passed, and a probe that printed no pairs is far off."""
+    if done.returncode == 0:
+        return 0.0
+    try:
+        pairs = json.loads(done.stdout)["pairs"]
+    except (ValueError, KeyError):
+        return 1e9
+    return max([max(abs(p["median_ms"] - p["configured_ms"]) - p["tolerance_ms"], p["p99_ms"] - p["configured_ms"] - 3.0)
+                if p["median_ms"] is not None else 1e9 for p in pairs if not p["ok"]] or [1e9])
+
+
 @pytest.mark.quiet
 def test_probe_across_three_servers_holds_the_configured_rtts(servers):
     """Every pair of sites, most of them on different servers, within the probe's bounds; each
     server's clock measured against ours (here the same kernel clock: near zero)."""
-    stolen = steal_ms()
     probe = measured_held(lambda: _testbed("probe", str(SMOKE), "--servers", SERVERS, "--count", "100", "--json"),
-                          lambda done: done.returncode == 0)  # a probe the hypervisor stalled is repeated once
-    stolen = steal_ms() - stolen
-    if probe.returncode != 0 and stolen >= 1000:  # both probes stalled by the hypervisor: its delay, not the links'
-        pytest.skip(f"not testable on this machine now: the hypervisor stole {stolen:.0f} ms during the probes")
+                          _beyond_bounds_ms)
     assert probe.returncode == 0, probe.stdout[-3000:] + probe.stderr[-3000:]
     result = json.loads(probe.stdout)
     assert result["ok"] and len(result["pairs"]) >= 10

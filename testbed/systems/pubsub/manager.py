@@ -173,6 +173,9 @@ class TopicManager(LookupService):
             try:
                 await self.one_round()
             except Exception as error:  # noqa: BLE001 - a failed round is reported, the next one runs
+                stopping = getattr(self, "stopping", None)
+                if stopping is not None and stopping.is_set():
+                    return  # SIGTERM closes the sessions under a round on purpose: not a failed round
                 emit("round_failed", round=self.round, error=f"{type(error).__name__}: {error}")
 
     async def one_round(self) -> None:
