@@ -12,7 +12,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt venv scenario test test-long figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-client bench-capacity bench-bad bench-bad-live bench-tracking bench-autotune bench-soak bench-durable bench-servers
+.PHONY: setup apt venv scenario test test-long figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-client bench-capacity bench-bad bench-bad-live bench-tracking bench-autotune bench-soak bench-durable bench-servers bench-efficiency
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -121,6 +121,9 @@ bench-soak: setup  ## 30 min of uav-smoke with a broker crashed and restarted ev
 
 bench-durable: setup  ## durable topics (paper 3.5) live: ack and E2E latency by storage placement and replicas, storage traffic and CPU, zero loss across migrations and crashes (~20 min) -> results/bench/durable.json, durable-latency/cost.png (DURABLE_ARGS=--only loss-r3-enhanced)
 	$(BIN)/python -m testbed.bench.durable $(DURABLE_ARGS)
+
+bench-efficiency: setup  ## CPU-us per delivered message by process class at fractions of the paper's UAV load and MMOG points, the per-link delay line and the shared one alternating run by run -> results/bench/efficiency.json, efficiency.png (EFFICIENCY_ARGS=--quick ...)
+	$(BIN)/python -m testbed.bench.efficiency $(EFFICIENCY_ARGS)
 
 bench-capacity: setup  ## load the harness carries within its error budget: UAV and MMOG knees vs the paper's load, nats-server and the delay line alone -> results/bench/capacity.json, capacity.png (CAPACITY_ARGS=--quick ...)
 	$(BIN)/python -m testbed.bench.capacity $(CAPACITY_ARGS)

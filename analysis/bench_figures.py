@@ -9,6 +9,7 @@ so a figure can be redrawn (or restyled) without measuring again.
   broker, ours) (paper 5.7)
 - overload.json -> overload.png: nats-server's output rate vs p95 latency, the Rth_out knee (paper 5.4)
 - capacity.json -> capacity.png: the harness's overhead vs offered load, CPU by process class
+- efficiency.json -> efficiency.png: CPU-us per delivered message by process class, shapers side by side
 
     python -m analysis.bench_figures [--dir results/bench] [nc monitoring migration overload capacity ...]
 
@@ -325,6 +326,38 @@ def capacity(data: dict, out: Path) -> dict:
     return _drawn(fig, out, title, xlabel, ylabel, series)
 
 
+# ------------------------------------------------------------------------------------------ efficiency
+
+def efficiency(data: dict, out: Path) -> dict:
+    """`make bench-efficiency` (testbed.bench.efficiency): CPU-us per delivered message stacked by
+    process class, one bar per run, the shapers side by side at each load; steal hatched on top (the
+    hypervisor's, not a process's); the line is what the paper's load on two cores allows."""
+    rows = sorted((r for r in data["rows"] if r.get("total_us_per_delivery") is not None),
+                  key=lambda r: (r["case"], r["offered_per_s"], r["shaper"], r.get("repeat", 0)))
+    classes = sorted({k for r in rows for k in r["cpu_us_per_delivery"]})
+    fig, ax = plt.subplots(figsize=(max(7.0, 0.55 * len(rows) + 2), 4.8))
+    bottom = np.zeros(len(rows))
+    for name, color in zip(classes, plt.cm.tab10.colors):
+        values = np.array([r["cpu_us_per_delivery"].get(name) or 0.0 for r in rows])
+        ax.bar(range(len(rows)), values, bottom=bottom, label=name, color=color)
+        bottom += values
+    steal = np.array([r.get("steal_us_per_delivery") or 0.0 for r in rows])
+    ax.bar(range(len(rows)), steal, bottom=bottom, label="steal (not process CPU)", color="white",
+           edgecolor="grey", hatch="//")
+    ax.axhline(data.get("target_us", 70.0), color="red", linestyle="--", linewidth=1,
+               label=f"paper's UAV load on {data.get('cpus') or 2} cores")
+    paper = data.get("paper", {})
+    ax.set_xticks(range(len(rows)), [f"{r['case'].split('-')[0]} {r['offered_per_s'] / paper[r['case']]:.2f}x\n"
+                                     f"{r['shaper']}" if paper.get(r["case"]) else r["shaper"] for r in rows],
+                  rotation=60, fontsize=7)
+    title = "CPU per delivered message by process class (x: share of the paper's load, shaper)"
+    xlabel, ylabel = "run (load as a share of the paper's, shaper)", "CPU-us per delivered message"
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=7, ncol=2)
+    return _drawn(fig, out, title, xlabel, ylabel, [*classes, "steal"])
+
+
 # ------------------------------------------------------------------------------------------ by name
 
 # -- Fig. 4 and 5: the placement assessment (paper 5.5), from testbed.bench.assessment's summary rows --
@@ -399,7 +432,8 @@ FIGURES = {"nc": lambda data, d, name: [fig3b(data, d / "fig3b.png")],
            "monitoring": lambda data, d, name: [fig6(data, d / "fig6.png")],
            "migration": lambda data, d, name: fig7(data, d),
            "overload": lambda data, d, name: [overload(data, d / f"{name}.png")],
-           "capacity": lambda data, d, name: [capacity(data, d / f"{name}.png")]}
+           "capacity": lambda data, d, name: [capacity(data, d / f"{name}.png")],
+           "efficiency": lambda data, d, name: [efficiency(data, d / f"{name}.png")]}
 
 
 def draw(name: str, data: dict | None = None, directory: Path = OUT) -> list[dict]:
@@ -417,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help=f"benchmarks (default: every one whose JSON exists): {', '.join(FIGURES)}")
     parser.add_argument("--dir", type=Path, default=OUT, help="where the JSON is and the PNGs go")
     args = parser.parse_args(argv)
-    names = args.names or [n for n in (*FIGURES, "overload-quick", "capacity-quick") if (args.dir / f"{n}.json").exists()]
+    names = args.names or [n for n in (*FIGURES, "overload-quick", "capacity-quick", "efficiency-quick") if (args.dir / f"{n}.json").exists()]
     failed = 0
     for name in names:
         try:

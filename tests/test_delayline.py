@@ -47,9 +47,12 @@ def _make_topology(binary):
     return LinkTopology(prefix="tbtest-")
 
 
-@pytest.fixture(scope="module")
-def topo(binary):
+@pytest.fixture(scope="module", params=["per-link", "shared"])
+def topo(binary, request):
+    """Every test of real packets runs through a relay of the link's own and through a shared relay
+    (--control) holding the link: the frame model is the same code, the event loops differ."""
     t = _make_topology(binary)
+    t.shared = request.param == "shared"
     try:
         t.build()
         yield t
@@ -290,6 +293,37 @@ def test_interface_down_keeps_running_and_deletion_exits_3(own_topo):
     assert proc.wait(timeout=3) == EXIT_INTERFACE_GONE
     time.sleep(0.1)
     assert "interface gone" in "".join(t._stderr)
+
+
+@needs_root
+def test_a_shared_relay_takes_links_on_its_stdin_and_answers_each_line(own_topo):
+    """add/del answered by id, bad lines refused without harm to the links relayed, a link whose
+    interface is deleted reported `gone` while the others go on, the counters summed over links,
+    and the relay exits 0 when its launcher closes stdin (a killed harness leaves no relay)."""
+    t = own_topo
+    t.shared = True
+    t.start_relay(Direction(delay_s=0.002), Direction(delay_s=0.002))
+    subprocess.run(["ip", "-n", t.relay_ns, "link", "add", "C", "type", "veth", "peer", "name", "D"], check=True)
+    subprocess.run(["ip", "-n", t.relay_ns, "link", "set", "C", "up"], check=True)
+    assert t.control("add 1 --if-a C --if-b D --delay-ab 0.01 --seed 3") == "ok 1"
+    assert t.control("add 1 --if-a C --if-b D") == "error 1 already relayed"
+    assert t.control("add 2 --if-a C --if-b D --loss-ab 2").startswith("error 2 invalid value for --loss-ab")
+    assert t.control("add 3 --if-a C --if-b D --rt-prio 5") == ("error 3 --rt-prio is an option of the process, "
+                                                                "not of a link")
+    assert t.control("add 4 --if-a nothere --if-b D").startswith("error 4 interface gone: nothere")
+    assert t.control("del 9") == "error 9 no such link"
+    assert t.control("move 1").startswith("error 1 unknown command")
+    assert t.control("add x").startswith("error - expected")
+    assert t.stats()["links"] == 2
+    assert len(t.ping(5, 0.01)) == 5  # link 0 relays through all of it
+    subprocess.run(["ip", "-n", t.relay_ns, "link", "del", "C"], check=True)  # D goes with it
+    assert t.reply(timeout=3) == "gone 1"
+    assert t.stats()["links"] == 1 and len(t.ping(5, 0.01)) == 5
+    assert t.control("del 0") == "ok 0"
+    assert t.stats()["links"] == 0 and t.stats()["ab"]["tx"] >= 10  # a removed link's counters stay
+    proc = t.proc
+    proc.stdin.close()
+    assert proc.wait(timeout=3) == 0
 
 
 @needs_root

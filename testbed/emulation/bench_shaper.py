@@ -24,7 +24,8 @@ import uuid
 from dataclasses import dataclass, field
 
 from testbed import procs
-from testbed.emulation.delayline import DEFAULT_RT_PRIORITY, Direction, command, ensure_built
+from testbed.emulation.delayline import (DEFAULT_RT_PRIORITY, Direction, command, ensure_built, link_options,
+                                         shared_command)
 
 H1_IP = "10.99.0.1"
 H2_IP = "10.99.0.2"
@@ -51,6 +52,7 @@ class LinkTopology:
     b_to_a: Direction = field(default_factory=Direction)
     seed: int = 1
     rt_priority: int = DEFAULT_RT_PRIORITY
+    shared: bool = False  # relay through a shared relay (--control), the link added on its stdin
 
     def __post_init__(self) -> None:
         uid = uuid.uuid4().hex[:6]
@@ -146,22 +148,41 @@ class LinkTopology:
         self.a_to_b = a_to_b or self.a_to_b
         self.b_to_a = b_to_a or self.b_to_a
         self.seed = self.seed if seed is None else seed
-        argv = command(
-            ensure_built(), "A", "B", self.a_to_b, self.b_to_a, self.seed, self.tag, rt_priority=self.rt_priority
-        )
+        if self.shared:
+            argv = shared_command(ensure_built(), self.tag, rt_priority=self.rt_priority)
+        else:
+            argv = command(
+                ensure_built(), "A", "B", self.a_to_b, self.b_to_a, self.seed, self.tag, rt_priority=self.rt_priority
+            )
         self._stderr = []
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.relay_ns, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            ["ip", "netns", "exec", self.relay_ns, *argv],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )
         threading.Thread(target=self._drain_stderr, args=(self.proc,), daemon=True).start()
+        if self.reply(timeout) != "ready":
+            err = "".join(self._stderr)
+            self.stop_relay()
+            raise RuntimeError(f"delay line did not become ready: {err!r}")
+        if self.shared:
+            reply = self.control("add 0 " + " ".join(link_options("A", "B", self.a_to_b, self.b_to_a, self.seed)))
+            if reply != "ok 0":
+                self.stop_relay()
+                raise RuntimeError(f"the shared delay line refused the link: {reply!r}")
+
+    def reply(self, timeout: float = 5.0) -> str | None:
+        """The relay's next stdout line, or None after `timeout` s."""
         line: list[str] = []
         reader = threading.Thread(target=lambda: line.append(self.proc.stdout.readline()), daemon=True)
         reader.start()
         reader.join(timeout)
-        if not line or line[0].strip() != "ready":
-            err = "".join(self._stderr)
-            self.stop_relay()
-            raise RuntimeError(f"delay line did not become ready: {err!r}")
+        return line[0].strip() if line else None
+
+    def control(self, command_line: str, timeout: float = 5.0) -> str | None:
+        """One line to a shared relay's stdin, and its answer."""
+        self.proc.stdin.write(command_line + "\n")
+        self.proc.stdin.flush()
+        return self.reply(timeout)
 
     def _drain_stderr(self, proc: subprocess.Popen) -> None:
         for line in proc.stderr:

@@ -31,6 +31,17 @@
  * arguments, 3 "interface gone" when an interface does not exist (any more),
  * so a launcher can tell "relink and restart" apart from real failures.
  * An interface that is merely down is waited for (its frames are dropped).
+ *
+ * Shared mode (--control): one process relays every link of a namespace.
+ * Links are added and removed by lines on stdin, each answered on stdout:
+ *   add ID --if-a A --if-b B [the per-link options above]  ->  "ok ID" | "error ID why"
+ *   del ID                                                 ->  "ok ID" | "error ID why"
+ * and a link whose interface disappears is dropped with "gone ID" (the
+ * process goes on).  One timer serves every link: a wakeup sends every
+ * frame of every link due within EARLY_NS, so at load one wakeup serves
+ * many links instead of one wakeup per link per frame.  The SIGUSR1 line
+ * then sums all links per direction ("ab" = A->B of every link) and adds
+ * "links", "wakeups" and "early" (frames sent before their due time).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -49,6 +60,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -83,23 +95,39 @@ struct dir {
     int rx_fd, tx_fd;
     double delay, jitter, loss, rate;   /* s, s, fraction, bit/s */
     uint64_t limit;                     /* bytes, see model above */
+    int has_limit;
     uint64_t loss_rng, jit_rng;
     struct frame *q; uint32_t head, count;
     uint8_t *buf; uint64_t bcap, wpos, held;
     int64_t tx_end, last_due;           /* serialization end, last departure */
     uint64_t rx, tx, drop_loss, drop_queue, rx_bytes, tx_bytes, tx_err, rx_err;
-    uint64_t late_1ms, late_budget;     /* scheduling accuracy diagnostics */
+    uint64_t late_1ms, late_budget, early;  /* scheduling accuracy diagnostics */
     int64_t late_max, late_window_max;
+    /* RX without a wakeup per frame, see the main loop */
+    int rx_armed;
+    int64_t holdoff, rx_poll_at;
 };
 
-struct port { const char *name; int ifindex; int fd; };
+struct port { char name[IF_NAMESIZE]; int ifindex; int fd; uint64_t kdrops; };
 
-static struct port ports[2];
-static struct dir dirs[2];              /* [0] = A->B, [1] = B->A */
-static uint64_t ports_kdrops[2];        /* PACKET_STATISTICS resets on read */
+/* One link: two ports, a direction each way ([0] = A->B, [1] = B->A). */
+struct link {
+    long id;
+    int gone;                           /* an interface disappeared: drop at a safe point */
+    struct port ports[2];
+    struct dir dirs[2];
+    uint64_t seed;
+};
+
+static struct link **links;             /* slots; NULL = free (never reused in one process) */
+static int nslots, slots_cap;
+static int control;                     /* --control: links come and go on stdin */
+static int ep = -1;                     /* epoll: 0 signalfd, 1 stdin, 2 + 2 * slot + side ports */
 static uint64_t ts_fallback;            /* frames without a usable timestamp */
+static uint64_t wakeups;                /* loop passes, for the cost per frame */
 static uint8_t *scratch;                /* BATCH receive slots */
 static int64_t late_budget_ns = 500000; /* --late-budget-us */
+static int name_fd = -1;                /* for SIOCGIFNAME */
 
 static int64_t now_ns(clockid_t c)
 {
@@ -135,42 +163,85 @@ static void warn_once(int *flag, const char *what, int err)
     }
 }
 
-/* Exit 3 if a port's interface no longer exists under the same name+index. */
-static void check_ports(void)
+/* An interface of this link no longer exists: a lone relay exits 3, a
+ * shared one drops the link at the next safe point and says "gone ID". */
+static void interface_gone(struct link *l, const char *name)
 {
-    char name[IF_NAMESIZE];
-    for (int i = 0; i < 2; i++)
-        if (!if_indextoname(ports[i].ifindex, name) || strcmp(name, ports[i].name))
-            die(3, "interface gone: %s", ports[i].name);
+    if (!control) die(3, "interface gone: %s", name);
+    l->gone = 1;
+}
+
+/* Does each port's interface still exist under the same name and index? */
+static void check_ports(struct link *l)
+{
+    for (int i = 0; i < 2; i++) {
+        struct ifreq r = { .ifr_ifindex = l->ports[i].ifindex };
+        if (ioctl(name_fd, SIOCGIFNAME, &r) || strcmp(r.ifr_name, l->ports[i].name))
+            interface_gone(l, l->ports[i].name);
+    }
 }
 
 static int is_iface_errno(int e) { return e == ENETDOWN || e == ENXIO || e == ENODEV; }
 
-/* SIGUSR1: one JSON line of counters on stderr.  kernel_drops are frames
- * the kernel discarded because our receive buffer was full. */
+/* The counters that only grow, per direction: 0 rx, 1 tx, 2 drop_loss,
+ * 3 drop_queue, 4 rx_bytes, 5 tx_bytes, 6 tx_err, 7 rx_err, 8 kernel_drops,
+ * 9 late_1ms, 10 late_budget, 11 early.  A removed link's are kept in
+ * `retired`, so the sums a harness reads never go down. */
+#define NCOUNT 12
+static uint64_t retired[2][NCOUNT];
+
+static void cumulative(struct link *l, int side, uint64_t c[NCOUNT])
+{
+    struct dir *d = &l->dirs[side];
+    struct tpacket_stats st; socklen_t len = sizeof st;
+    if (!getsockopt(l->ports[side].fd, SOL_PACKET, PACKET_STATISTICS, &st, &len))
+        l->ports[side].kdrops += st.tp_drops;               /* reading resets them */
+    uint64_t v[NCOUNT] = { d->rx, d->tx, d->drop_loss, d->drop_queue, d->rx_bytes, d->tx_bytes,
+                           d->tx_err, d->rx_err, l->ports[side].kdrops, d->late_1ms,
+                           d->late_budget, d->early };
+    memcpy(c, v, sizeof v);
+}
+
+/* SIGUSR1: one JSON line of counters on stderr, every link summed per
+ * direction.  kernel_drops are frames the kernel discarded because a
+ * receive buffer was full. */
 static void dump_stats(void)
 {
-    char line[1024]; int n = 0;
-    for (int i = 0; i < 2; i++) {
-        struct tpacket_stats st; socklen_t l = sizeof st;
-        if (!getsockopt(ports[i].fd, SOL_PACKET, PACKET_STATISTICS, &st, &l))
-            ports_kdrops[i] += st.tp_drops;             /* reading resets them */
+    uint64_t sum[2][NCOUNT];
+    int64_t late_max[2] = {0, 0}, late_window_max[2] = {0, 0};
+    unsigned queued[2] = {0, 0};
+    int count = 0;
+    memcpy(sum, retired, sizeof sum);
+    for (int s = 0; s < nslots; s++) {
+        struct link *l = links[s];
+        if (!l) continue;
+        count++;
+        for (int i = 0; i < 2; i++) {
+            struct dir *d = &l->dirs[i];
+            uint64_t c[NCOUNT];
+            cumulative(l, i, c);
+            for (int k = 0; k < NCOUNT; k++) sum[i][k] += c[k];
+            queued[i] += d->count;
+            if (d->late_max > late_max[i]) late_max[i] = d->late_max;
+            if (d->late_window_max > late_window_max[i]) late_window_max[i] = d->late_window_max;
+            d->late_window_max = 0;
+        }
     }
+    char line[1024]; int n = 0;
+    static const char *names[2] = {"ab", "ba"};
     n += snprintf(line + n, sizeof line - n, "{");
-    for (int i = 0; i < 2; i++) {
-        struct dir *d = &dirs[i];
+    for (int i = 0; i < 2; i++)
         n += snprintf(line + n, sizeof line - n,
             "\"%s\":{\"rx\":%" PRIu64 ",\"tx\":%" PRIu64 ",\"drop_loss\":%" PRIu64
             ",\"drop_queue\":%" PRIu64 ",\"rx_bytes\":%" PRIu64 ",\"tx_bytes\":%" PRIu64
             ",\"tx_err\":%" PRIu64 ",\"rx_err\":%" PRIu64 ",\"kernel_drops\":%" PRIu64
             ",\"queued\":%u,\"late_1ms\":%" PRIu64 ",\"late_budget\":%" PRIu64
-            ",\"late_max_us\":%" PRId64 ",\"late_window_max_us\":%" PRId64 "},",
-            d->name, d->rx, d->tx, d->drop_loss, d->drop_queue, d->rx_bytes,
-            d->tx_bytes, d->tx_err, d->rx_err, ports_kdrops[i], d->count, d->late_1ms,
-            d->late_budget, d->late_max / 1000, d->late_window_max / 1000);
-        d->late_window_max = 0;
-    }
-    snprintf(line + n, sizeof line - n, "\"ts_fallback\":%" PRIu64 "}\n", ts_fallback);
+            ",\"early\":%" PRIu64 ",\"late_max_us\":%" PRId64 ",\"late_window_max_us\":%" PRId64 "},",
+            names[i], sum[i][0], sum[i][1], sum[i][2], sum[i][3], sum[i][4], sum[i][5],
+            sum[i][6], sum[i][7], sum[i][8], queued[i], sum[i][9], sum[i][10], sum[i][11],
+            late_max[i] / 1000, late_window_max[i] / 1000);
+    snprintf(line + n, sizeof line - n, "\"links\":%d,\"wakeups\":%" PRIu64
+             ",\"ts_fallback\":%" PRIu64 "}\n", count, wakeups, ts_fallback);
     fputs(line, stderr);
     fflush(stderr);
 }
@@ -283,12 +354,12 @@ static void pop(struct dir *d)
 
 /* Send every frame due by now (+EARLY_NS).  Returns when the queue head is
  * not due yet, or the socket is temporarily full (EAGAIN: retry later). */
-static void flush(struct dir *d, int64_t now)
+static void flush(struct link *l, struct dir *d, int64_t now)
 {
     static int warned_tx;
     struct mmsghdr m[BATCH];
     struct iovec iov[BATCH];
-    while (d->count && d->q[d->head].due <= now + EARLY_NS) {
+    while (d->count && d->q[d->head].due <= now + EARLY_NS && !l->gone) {
         int n = 0;
         for (; n < BATCH && (uint32_t)n < d->count; n++) {
             struct frame *f = &d->q[(d->head + n) % QSLOTS];
@@ -301,7 +372,7 @@ static void flush(struct dir *d, int64_t now)
             /* Send buffer full (16 MB, so only under extreme load): retry on
              * the next loop pass, which does not sleep while frames are due. */
             if (errno == EAGAIN || errno == EINTR) return;
-            if (is_iface_errno(errno)) check_ports();   /* exits if deleted */
+            if (is_iface_errno(errno)) check_ports(l);   /* gone if deleted */
             /* The head frame is unsendable (interface down, oversize,
              * qdisc drop...): drop it, loudly but once. */
             warn_once(&warned_tx, "send failed, frame dropped", errno);
@@ -315,6 +386,7 @@ static void flush(struct dir *d, int64_t now)
             if (late > d->late_window_max) d->late_window_max = late;
             if (late > 1000000) d->late_1ms++;
             if (late > late_budget_ns) d->late_budget++;
+            if (late < 0) d->early++;
             d->tx++;
             d->tx_bytes += d->q[d->head].len - VNET_LEN;
             pop(d);
@@ -323,7 +395,7 @@ static void flush(struct dir *d, int64_t now)
 }
 
 /* Drain the socket of one port into its direction's queue; returns frames read. */
-static int receive(struct dir *d)
+static int receive(struct link *l, struct dir *d)
 {
     static int warned_rx, warned_trunc;
     static struct mmsghdr m[BATCH];
@@ -340,7 +412,7 @@ static int receive(struct dir *d)
         int n = recvmmsg(d->rx_fd, m, BATCH, MSG_DONTWAIT, NULL);
         if (n < 0) {
             if (errno == EAGAIN || errno == EINTR) return got;
-            if (is_iface_errno(errno)) { check_ports(); return got; }  /* down: wait */
+            if (is_iface_errno(errno)) { check_ports(l); return got; }  /* down: wait */
             /* e.g. EINVAL: a frame whose GSO type has no vnet-hdr mapping;
              * the kernel already discarded it. */
             warn_once(&warned_rx, "receive failed, frame dropped", errno);
@@ -383,17 +455,31 @@ static int receive(struct dir *d)
     return got;
 }
 
-static int open_port(struct port *p)
+/* A bound AF_PACKET socket on the port's interface, or -1 with `why` set
+ * (*gone when the interface does not exist). */
+static int open_port(struct port *p, char *why, size_t wlen, int *gone)
 {
+    *gone = 0;
+    if (!(p->ifindex = (int)if_nametoindex(p->name))) {
+        *gone = 1;
+        snprintf(why, wlen, "interface gone: %s (not found)", p->name);
+        return -1;
+    }
     int fd = socket(AF_PACKET, SOCK_RAW | SOCK_NONBLOCK | SOCK_CLOEXEC, htons(ETH_P_ALL));
-    if (fd < 0) die(1, "socket(AF_PACKET): %s (need CAP_NET_RAW)", strerror(errno));
+    if (fd < 0) {
+        snprintf(why, wlen, "socket(AF_PACKET): %s (need CAP_NET_RAW)", strerror(errno));
+        return -1;
+    }
     int one = 1, big = 16 << 20;
     /* Our own sends would otherwise loop back into our receive queue. */
     if (setsockopt(fd, SOL_PACKET, PACKET_IGNORE_OUTGOING, &one, sizeof one) ||
         setsockopt(fd, SOL_PACKET, PACKET_VNET_HDR, &one, sizeof one) ||
         setsockopt(fd, SOL_PACKET, PACKET_AUXDATA, &one, sizeof one) ||
-        setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one))
-        die(1, "setsockopt: %s", strerror(errno));
+        setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &one, sizeof one)) {
+        snprintf(why, wlen, "setsockopt: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
     /* Big buffers absorb bursts while we sleep; FORCE ignores rmem_max. */
     if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &big, sizeof big))
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
@@ -402,8 +488,10 @@ static int open_port(struct port *p)
     struct sockaddr_ll sll = { .sll_family = AF_PACKET, .sll_protocol = htons(ETH_P_ALL),
                                .sll_ifindex = p->ifindex };
     if (bind(fd, (struct sockaddr *)&sll, sizeof sll)) {
-        if (errno == ENODEV || errno == ENXIO) die(3, "interface gone: %s", p->name);
-        die(1, "bind: %s", strerror(errno));
+        *gone = errno == ENODEV || errno == ENXIO;
+        snprintf(why, wlen, *gone ? "interface gone: %s" : "bind %s: %s", p->name, strerror(errno));
+        close(fd);
+        return -1;
     }
     /* Frames for other MACs must be relayed too (veth passes them anyway). */
     struct packet_mreq mr = { .mr_ifindex = p->ifindex, .mr_type = PACKET_MR_PROMISC };
@@ -411,16 +499,15 @@ static int open_port(struct port *p)
     return fd;
 }
 
-static void setup_dir(struct dir *d, const char *name, int rx, int tx, uint64_t seed,
-                      int has_limit)
+static int setup_dir(struct dir *d, int side, const char *name, int rx, int tx, uint64_t seed)
 {
     d->name = name; d->rx_fd = rx; d->tx_fd = tx;
     /* Separate streams: jitter draws must not shift the loss pattern. */
-    d->loss_rng = seed * 4 + (d == &dirs[0] ? 1 : 2);
-    d->jit_rng = seed * 4 + (d == &dirs[0] ? 3 : 4) + 0x5851f42d4c957f2dULL;
+    d->loss_rng = seed * 4 + (side == 0 ? 1 : 2);
+    d->jit_rng = seed * 4 + (side == 0 ? 3 : 4) + 0x5851f42d4c957f2dULL;
     /* Default drop-tail limit: bandwidth x delay, at least 64 KB (same rule
      * as Direction.default_limit() in delayline.py). */
-    if (!has_limit && d->rate > 0) {
+    if (!d->has_limit && d->rate > 0) {
         d->limit = (uint64_t)(d->rate / 8 * d->delay);
         if (d->limit < MIN_LIMIT) d->limit = MIN_LIMIT;
     }
@@ -429,40 +516,34 @@ static void setup_dir(struct dir *d, const char *name, int rx, int tx, uint64_t 
     double bytes_per_s = d->rate > 0 ? d->rate / 8 : 1e9;
     double cap = bytes_per_s * (d->delay + d->jitter) + 4.0 * (1 << 20);
     if (d->rate > 0) cap += d->limit;
-    else if (has_limit && d->limit + 2.0 * SLOT_LEN < cap) cap = d->limit + 2.0 * SLOT_LEN;
+    else if (d->has_limit && d->limit + 2.0 * SLOT_LEN < cap) cap = d->limit + 2.0 * SLOT_LEN;
     if (cap > 256.0 * (1 << 20)) cap = 256.0 * (1 << 20);
     d->bcap = (uint64_t)cap;
-    if (d->rate <= 0 && !has_limit) d->limit = d->bcap;
+    if (d->rate <= 0 && !d->has_limit) d->limit = d->bcap;
     /* MAP_NORESERVE + the ring restarting at 0 whenever it empties: pages
      * only become resident when traffic really needs them. */
     d->buf = mmap(NULL, d->bcap, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     d->q = calloc(QSLOTS, sizeof *d->q);
-    if (d->buf == MAP_FAILED || !d->q) die(1, "out of memory%s", "");
+    if (d->buf == MAP_FAILED || !d->q) return -1;
+    /* Reading a port late costs no accuracy while its frames are read
+     * before they are due (they carry kernel timestamps): see the main loop.
+     * holdoff = a quarter of the smallest delay, at most 500 us; a tiny
+     * delay is served by events only. */
+    d->rx_armed = 1;
+    d->holdoff = (int64_t)((d->delay - d->jitter) * 1e9 / 4);
+    if (d->holdoff > HOLDOFF_MAX) d->holdoff = HOLDOFF_MAX;
+    if (d->holdoff < 50000) d->holdoff = 0;
+    return 0;
 }
 
-static void usage(const char *msg)
-{
-    fprintf(stderr, "delayline: %s\nusage: delayline --if-a A --if-b B [--delay-ab S] "
-            "[--delay-ba S] [--jitter-ab S] [--jitter-ba S] [--loss-ab F] [--loss-ba F] "
-            "[--rate-ab BPS] [--rate-ba BPS] [--limit-ab BYTES] [--limit-ba BYTES] "
-            "[--seed N] [--tag STRING] [--rt-prio N] [--late-budget-us N]\n", msg);
-    exit(2);
-}
+/* Process-wide options (the command line only). */
+struct process_opts { int rt_prio; };
 
-static double parse_num(const char *s, const char *opt, double lo, double hi)
-{
-    char *end; errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
-        fprintf(stderr, "delayline: invalid value for --%s: '%s' (allowed %g..%g)\n",
-                opt, s, lo, hi);
-        exit(2);
-    }
-    return v;
-}
-
-int main(int argc, char **argv)
+/* Parse link options (and, with `proc`, the process's) from argv into `l`;
+ * -1 with `why` set on bad input. */
+static int parse_options(int argc, char **argv, struct link *l, struct process_opts *proc,
+                         char *why, size_t wlen)
 {
     static const struct option opts[] = {
         {"if-a", 1, 0, 'a'}, {"if-b", 1, 0, 'b'},
@@ -470,43 +551,216 @@ int main(int argc, char **argv)
         {"jitter-ba", 1, 0, 4}, {"loss-ab", 1, 0, 5}, {"loss-ba", 1, 0, 6},
         {"rate-ab", 1, 0, 7}, {"rate-ba", 1, 0, 8}, {"limit-ab", 1, 0, 9},
         {"limit-ba", 1, 0, 10}, {"seed", 1, 0, 11}, {"tag", 1, 0, 12},
-        {"rt-prio", 1, 0, 13}, {"late-budget-us", 1, 0, 14}, {0, 0, 0, 0}};
-    int has_limit[2] = {0, 0}, c, rt_prio = 0;
-    uint64_t seed = 1;
+        {"rt-prio", 1, 0, 13}, {"late-budget-us", 1, 0, 14}, {"control", 0, 0, 15},
+        {0, 0, 0, 0}};
+    /* allowed range of each numeric option, by its code (1..10, 13, 14) */
+    static const double lo[15] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1},
+                        hi[15] = {0, 3600, 3600, 3600, 3600, 1, 1, 1e12, 1e12, 1 << 30, 1 << 30, 0, 0, 99, 1e7};
+    const char *names[2] = {NULL, NULL};
+    int c;
+    l->seed = 1;
     opterr = 0;
+    optind = 0;                                         /* glibc: start over */
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        const char *o = c > 0 && c <= 14 ? opts[c + 1].name : "";
+        const char *o = c > 0 && c <= 15 ? opts[c + 1].name : "";
+        if (c >= 13 && c <= 15 && !proc) {
+            snprintf(why, wlen, "--%s is an option of the process, not of a link", o);
+            return -1;
+        }
+        double v = 0;
+        if ((c >= 1 && c <= 10) || c == 13 || c == 14) {
+            char *end; errno = 0;
+            v = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !isfinite(v) || v < lo[c] || v > hi[c]) {
+                snprintf(why, wlen, "invalid value for --%s: '%s' (allowed %g..%g)", o, optarg, lo[c], hi[c]);
+                return -1;
+            }
+        }
         switch (c) {
-        case 'a': ports[0].name = optarg; break;
-        case 'b': ports[1].name = optarg; break;
-        case 1: case 2: dirs[c - 1].delay = parse_num(optarg, o, 0, 3600); break;
-        case 3: case 4: dirs[c - 3].jitter = parse_num(optarg, o, 0, 3600); break;
-        case 5: case 6: dirs[c - 5].loss = parse_num(optarg, o, 0, 1); break;
-        case 7: case 8: dirs[c - 7].rate = parse_num(optarg, o, 0, 1e12); break;
-        case 9: case 10:
-            dirs[c - 9].limit = (uint64_t)parse_num(optarg, o, 1, 1 << 30);
-            has_limit[c - 9] = 1;
-            break;
+        case 'a': names[0] = optarg; break;
+        case 'b': names[1] = optarg; break;
+        case 1: case 2: l->dirs[c - 1].delay = v; break;
+        case 3: case 4: l->dirs[c - 3].jitter = v; break;
+        case 5: case 6: l->dirs[c - 5].loss = v; break;
+        case 7: case 8: l->dirs[c - 7].rate = v; break;
+        case 9: case 10: l->dirs[c - 9].limit = (uint64_t)v; l->dirs[c - 9].has_limit = 1; break;
         case 11: {
             char *end; errno = 0;
-            seed = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end || *optarg == '-')
-                usage("--seed must be a non-negative integer");
+            l->seed = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || *optarg == '-') {
+                snprintf(why, wlen, "--seed must be a non-negative integer");
+                return -1;
+            }
             break;
         }
         case 12: break;                                 /* only for pgrep */
-        case 13: rt_prio = (int)parse_num(optarg, o, 0, 99); break;
-        case 14: late_budget_ns = (int64_t)(parse_num(optarg, o, 1, 1e7) * 1000); break;
-        default: usage("unknown option or missing value");
+        case 13: proc->rt_prio = (int)v; break;
+        case 14: late_budget_ns = (int64_t)(v * 1000); break;
+        case 15: control = 1; break;
+        default: snprintf(why, wlen, "unknown option or missing value"); return -1;
         }
     }
-    if (optind < argc) usage("unexpected positional argument");
-    if (!ports[0].name || !ports[1].name) usage("--if-a and --if-b are required");
-    if (!strcmp(ports[0].name, ports[1].name)) usage("--if-a and --if-b must differ");
+    if (optind < argc) { snprintf(why, wlen, "unexpected argument '%s'", argv[optind]); return -1; }
+    if (control && proc) return 0;                      /* links come on stdin */
+    if (!names[0] || !names[1]) { snprintf(why, wlen, "--if-a and --if-b are required"); return -1; }
+    if (!strcmp(names[0], names[1])) { snprintf(why, wlen, "--if-a and --if-b must differ"); return -1; }
     for (int i = 0; i < 2; i++) {
-        if (strlen(ports[i].name) >= IF_NAMESIZE) usage("interface name too long");
-        if (!(ports[i].ifindex = (int)if_nametoindex(ports[i].name)))
-            die(3, "interface gone: %s (not found)", ports[i].name);
+        if (strlen(names[i]) >= IF_NAMESIZE) { snprintf(why, wlen, "interface name too long"); return -1; }
+        strcpy(l->ports[i].name, names[i]);
+    }
+    return 0;
+}
+
+static void free_link(struct link *l)
+{
+    for (int i = 0; i < 2; i++) {
+        if (l->ports[i].fd > 0) close(l->ports[i].fd);  /* also leaves the epoll set */
+        if (l->dirs[i].buf && l->dirs[i].buf != MAP_FAILED) munmap(l->dirs[i].buf, l->dirs[i].bcap);
+        free(l->dirs[i].q);
+    }
+    free(l);
+}
+
+/* Open a parsed link's ports and queues and put it in a slot; -1 with `why`
+ * (*gone: an interface does not exist). */
+static int start_link(struct link *l, char *why, size_t wlen, int *gone)
+{
+    for (int i = 0; i < 2; i++)
+        if ((l->ports[i].fd = open_port(&l->ports[i], why, wlen, gone)) < 0) return -1;
+    if (setup_dir(&l->dirs[0], 0, "ab", l->ports[0].fd, l->ports[1].fd, l->seed) ||
+        setup_dir(&l->dirs[1], 1, "ba", l->ports[1].fd, l->ports[0].fd, l->seed)) {
+        snprintf(why, wlen, "out of memory");
+        return -1;
+    }
+    if (nslots == slots_cap) {
+        slots_cap = slots_cap ? 2 * slots_cap : 16;
+        struct link **grown = realloc(links, slots_cap * sizeof *links);
+        if (!grown) { snprintf(why, wlen, "out of memory"); return -1; }
+        links = grown;
+    }
+    int slot = nslots;
+    for (int i = 0; i < 2; i++) {
+        struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 2 + 2 * (uint64_t)slot + i };
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, l->ports[i].fd, &ev)) {
+            snprintf(why, wlen, "epoll_ctl: %s", strerror(errno));
+            return -1;
+        }
+    }
+    links[nslots++] = l;
+    return 0;
+}
+
+static void remove_link(int slot)
+{
+    struct link *l = links[slot];
+    for (int i = 0; i < 2; i++) {
+        uint64_t c[NCOUNT];
+        cumulative(l, i, c);
+        for (int k = 0; k < NCOUNT; k++) retired[i][k] += c[k];
+    }
+    links[slot] = NULL;
+    free_link(l);
+}
+
+static int find_link(long id)
+{
+    for (int s = 0; s < nslots; s++)
+        if (links[s] && links[s]->id == id) return s;
+    return -1;
+}
+
+/* One line of the control protocol (see the top of this file). */
+static void command(char *line)
+{
+    char *argv[64], why[256] = "", *save = NULL;
+    int argc = 0;
+    for (char *t = strtok_r(line, " \t\r", &save); t && argc < 63; t = strtok_r(NULL, " \t\r", &save))
+        argv[argc++] = t;
+    argv[argc] = NULL;
+    if (argc == 0) return;
+    char *end; errno = 0;
+    long id = argc > 1 ? strtol(argv[1], &end, 10) : -1;
+    if (argc < 2 || errno || *end || id < 0) {
+        printf("error - expected 'add ID options' or 'del ID'\n");
+    } else if (!strcmp(argv[0], "del")) {
+        int slot = find_link(id);
+        if (slot < 0) printf("error %ld no such link\n", id);
+        else { remove_link(slot); printf("ok %ld\n", id); }
+    } else if (!strcmp(argv[0], "add")) {
+        struct link *l = calloc(1, sizeof *l);
+        int gone = 0;
+        argv[1] = argv[0];                              /* getopt skips argv[0] */
+        if (!l) printf("error %ld out of memory\n", id);
+        else if (find_link(id) >= 0) { printf("error %ld already relayed\n", id); free(l); }
+        else if (l->id = id, parse_options(argc - 1, argv + 1, l, NULL, why, sizeof why) ||
+                 start_link(l, why, sizeof why, &gone)) {
+            printf("error %ld %s\n", id, why);
+            free_link(l);
+        } else {
+            printf("ok %ld\n", id);
+        }
+    } else {
+        printf("error %ld unknown command '%s'\n", id, argv[0]);
+    }
+    fflush(stdout);
+}
+
+/* Read what stdin holds and run each whole line; 1 once stdin is closed
+ * (the launcher is gone: so are we). */
+static int read_commands(void)
+{
+    static char buf[8192];
+    static size_t used;
+    ssize_t n = read(STDIN_FILENO, buf + used, sizeof buf - 1 - used);
+    if (n == 0) return 1;
+    if (n < 0) return errno == EAGAIN || errno == EINTR ? 0 : 1;
+    used += (size_t)n;
+    buf[used] = 0;
+    char *start = buf, *nl;
+    while ((nl = memchr(start, '\n', used - (size_t)(start - buf)))) {
+        *nl = 0;
+        command(start);
+        start = nl + 1;
+    }
+    used -= (size_t)(start - buf);
+    memmove(buf, start, used);
+    if (used == sizeof buf - 1) used = 0;               /* an endless line: drop it */
+    return 0;
+}
+
+/* Links whose interface disappeared: a shared relay drops them and says so. */
+static void reap_gone(void)
+{
+    for (int s = 0; s < nslots; s++)
+        if (links[s] && links[s]->gone) {
+            long id = links[s]->id;
+            remove_link(s);
+            printf("gone %ld\n", id);
+            fflush(stdout);
+        }
+}
+
+static void set_armed(struct link *l, int side, int slot, int armed)
+{
+    struct epoll_event ev = { .events = armed ? EPOLLIN : 0, .data.u64 = 2 + 2 * (uint64_t)slot + side };
+    l->dirs[side].rx_armed = armed;
+    epoll_ctl(ep, EPOLL_CTL_MOD, l->ports[side].fd, &ev);
+}
+
+int main(int argc, char **argv)
+{
+    struct process_opts proc = { 0 };
+    char why[256] = "";
+    struct link *first = calloc(1, sizeof *first);
+    if (!first) die(1, "out of memory%s", "");
+    if (parse_options(argc, argv, first, &proc, why, sizeof why)) {
+        fprintf(stderr, "delayline: %s\nusage: delayline --if-a A --if-b B [--delay-ab S] "
+                "[--delay-ba S] [--jitter-ab S] [--jitter-ba S] [--loss-ab F] [--loss-ba F] "
+                "[--rate-ab BPS] [--rate-ba BPS] [--limit-ab BYTES] [--limit-ba BYTES] "
+                "[--seed N] [--tag STRING] [--rt-prio N] [--late-budget-us N]\n"
+                "   or: delayline --control [--tag STRING] [--rt-prio N] [--late-budget-us N] "
+                "(links on stdin)\n", why);
+        return 2;
     }
 
     /* Block signals and read them from a signalfd in the event loop. */
@@ -522,86 +776,79 @@ int main(int argc, char **argv)
     /* The emulated network should not queue behind the emulated hosts for
      * CPU: with a real-time priority our wakeups preempt them.  We never
      * busy-loop, so this cannot starve anyone for long.  Best effort. */
-    if (rt_prio > 0) {
-        struct sched_param sp = { .sched_priority = rt_prio };
+    if (proc.rt_prio > 0) {
+        struct sched_param sp = { .sched_priority = proc.rt_prio };
         if (sched_setscheduler(0, SCHED_FIFO | SCHED_RESET_ON_FORK, &sp))
             fprintf(stderr, "delayline: warning: SCHED_FIFO %d unavailable (%s), "
-                    "timing may suffer under CPU load\n", rt_prio, strerror(errno));
+                    "timing may suffer under CPU load\n", proc.rt_prio, strerror(errno));
     }
 
-    for (int i = 0; i < 2; i++) ports[i].fd = open_port(&ports[i]);
-    setup_dir(&dirs[0], "ab", ports[0].fd, ports[1].fd, seed, has_limit[0]);
-    setup_dir(&dirs[1], "ba", ports[1].fd, ports[0].fd, seed, has_limit[1]);
     scratch = malloc((size_t)BATCH * SLOT_LEN);
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    if (!scratch || ep < 0 || sfd < 0) die(1, "setup failed: %s", strerror(errno));
-    struct epoll_event ev = { .events = EPOLLIN };
-    for (int i = 0; i < 3; i++) {
-        ev.data.u32 = i;
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, i < 2 ? ports[i].fd : sfd, &ev))
-            die(1, "epoll_ctl: %s", strerror(errno));
-    }
-    /* RX without a wakeup per frame.  Frames carry kernel timestamps, so
-     * reading them late costs no accuracy as long as they are read before
-     * they are due.  A frame that arrives while its direction's queue holds
-     * frames is due after the queue's head (same delay, no reordering), so
-     * the wakeup for that head is soon enough: while a queue is non-empty its
-     * port's EPOLLIN is off and the port is read at every wakeup, whatever
-     * caused it (one recvmmsg, EAGAIN when quiet).  An empty queue has no
-     * wakeup of its own coming, so its port's events are back on.  A read
-     * that filled the whole budget means more is waiting: poll again after
-     * `holdoff` (a quarter of the smallest delay, at most 500 us); otherwise
-     * after POLL_IDLE_NS at the latest, which only bounds what bulk traffic
-     * (GSO super-frames) leaves in the socket buffer meanwhile.  This halves
-     * to thirds the wakeups per frame at the rates of the emulated hosts
-     * (a few thousand frames/s per link), where each wakeup costs ~30 us. */
-    int64_t holdoff[2], rx_poll_at[2] = {0, 0};
-    int rx_armed[2] = {1, 1};
-    for (int i = 0; i < 2; i++) {
-        holdoff[i] = (int64_t)((dirs[i].delay - dirs[i].jitter) * 1e9 / 4);
-        if (holdoff[i] > HOLDOFF_MAX) holdoff[i] = HOLDOFF_MAX;
-        if (holdoff[i] < 50000) holdoff[i] = 0;        /* tiny delay: events only */
+    ep = epoll_create1(EPOLL_CLOEXEC);
+    name_fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (!scratch || ep < 0 || sfd < 0 || name_fd < 0) die(1, "setup failed: %s", strerror(errno));
+    struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev)) die(1, "epoll_ctl: %s", strerror(errno));
+    if (control) {
+        free(first);
+        ev.data.u64 = 1;
+        if (epoll_ctl(ep, EPOLL_CTL_ADD, STDIN_FILENO, &ev)) die(1, "epoll_ctl(stdin): %s", strerror(errno));
+    } else {
+        int gone;
+        if (start_link(first, why, sizeof why, &gone)) die(gone ? 3 : 1, "%s", why);
     }
 
     printf("ready\n");
     fflush(stdout);
 
+    /* RX without a wakeup per frame.  Frames carry kernel timestamps, so
+     * reading them late costs no accuracy as long as they are read before
+     * they are due.  A frame that arrives while its direction's queue holds
+     * frames is due after the queue's head (same delay, no reordering), so
+     * the wakeup for that head is soon enough: while a queue is non-empty its
+     * port's EPOLLIN is off and the port is read just before its head leaves
+     * (one recvmmsg, EAGAIN when quiet).  An empty queue has no wakeup of its
+     * own coming, so its port's events are back on.  A read that filled the
+     * whole budget means more is waiting: poll again after `holdoff`;
+     * otherwise after POLL_IDLE_NS at the latest, which only bounds what bulk
+     * traffic (GSO super-frames) leaves in the socket buffer meanwhile.  This
+     * halves to thirds the wakeups per frame at the rates of the emulated
+     * hosts, where each wakeup costs ~30 us; in shared mode one wakeup also
+     * serves every link with a frame due. */
     int64_t last_check = now_ns(CLOCK_MONOTONIC);
     for (;;) {
-        int64_t now = now_ns(CLOCK_MONOTONIC);
-        for (int i = 0; i < 2; i++) {
-            if (rx_armed[i]) continue;
-            int got = receive(&dirs[i]);
-            rx_poll_at[i] = now + (got >= RX_BUDGET * BATCH ? holdoff[i] : POLL_IDLE_NS);
-        }
-        flush(&dirs[0], now);
-        flush(&dirs[1], now);
-        for (int i = 0; i < 2; i++) {
-            if (!rx_armed[i] && dirs[i].count == 0) {   /* nothing queued: wake on frames */
-                rx_armed[i] = 1;
-                ev.data.u32 = i;
-                epoll_ctl(ep, EPOLL_CTL_MOD, ports[i].fd, &ev);
+        int64_t now = now_ns(CLOCK_MONOTONIC), next = INT64_MAX;
+        wakeups++;
+        for (int s = 0; s < nslots; s++) {
+            struct link *l = links[s];
+            if (!l) continue;
+            for (int i = 0; i < 2; i++) {
+                struct dir *d = &l->dirs[i];
+                int due = d->count && d->q[d->head].due <= now + EARLY_NS;
+                if (!d->rx_armed && (due || d->rx_poll_at <= now)) {
+                    int got = receive(l, d);
+                    d->rx_poll_at = now + (got >= RX_BUDGET * BATCH ? d->holdoff : POLL_IDLE_NS);
+                }
+                if (due) flush(l, d, now);
+                if (!d->rx_armed && d->count == 0 && !l->gone)
+                    set_armed(l, i, s, 1);              /* nothing queued: wake on frames */
+                /* Sleep until just before the next departure (or RX poll). */
+                if (d->count && d->q[d->head].due - WAKE_NS < next) next = d->q[d->head].due - WAKE_NS;
+                if (!d->rx_armed && d->rx_poll_at < next) next = d->rx_poll_at;
             }
         }
-        /* Sleep until just before the next departure (or the next RX poll).
-         * No busy-polling: idle CPU is ~0 and CPU under load goes to work. */
-        int64_t next = INT64_MAX, wait;
-        for (int i = 0; i < 2; i++) {
-            if (dirs[i].count && dirs[i].q[dirs[i].head].due - WAKE_NS < next)
-                next = dirs[i].q[dirs[i].head].due - WAKE_NS;
-            if (!rx_armed[i] && rx_poll_at[i] < next)
-                next = rx_poll_at[i];
-        }
-        wait = next == INT64_MAX ? NS : next - now;     /* idle: check in 1 s */
+        reap_gone();
+        /* No busy-polling: idle CPU is ~0 and CPU under load goes to work. */
+        int64_t wait = next == INT64_MAX ? NS : next - now;     /* idle: check in 1 s */
         if (wait > NS) wait = NS;
         if (wait < 0) wait = 0;
         struct timespec to = { wait / NS, wait % NS };
-        struct epoll_event evs[4];
-        int n = epoll_pwait2(ep, evs, 4, &to, NULL);
+        struct epoll_event evs[64];
+        int n = epoll_pwait2(ep, evs, 64, &to, NULL);
         if (n < 0 && errno != EINTR) die(1, "epoll: %s", strerror(errno));
-        for (int i = 0; i < n; i++) {
-            uint32_t id = evs[i].data.u32;
-            if (id == 2) {
+        for (int e = 0; e < n; e++) {
+            uint64_t id = evs[e].data.u64;
+            if (id == 0) {
                 struct signalfd_siginfo si;
                 while (read(sfd, &si, sizeof si) == sizeof si) {
                     if (si.ssi_signo == SIGUSR1) dump_stats();
@@ -609,29 +856,40 @@ int main(int argc, char **argv)
                 }
                 continue;
             }
-            if (evs[i].events & EPOLLERR) {
+            if (id == 1) {
+                if (read_commands()) return 0;
+                continue;
+            }
+            int slot = (int)((id - 2) / 2), side = (int)((id - 2) % 2);
+            struct link *l = slot < nslots ? links[slot] : NULL;
+            if (!l) continue;                           /* removed by a command this pass */
+            if (evs[e].events & EPOLLERR) {
                 /* Interface went down or was deleted: the socket reports
-                 * ENETDOWN.  Deleted -> exit 3; merely down -> keep going, the
+                 * ENETDOWN.  Deleted -> gone; merely down -> keep going, the
                  * kernel re-attaches the socket when it comes back up.
                  * (EPOLLERR is reported even while EPOLLIN is paused.) */
-                int err = 0; socklen_t l = sizeof err;
-                getsockopt(ports[id].fd, SOL_SOCKET, SO_ERROR, &err, &l);
-                check_ports();
+                int err = 0; socklen_t len = sizeof err;
+                getsockopt(l->ports[side].fd, SOL_SOCKET, SO_ERROR, &err, &len);
+                check_ports(l);
             }
-            if ((evs[i].events & EPOLLIN) && rx_armed[id]) {
-                int got = receive(&dirs[id]);
-                if (holdoff[id] && dirs[id].count) {    /* queued: its wakeups read us */
-                    struct epoll_event off = { .events = 0, .data.u32 = id };
-                    rx_armed[id] = 0;
-                    rx_poll_at[id] = now_ns(CLOCK_MONOTONIC) +
-                                     (got >= RX_BUDGET * BATCH ? holdoff[id] : POLL_IDLE_NS);
-                    epoll_ctl(ep, EPOLL_CTL_MOD, ports[id].fd, &off);
+            struct dir *d = &l->dirs[side];
+            if ((evs[e].events & EPOLLIN) && d->rx_armed && !l->gone) {
+                int got = receive(l, d);
+                if (d->holdoff && d->count) {           /* queued: its head's wakeup reads us */
+                    d->rx_poll_at = now_ns(CLOCK_MONOTONIC) +
+                                    (got >= RX_BUDGET * BATCH ? d->holdoff : POLL_IDLE_NS);
+                    set_armed(l, side, slot, 0);
                 }
             }
         }
         /* Deletion while the interface was already down raises no socket
          * error, so also look every second (cheap, keeps idle CPU ~0). */
         now = now_ns(CLOCK_MONOTONIC);
-        if (now - last_check > NS) { check_ports(); last_check = now; }
+        if (now - last_check > NS) {
+            for (int s = 0; s < nslots; s++)
+                if (links[s]) check_ports(links[s]);
+            last_check = now;
+        }
+        reap_gone();
     }
 }

@@ -94,6 +94,36 @@ def _fmt(value: float) -> str:
     return repr(float(value))
 
 
+def link_options(if_a: str, if_b: str, a_to_b: Direction, b_to_a: Direction, seed: int) -> list[str]:
+    """The options of one link (frames from ``if_a`` leave ``if_b`` per ``a_to_b``): the relay's
+    argv for a link of its own, or what follows ``add ID`` on a shared relay's stdin."""
+    if seed < 0:
+        raise ValueError("seed must be >= 0")
+    options = ["--if-a", if_a, "--if-b", if_b]
+    for suffix, d in (("ab", a_to_b), ("ba", b_to_a)):
+        options += [f"--delay-{suffix}", _fmt(d.delay_s)]
+        if d.jitter_s:
+            options += [f"--jitter-{suffix}", _fmt(d.jitter_s)]
+        if d.loss:
+            options += [f"--loss-{suffix}", _fmt(d.loss)]
+        if d.rate_bps:
+            options += [f"--rate-{suffix}", _fmt(d.rate_bps)]
+        limit = d.effective_limit()
+        if limit is not None:
+            options += [f"--limit-{suffix}", str(int(limit))]
+    return options + ["--seed", str(int(seed))]
+
+
+def process_options(tag: str, rt_priority: int = DEFAULT_RT_PRIORITY) -> list[str]:
+    """Options of the relay process: ``tag`` only rides along in argv so cleanup can find the
+    process with ``pgrep -f -- '--tag <tag>'``; ``rt_priority`` > 0 asks for SCHED_FIFO so the
+    emulated network is not delayed by busy emulated hosts (best effort: without the privilege
+    it warns and runs normally); 0 = off."""
+    argv = ["--rt-prio", str(int(rt_priority))] if rt_priority else []
+    # Frames released later than the harness's error budget are counted (the saturation guard).
+    return argv + ["--late-budget-us", _fmt(BUDGET.relay_late_p99_ms * 1e3), "--tag", tag]
+
+
 def command(
     binary: Path | str,
     if_a: str,
@@ -105,34 +135,15 @@ def command(
     *,
     rt_priority: int = DEFAULT_RT_PRIORITY,
 ) -> list[str]:
-    """argv for one link's relay: frames from ``if_a`` leave ``if_b`` per ``a_to_b``.
+    """argv for one link's own relay (run it inside the relay namespace; it prints ``ready``
+    once both sockets are bound)."""
+    return [str(binary), *link_options(if_a, if_b, a_to_b, b_to_a, seed), *process_options(tag, rt_priority)]
 
-    ``tag`` only rides along in argv so cleanup can find the process with
-    ``pgrep -f -- '--tag <tag>'``.  Run it inside the relay namespace; it prints
-    ``ready`` once both sockets are bound.  ``rt_priority`` > 0 asks for
-    SCHED_FIFO so the emulated network is not delayed by busy emulated hosts
-    (best effort: without the privilege it warns and runs normally); 0 = off.
-    """
-    if seed < 0:
-        raise ValueError("seed must be >= 0")
-    argv = [str(binary), "--if-a", if_a, "--if-b", if_b]
-    for suffix, d in (("ab", a_to_b), ("ba", b_to_a)):
-        argv += [f"--delay-{suffix}", _fmt(d.delay_s)]
-        if d.jitter_s:
-            argv += [f"--jitter-{suffix}", _fmt(d.jitter_s)]
-        if d.loss:
-            argv += [f"--loss-{suffix}", _fmt(d.loss)]
-        if d.rate_bps:
-            argv += [f"--rate-{suffix}", _fmt(d.rate_bps)]
-        limit = d.effective_limit()
-        if limit is not None:
-            argv += [f"--limit-{suffix}", str(int(limit))]
-    if rt_priority:
-        argv += ["--rt-prio", str(int(rt_priority))]
-    # Frames released later than the harness's error budget are counted (the saturation guard).
-    argv += ["--late-budget-us", _fmt(BUDGET.relay_late_p99_ms * 1e3)]
-    argv += ["--seed", str(int(seed)), "--tag", tag]
-    return argv
+
+def shared_command(binary: Path | str, tag: str, *, rt_priority: int = DEFAULT_RT_PRIORITY) -> list[str]:
+    """argv for a relay shared by many links: it prints ``ready``, then takes ``add ID <link
+    options>`` and ``del ID`` lines on stdin, answering ``ok ID`` or ``error ID <why>`` each."""
+    return [str(binary), "--control", *process_options(tag, rt_priority)]
 
 
 def offload_commands(ifname: str) -> list[list[str]]:

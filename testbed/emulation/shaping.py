@@ -15,6 +15,8 @@ relay, its shaping, and node A's interface, addresses and routes stay as they ar
 from __future__ import annotations
 
 import json
+import os
+import select
 import signal
 import subprocess
 import tempfile
@@ -311,6 +313,160 @@ class DelayLineShaper(Shaper):
         return found
 
 
+class SharedDelayLineShaper(Shaper):
+    """User-space delay line, one process for every link of this shaper namespace (delayline.c's
+    --control mode): links are added and removed by lines on its stdin. One timer then serves
+    every link with a frame due, where per-link relays each wake for their own frames (ModelNet's
+    one-core-for-all-pipes, without collapsing paths: each hop keeps its own queue, loss, jitter
+    and rate, and every hop is still a frame crossing the relay)."""
+
+    name = "shared"
+
+    def __init__(self, net, shaper_node, run_id: str, env: dict[str, str], log_dir: Path | None = None):
+        super().__init__(net, shaper_node, run_id, env, log_dir)
+        from testbed.emulation import delayline
+
+        self.delayline = delayline
+        self.binary = delayline.ensure_built()
+        self.links: dict[int, ShapedLink] = {}
+        self.relay: subprocess.Popen | None = None
+        self.log_path = self.log_dir / "delayline-shared.log"
+        self._replies = b""
+        self._counters = RelayCounters()
+        self._alive_at = time.time()
+        self.down: dict[int, float] = {}  # link index -> since when it forwards nothing (killed, gone)
+        self.outages: list[tuple[float, float]] = []
+
+    # -- the process and its control lines -------------------------------------------------
+    def _start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        argv = self.delayline.shared_command(self.binary, tag=f"tb-{self.run_id}")
+        with self.log_path.open("ab") as log:  # stderr to a file: a pipe nobody reads could block it
+            relay = self.node.popen(argv, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=log, bufsize=0)
+        self.relay, self._replies = relay, b""
+        if self._line(READY_TIMEOUT_S) != "ready":
+            relay.kill()
+            relay.wait()
+            self.relay = None
+            raise ShaperError(f"the shared delay line did not start: {_tail(self.log_path)}")
+        self._alive_at = time.time()
+
+    def _line(self, timeout: float) -> str | None:
+        """The relay's next stdout line (read unbuffered: a `gone` line may come with a reply)."""
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._replies:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.relay.stdout], [], [], left)[0]:
+                return None
+            chunk = os.read(self.relay.stdout.fileno(), 4096)
+            if not chunk:
+                return None
+            self._replies += chunk
+        line, self._replies = self._replies.split(b"\n", 1)
+        return line.decode(errors="replace").strip()
+
+    def _ask(self, command: str) -> tuple[bool, str]:
+        """(ok, why) of one control line; `gone` lines met on the way mark their links down."""
+        index = command.split()[1]
+        try:
+            self.relay.stdin.write(command.encode() + b"\n")
+        except (BrokenPipeError, OSError) as error:
+            return False, f"the shared delay line does not listen: {error}"
+        while True:
+            line = self._line(READY_TIMEOUT_S)
+            if line is None:
+                return False, f"the shared delay line did not answer '{command}': {_tail(self.log_path)}"
+            word, _, rest = line.partition(" ")
+            number, _, why = rest.partition(" ")
+            if word == "gone":
+                self.down.setdefault(int(number), time.time())
+            elif number == index:
+                return word == "ok", why
+
+    def _alive(self) -> bool:
+        return self.relay is not None and self.relay.poll() is None
+
+    def _add(self, link: ShapedLink) -> None:
+        dl, s = self.delayline, link.shaping
+        direction = dl.Direction(delay_s=s.delay, jitter_s=s.jitter, loss=s.loss, rate_bps=s.bandwidth or 0.0)
+        options = dl.link_options(link.shaper_a, link.shaper_b, direction, direction, seed=link.seed)
+        ok, why = self._ask(" ".join(["add", str(link.index), *options]))
+        if not ok:
+            raise ShaperError(f"the shared delay line refused link {link.index} "
+                              f"({link.near_node.name}:{link.near_intf}): {why}")
+
+    # -- the Shaper interface ----------------------------------------------------------------
+    def shape(self, link: ShapedLink) -> None:
+        if not self._alive():
+            self._start()
+        self._add(link)
+        self.links[link.index] = link
+
+    def unshape(self, link: ShapedLink) -> None:
+        if self.links.pop(link.index, None) is not None and self._alive():
+            self._ask(f"del {link.index}")
+        self.down.pop(link.index, None)
+
+    def stop(self) -> None:
+        relay, self.relay = self.relay, None
+        if relay is not None and relay.poll() is None:
+            relay.terminate()
+        procs.wait_or_kill([relay])
+
+    def kill_relay(self, link: ShapedLink) -> bool:
+        """The relay of one link dies: here its part of the shared process is dropped, with the
+        frames it held (killing the process would cut every link), and `check` puts it back."""
+        if link.index not in self.links or link.index in self.down or not self._alive():
+            return False
+        ok, _ = self._ask(f"del {link.index}")
+        if ok:
+            self.down[link.index] = time.time()
+        return ok
+
+    def check(self) -> list[str]:
+        """A dead process is restarted with every link, a dropped link put back, at once (the
+        experiment calls this every 50 ms): what forwarded nothing meanwhile is an outage the
+        saturation guard marks (`outages`, drained by `health`)."""
+        problems, now = [], time.time()
+        if self.relay is not None and not self._alive():
+            code = self.relay.returncode
+            problems.append(f"the shared delay line exited with {code}: {_tail(self.log_path)}")
+            for index in self.links:
+                self.down.setdefault(index, self._alive_at)
+            try:
+                self._start()
+            except ShaperError as error:
+                self.outages.append((self._alive_at, float("inf")))
+                return problems + [f"restart failed: {error}"]
+        elif self._alive():
+            self._alive_at = now
+        for index, since in sorted(self.down.items()):
+            link = self.links.get(index)
+            if link is None:
+                self.down.pop(index)
+                continue
+            try:
+                self._add(link)
+            except ShaperError as error:
+                self.links.pop(index)
+                self.outages.append((since, float("inf")))
+                problems.append(f"link {index} could not be relayed again: {error}")
+            else:
+                restored = time.time()
+                self.outages.append((since, restored))
+                problems.append(f"delay line of link {index} ({link.near_node.name}:{link.near_intf}) "
+                                f"restarted in the shared relay; the link forwarded nothing for "
+                                f"{1e3 * (restored - since):.0f} ms")
+            self.down.pop(index, None)
+        return problems
+
+    def health(self) -> dict:
+        found = self._counters.poll([(self.relay, self.log_path)] if self.relay is not None else [])
+        found["outages"], self.outages = self.outages, []
+        return found
+
+
 class NetemShaper(Shaper):
     """tc netem on both shaper-side interfaces, frames handed across with mirred redirects."""
 
@@ -457,4 +613,4 @@ class ShaperPerServer:
         return total
 
 
-SHAPERS = {"delayline": DelayLineShaper, "netem": NetemShaper}
+SHAPERS = {"shared": SharedDelayLineShaper, "delayline": DelayLineShaper, "netem": NetemShaper}
