@@ -43,7 +43,7 @@ PYTEST_WORKERS ?= 2
 test: setup  ## the test suite but its long live runs (namespace tests need root; Containernet tests skip with the reason)
 	$(BIN)/python -m pytest -q -ra --durations=25 -n $(PYTEST_WORKERS) --dist loadfile -m "not long" $(TEST_ARGS)
 
-test-long: setup  ## the long live runs: failover faults, durable topics, MMOG, runs over namespace-servers
+test-long: setup  ## the long live runs: failover faults, durable topics, MMOG, runs over namespace-servers, two runs at once, a run past capacity
 	$(BIN)/python -m pytest -q -ra --durations=25 -m long $(TEST_ARGS)
 
 figures: venv

@@ -28,7 +28,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Emulate geo-distributed pub/sub scenarios (ePulsar) on Containernet or Mininet.",
 )
-console = Console()
+console = Console(soft_wrap=True)  # a line stays one line in logs and pipes, however long its paths
 errors = Console(stderr=True)
 POLICY_CHOICES = tuple(POLICIES)  # the registry's names (testbed.policies.registry)
 
@@ -91,7 +91,7 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
             refusal = _impossible(path, _offered_load(scenario, topology, capacity)[1], capacity)
             if refusal is not None:
                 raise refusal
-            console.print(f"{path}: ok ({scenario.name})", highlight=False, soft_wrap=True)  # one line per file, however long its path
+            console.print(f"{path}: ok ({scenario.name})", highlight=False)
         except ScenarioError as error:
             failed = True
             print(str(error), file=sys.stderr)

@@ -127,6 +127,24 @@ def judge(row: dict, budget: Budget = BUDGET) -> list[str]:
     return causes
 
 
+#: The lateness fields of a health row: how late the harness was in that second.
+LATENESS_FIELDS = ("relay_late_max_ms", "publisher_late_max_ms", "loop_lag_max_ms")
+
+
+def explained_by_steal(row: dict) -> bool:
+    """True when the hypervisor held the VM's cores in this second for at least as long as the
+    harness was late in it (/proc/stat steal, ms): a stall of S ms can delay a frame, a publish or
+    an event loop by up to S ms, so the second says nothing about the harness's own load. A second
+    late with less steal than lateness (0 steal included) is the harness's: a guard that flagged
+    every second would be caught by the seconds without steal. A dead relay or frames its sockets
+    lost are the emulation's failures, whatever the steal."""
+    if set(row.get("causes") or ()) & {"relay-down", "relay-drops"}:
+        return False
+    steal = row.get("cpu_steal_ms") or 0.0
+    late = max((row.get(field) or 0.0) for field in LATENESS_FIELDS)
+    return steal > 0 and steal >= late
+
+
 CAUSE_TEXT = {
     "publishers": ("publisher_late_max_ms", "publishers late by up to {value}: the machine cannot offer this load"),
     "relays": ("relay_late_max_ms", "delay line late by up to {value}: emulated links are longer than configured"),
@@ -137,9 +155,12 @@ CAUSE_TEXT = {
 }
 
 #: Appended to a saturated interval's cause when the hypervisor took CPU from the VM in it (/proc/stat
-#: steal): the machine stalled under the harness, which then judged the seconds rightly but is not
-#: what overloaded them; such a run is worth repeating rather than scaling down.
+#: steal) but less than the harness was late: the load is still what overloaded the seconds.
 STEAL_TEXT = " (the hypervisor held this VM's cores for up to {value} a second then: steal time)"
+#: The cause of an interval whose every second steal explains (`explained_by_steal`): not evidence
+#: either, but the load is not what made it late; such a run is worth repeating rather than scaling down.
+BY_STEAL_TEXT = ("the hypervisor held this VM's cores for up to {value} a second, as long as the harness was "
+                 "late ({late}): steal time, not this load")
 
 
 def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
@@ -156,8 +177,9 @@ def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
             current = None
             continue
         start = float(row["elapsed_s"])
-        if current is None or start > current["to_s"] + 1e-3:
-            current = {"from_s": start, "to_s": start + 1.0, "worst": {}, "steal_ms": 0.0}
+        by_steal = explained_by_steal(row)
+        if current is None or start > current["to_s"] + 1e-3 or current["by_steal"] != by_steal:
+            current = {"from_s": start, "to_s": start + 1.0, "worst": {}, "steal_ms": 0.0, "by_steal": by_steal}
             found.append(current)
         current["to_s"] = start + 1.0
         current["steal_ms"] = max(current["steal_ms"], row.get("cpu_steal_ms") or 0.0)
@@ -171,6 +193,11 @@ def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
     for interval in found:
         worst = interval.pop("worst")
         interval["causes"] = sorted(worst)
+        if interval["by_steal"]:
+            late = ", ".join(f"{c} {_format(c, worst[c])}" for c in sorted(worst) if worst[c] is not None
+                             and CAUSE_TEXT[c][0] in LATENESS_FIELDS) or "no lateness measured"
+            interval["cause"] = BY_STEAL_TEXT.format(value=_format("steal", interval["steal_ms"]), late=late)
+            continue
         interval["cause"] = "; ".join(CAUSE_TEXT[c][1].format(value=_format(c, worst[c])) for c in sorted(worst))
         if interval["steal_ms"] > 0:
             interval["cause"] += STEAL_TEXT.format(value=_format("steal", interval["steal_ms"]))
@@ -208,6 +235,7 @@ def verdict(rows: list[dict], budget: Budget = BUDGET) -> dict:
         "valid": bool(rows) and not found,
         "seconds": len(rows),
         "saturated_seconds": sum(1 for row in rows if row.get("causes", judge(row, budget))),
+        "steal_seconds": sum(1 for row in rows if row.get("causes", judge(row, budget)) and explained_by_steal(row)),
         "saturated": found,
         "budget": budget.as_dict(),
         "publisher_late_p99_ms": merged.quantile_ms(0.99),
@@ -231,8 +259,11 @@ def describe(result: dict) -> str:
                 f"{_ms(result['publisher_late_p99_ms'])}, CPU idle >= {100 * (result['cpu_idle_min'] or 0):.0f} %)")
     spans = ", ".join(f"t={max(0.0, i['from_s']):.0f}-{i['to_s']:.0f} s" for i in result["saturated"][:4])
     more = f" and {len(result['saturated']) - 4} more" if len(result["saturated"]) > 4 else ""
-    worst = max(result["saturated"], key=lambda i: i["to_s"] - i["from_s"])
-    return (f"harness: SATURATED {result['saturated_seconds']} of {result['seconds']} s ({spans}{more}): "
+    ours = [i for i in result["saturated"] if not i.get("by_steal")] or result["saturated"]
+    worst = max(ours, key=lambda i: i["to_s"] - i["from_s"])
+    stolen = result.get("steal_seconds") or 0
+    by_steal = f", {stolen} of them by the hypervisor's steal, not the load" if stolen else ""
+    return (f"harness: SATURATED {result['saturated_seconds']} of {result['seconds']} s{by_steal} ({spans}{more}): "
             f"{worst['cause']}")
 
 

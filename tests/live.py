@@ -14,11 +14,9 @@ from typing import Callable
 
 import pytest
 
+from testbed.health import LATENESS_FIELDS, explained_by_steal  # noqa: F401 - the rule tests judge by
+
 ROOT = Path(__file__).resolve().parent.parent
-
-#: The lateness fields of a health row (testbed.health): how late the harness was in that second.
-LATENESS_FIELDS = ("relay_late_max_ms", "publisher_late_max_ms", "loop_lag_max_ms")
-
 
 def run_held(argv: list[str], results: Path, name: str, not_held: Callable[[Path, dict], str | None],
              attempts: int = 2, timeout: float = 600) -> tuple[subprocess.CompletedProcess, Path, dict]:
@@ -36,17 +34,6 @@ def run_held(argv: list[str], results: Path, name: str, not_held: Callable[[Path
         if why is None:
             return run, out, summary
     raise AssertionError(f"{attempts} runs, none held by the harness: {why}")
-
-
-def explained_by_steal(row: dict) -> bool:
-    """True when the hypervisor held the VM's cores in this second for at least as long as the
-    harness was late in it (/proc/stat steal, ms): a stall of S ms can delay a frame, a publish or
-    an event loop by up to S ms, so the second says nothing about the harness's own load. A second
-    late with less steal than lateness (0 steal included) is the harness's: a guard that flagged
-    every second would be caught by the seconds without steal."""
-    steal = row.get("cpu_steal_ms") or 0.0
-    late = max((row.get(field) or 0.0) for field in LATENESS_FIELDS)
-    return steal > 0 and steal >= late
 
 
 def unexplained_seconds(out: Path) -> list[float]:

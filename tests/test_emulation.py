@@ -128,6 +128,29 @@ def test_three_site_matrix_matches_the_scenario():
         assert r.median_ms == pytest.approx(r.configured_ms, abs=max(1.0, 0.03 * r.configured_ms)), r
 
 
+def test_a_killed_shared_relay_is_restarted_with_every_link_and_its_outage_recorded():
+    """The one process relaying every link dies (SIGKILL, as an OOM kill would): the shaper's check
+    starts it again with every link, says so, and hands the outage to the guard (`health`), so the
+    run is marked invalid; the network then carries pings at the configured RTT again."""
+    scenario = parse_text(STAR)
+    with Session(scenario, shaper="shared") as session:
+        shaper = session.network.shaper
+        assert shaper.name == "shared"
+        links = len(shaper.links)
+        assert links >= 2 and len(rtts(session, "n1", "n2", 3)) == 3
+        killed_at = time.time()
+        shaper.relay.kill()
+        shaper.relay.wait()
+        problems = session.network.check()
+        assert problems[0].startswith("the shared delay line exited with -9")
+        assert sum("restarted in the shared relay" in p for p in problems) == links, problems
+        outages = shaper.health()["outages"]
+        assert len(outages) == links and all(since <= killed_at + 0.5 and ended >= killed_at
+                                              for since, ended in outages), outages
+        measured = rtts(session, "n1", "n2", 20)
+    assert len(measured) == 20 and median(measured) == pytest.approx(40.0, abs=1.0)
+
+
 @pytest.mark.quiet
 def test_relink_changes_the_measured_rtt():
     scenario = parse_text(MOBILE)

@@ -57,12 +57,23 @@ def test_intervals_merge_consecutive_seconds_and_word_the_worst_value():
 
 
 def test_an_interval_in_which_the_hypervisor_stole_cpu_says_so():
+    """A second late by less than the steal in it is the hypervisor's: still not evidence, but said
+    to be steal, not load, and counted apart; a second late by more than its steal is the load's,
+    with the steal mentioned beside."""
     rows = [second(0), second(1, relay_tx=100, relay_over=5, relay_late_max_ms=1.5, cpu_steal_ms=10.0),
-            second(2, relay_tx=100, relay_over=3, relay_late_max_ms=1.4), second(3, cpu_steal_ms=20.0)]
-    (found,) = health.intervals(rows)
-    assert (found["from_s"], found["to_s"], found["causes"]) == (1.0, 3.0, ["relays"])
-    assert found["steal_ms"] == 10.0 and found["cause"].endswith("up to 10.0 ms a second then: steal time)")
-    assert health.verdict(rows)["cpu_steal_ms"] == 30.0
+            second(2, relay_tx=100, relay_over=3, relay_late_max_ms=1.4),
+            second(3, relay_tx=100, relay_over=3, relay_late_max_ms=4.0, cpu_steal_ms=2.0), second(4, cpu_steal_ms=20.0)]
+    stolen, ours = health.intervals(rows)
+    assert (stolen["from_s"], stolen["to_s"], stolen["causes"], stolen["by_steal"]) == (1.0, 2.0, ["relays"], True)
+    assert stolen["cause"] == ("the hypervisor held this VM's cores for up to 10.0 ms a second, as long as the "
+                               "harness was late (relays 1.5 ms): steal time, not this load")
+    assert (ours["from_s"], ours["to_s"], ours["by_steal"]) == (2.0, 4.0, False)
+    assert ours["cause"].startswith("delay line late by up to 4.0 ms: emulated links are longer than configured")
+    assert ours["cause"].endswith("up to 2.0 ms a second then: steal time)")
+    found = health.verdict(rows)
+    assert found["cpu_steal_ms"] == 32.0 and (found["saturated_seconds"], found["steal_seconds"]) == (3, 1)
+    assert "3 of 5 s, 1 of them by the hypervisor's steal, not the load" in health.describe(found)
+    assert "delay line late by up to 4.0 ms" in health.describe(found)  # the load's interval is the one named
 
 
 def test_verdict_valid_only_without_saturated_seconds():
@@ -188,6 +199,7 @@ def test_steal_excuses_a_late_second_only_when_it_lasted_as_long_as_the_lateness
     assert explained_by_steal({"cpu_steal_ms": 40.0, "relay_late_max_ms": 12.0, "loop_lag_max_ms": 3.0})
     assert not explained_by_steal({"cpu_steal_ms": 10.0, "relay_late_max_ms": 12.0})
     assert not explained_by_steal({"cpu_steal_ms": 0.0, "publisher_late_max_ms": 0.0})
+    assert not explained_by_steal({"cpu_steal_ms": 90.0, "relay_down_ms": 80.0, "causes": ["relay-down"]})
     rows = [{"elapsed_s": -1.0, "causes": ["cpu"], "cpu_steal_ms": 0.0},
             {"elapsed_s": 0.0, "causes": ["relays"], "cpu_steal_ms": 50.0, "relay_late_max_ms": 9.0},
             {"elapsed_s": 1.0, "causes": ["relays"], "cpu_steal_ms": 0.0, "relay_late_max_ms": 0.4},

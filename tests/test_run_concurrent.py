@@ -14,10 +14,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.needs import FULL_SYSTEM
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = FULL_SYSTEM
+pytestmark = FULL_SYSTEM + [pytest.mark.long]  # a live run that loads the whole machine: make test-long
 
 
 def _consumers(out: Path) -> set[str]:

@@ -9,10 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.needs import FULL_SYSTEM
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = FULL_SYSTEM
+pytestmark = FULL_SYSTEM + [pytest.mark.long]  # a live run that loads the whole machine: make test-long
 
 
 def test_a_run_past_capacity_is_marked_saturated_with_its_cause(tmp_path):

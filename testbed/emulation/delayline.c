@@ -37,11 +37,13 @@
  *   add ID --if-a A --if-b B [the per-link options above]  ->  "ok ID" | "error ID why"
  *   del ID                                                 ->  "ok ID" | "error ID why"
  * and a link whose interface disappears is dropped with "gone ID" (the
- * process goes on).  One timer serves every link: a wakeup sends every
- * frame of every link due within EARLY_NS, so at load one wakeup serves
- * many links instead of one wakeup per link per frame.  The SIGUSR1 line
- * then sums all links per direction ("ab" = A->B of every link) and adds
- * "links", "wakeups" and "early" (frames sent before their due time).
+ * process goes on).  One timer serves every link: with --tick-us T, frames
+ * leave on a grid of period T (each within T/2 of its due time), so one
+ * wakeup serves every frame of every link due around a grid point; and the
+ * ports' receive events are held off while they come faster than one per
+ * holdoff (see RX_SET).  The SIGUSR1 line then sums all links per direction
+ * ("ab" = A->B of every link) and adds "links", "wakeups", "rx_holdoffs"
+ * and "early" (frames sent before their due time).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -123,10 +125,28 @@ static struct link **links;             /* slots; NULL = free (never reused in o
 static int nslots, slots_cap;
 static int control;                     /* --control: links come and go on stdin */
 static int ep = -1;                     /* epoll: 0 signalfd, 1 stdin, 2 + 2 * slot + side ports */
+/* Shared mode: the ports are in an epoll set of their own (ep_ports), itself
+ * in `ep` as RX_SET while armed.  When frames arrive faster than one per
+ * `rx_set_holdoff`, the set is disarmed for that long and read at the next
+ * wakeup that comes anyway (or when the holdoff ends): at load one wakeup
+ * reads many links' frames instead of one wakeup per frame.  Frames carry
+ * kernel timestamps, and the holdoff is at most half the smallest delay of
+ * any link, so a frame read late is still read before it is due. */
+#define RX_SET (1ULL << 62)
+static int ep_ports = -1;               /* = ep for a lone relay */
+static int rx_set_armed = 1;
+static int64_t rx_set_holdoff, rx_set_until, rx_set_last;
+static uint64_t rx_set_disarms;
+static void rx_set_recompute(void);
 static uint64_t ts_fallback;            /* frames without a usable timestamp */
 static uint64_t wakeups;                /* loop passes, for the cost per frame */
 static uint8_t *scratch;                /* BATCH receive slots */
 static int64_t late_budget_ns = 500000; /* --late-budget-us */
+/* --tick-us: departures on a grid of this period; a frame due within half a
+ * tick of a grid point leaves at that point (up to half a tick early or
+ * late, zero on average), so one wakeup serves every frame of every link due
+ * around it.  0: no grid, a frame leaves at most EARLY_NS before its time. */
+static int64_t tick_ns, early_ns = EARLY_NS;
 static int name_fd = -1;                /* for SIOCGIFNAME */
 
 static int64_t now_ns(clockid_t c)
@@ -240,8 +260,8 @@ static void dump_stats(void)
             names[i], sum[i][0], sum[i][1], sum[i][2], sum[i][3], sum[i][4], sum[i][5],
             sum[i][6], sum[i][7], sum[i][8], queued[i], sum[i][9], sum[i][10], sum[i][11],
             late_max[i] / 1000, late_window_max[i] / 1000);
-    snprintf(line + n, sizeof line - n, "\"links\":%d,\"wakeups\":%" PRIu64
-             ",\"ts_fallback\":%" PRIu64 "}\n", count, wakeups, ts_fallback);
+    snprintf(line + n, sizeof line - n, "\"links\":%d,\"wakeups\":%" PRIu64 ",\"rx_holdoffs\":%" PRIu64
+             ",\"ts_fallback\":%" PRIu64 "}\n", count, wakeups, rx_set_disarms, ts_fallback);
     fputs(line, stderr);
     fflush(stderr);
 }
@@ -359,11 +379,11 @@ static void flush(struct link *l, struct dir *d, int64_t now)
     static int warned_tx;
     struct mmsghdr m[BATCH];
     struct iovec iov[BATCH];
-    while (d->count && d->q[d->head].due <= now + EARLY_NS && !l->gone) {
+    while (d->count && d->q[d->head].due <= now + early_ns && !l->gone) {
         int n = 0;
         for (; n < BATCH && (uint32_t)n < d->count; n++) {
             struct frame *f = &d->q[(d->head + n) % QSLOTS];
-            if (f->due > now + EARLY_NS) break;
+            if (f->due > now + early_ns) break;
             iov[n] = (struct iovec){ d->buf + f->off, f->len };
             m[n] = (struct mmsghdr){ .msg_hdr = { .msg_iov = &iov[n], .msg_iovlen = 1 } };
         }
@@ -552,23 +572,23 @@ static int parse_options(int argc, char **argv, struct link *l, struct process_o
         {"rate-ab", 1, 0, 7}, {"rate-ba", 1, 0, 8}, {"limit-ab", 1, 0, 9},
         {"limit-ba", 1, 0, 10}, {"seed", 1, 0, 11}, {"tag", 1, 0, 12},
         {"rt-prio", 1, 0, 13}, {"late-budget-us", 1, 0, 14}, {"control", 0, 0, 15},
-        {0, 0, 0, 0}};
+        {"tick-us", 1, 0, 16}, {0, 0, 0, 0}};
     /* allowed range of each numeric option, by its code (1..10, 13, 14) */
-    static const double lo[15] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1},
-                        hi[15] = {0, 3600, 3600, 3600, 3600, 1, 1, 1e12, 1e12, 1 << 30, 1 << 30, 0, 0, 99, 1e7};
+    static const double lo[17] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0},
+                        hi[17] = {0, 3600, 3600, 3600, 3600, 1, 1, 1e12, 1e12, 1 << 30, 1 << 30, 0, 0, 99, 1e7, 0, 10000};
     const char *names[2] = {NULL, NULL};
     int c;
     l->seed = 1;
     opterr = 0;
     optind = 0;                                         /* glibc: start over */
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        const char *o = c > 0 && c <= 15 ? opts[c + 1].name : "";
-        if (c >= 13 && c <= 15 && !proc) {
+        const char *o = c > 0 && c <= 16 ? opts[c + 1].name : "";
+        if (c >= 13 && c <= 16 && !proc) {
             snprintf(why, wlen, "--%s is an option of the process, not of a link", o);
             return -1;
         }
         double v = 0;
-        if ((c >= 1 && c <= 10) || c == 13 || c == 14) {
+        if ((c >= 1 && c <= 10) || c == 13 || c == 14 || c == 16) {
             char *end; errno = 0;
             v = strtod(optarg, &end);
             if (errno || end == optarg || *end || !isfinite(v) || v < lo[c] || v > hi[c]) {
@@ -597,6 +617,10 @@ static int parse_options(int argc, char **argv, struct link *l, struct process_o
         case 13: proc->rt_prio = (int)v; break;
         case 14: late_budget_ns = (int64_t)(v * 1000); break;
         case 15: control = 1; break;
+        case 16:  /* a wakeup comes WAKE_NS before its grid point: it sends up to half a tick after */
+            tick_ns = (int64_t)(v * 1000);
+            early_ns = tick_ns ? tick_ns / 2 + WAKE_NS : EARLY_NS;
+            break;
         default: snprintf(why, wlen, "unknown option or missing value"); return -1;
         }
     }
@@ -641,12 +665,13 @@ static int start_link(struct link *l, char *why, size_t wlen, int *gone)
     int slot = nslots;
     for (int i = 0; i < 2; i++) {
         struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 2 + 2 * (uint64_t)slot + i };
-        if (epoll_ctl(ep, EPOLL_CTL_ADD, l->ports[i].fd, &ev)) {
+        if (epoll_ctl(ep_ports, EPOLL_CTL_ADD, l->ports[i].fd, &ev)) {
             snprintf(why, wlen, "epoll_ctl: %s", strerror(errno));
             return -1;
         }
     }
     links[nslots++] = l;
+    rx_set_recompute();
     return 0;
 }
 
@@ -660,6 +685,7 @@ static void remove_link(int slot)
     }
     links[slot] = NULL;
     free_link(l);
+    rx_set_recompute();
 }
 
 static int find_link(long id)
@@ -744,7 +770,65 @@ static void set_armed(struct link *l, int side, int slot, int armed)
 {
     struct epoll_event ev = { .events = armed ? EPOLLIN : 0, .data.u64 = 2 + 2 * (uint64_t)slot + side };
     l->dirs[side].rx_armed = armed;
-    epoll_ctl(ep, EPOLL_CTL_MOD, l->ports[side].fd, &ev);
+    epoll_ctl(ep_ports, EPOLL_CTL_MOD, l->ports[side].fd, &ev);
+}
+
+/* The RX set's holdoff: half the smallest (delay - jitter) of any link, at
+ * most HOLDOFF_MAX; 0 (always armed) when some link is too short for it. */
+static void rx_set_recompute(void)
+{
+    int64_t h = HOLDOFF_MAX;
+    for (int s = 0; s < nslots; s++)
+        for (int i = 0; links[s] && i < 2; i++) {
+            int64_t mine = (int64_t)((links[s]->dirs[i].delay - links[s]->dirs[i].jitter) * 1e9 / 2);
+            if (mine < h) h = mine;
+        }
+    rx_set_holdoff = h < 50000 ? 0 : h;
+}
+
+static void rx_set_arm(int armed)
+{
+    struct epoll_event ev = { .events = armed ? EPOLLIN : 0, .data.u64 = RX_SET };
+    rx_set_armed = armed;
+    epoll_ctl(ep, EPOLL_CTL_MOD, ep_ports, &ev);
+}
+
+static void port_event(uint64_t id, uint32_t events);
+
+/* Read every armed port that has frames (one epoll_wait on the RX set). */
+static void rx_set_read(void)
+{
+    struct epoll_event evs[64];
+    int n;
+    do {
+        n = epoll_wait(ep_ports, evs, 64, 0);
+        for (int e = 0; e < n; e++) port_event(evs[e].data.u64, evs[e].events);
+    } while (n == 64);
+}
+
+/* A port's event: an error (gone?), or frames to read while it is armed. */
+static void port_event(uint64_t id, uint32_t events)
+{
+    int slot = (int)((id - 2) / 2), side = (int)((id - 2) % 2);
+    struct link *l = slot < nslots ? links[slot] : NULL;
+    if (!l) return;                                 /* removed by a command this pass */
+    if (events & EPOLLERR) {
+        /* Interface went down or was deleted: the socket reports ENETDOWN.
+         * Deleted -> gone; merely down -> keep going, the kernel
+         * re-attaches the socket when it comes back up.  (EPOLLERR is
+         * reported even while EPOLLIN is paused.) */
+        int err = 0; socklen_t len = sizeof err;
+        getsockopt(l->ports[side].fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        check_ports(l);
+    }
+    struct dir *d = &l->dirs[side];
+    if ((events & EPOLLIN) && d->rx_armed && !l->gone) {
+        int got = receive(l, d);
+        if (d->holdoff && d->count) {               /* queued: its head's wakeup reads us */
+            d->rx_poll_at = now_ns(CLOCK_MONOTONIC) + (got >= RX_BUDGET * BATCH ? d->holdoff : POLL_IDLE_NS);
+            set_armed(l, side, slot, 0);
+        }
+    }
 }
 
 int main(int argc, char **argv)
@@ -789,10 +873,15 @@ int main(int argc, char **argv)
     if (!scratch || ep < 0 || sfd < 0 || name_fd < 0) die(1, "setup failed: %s", strerror(errno));
     struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
     if (epoll_ctl(ep, EPOLL_CTL_ADD, sfd, &ev)) die(1, "epoll_ctl: %s", strerror(errno));
+    ep_ports = ep;
     if (control) {
         free(first);
         ev.data.u64 = 1;
         if (epoll_ctl(ep, EPOLL_CTL_ADD, STDIN_FILENO, &ev)) die(1, "epoll_ctl(stdin): %s", strerror(errno));
+        ep_ports = epoll_create1(EPOLL_CLOEXEC);
+        ev.data.u64 = RX_SET;
+        if (ep_ports < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, ep_ports, &ev))
+            die(1, "epoll (ports): %s", strerror(errno));
     } else {
         int gone;
         if (start_link(first, why, sizeof why, &gone)) die(gone ? 3 : 1, "%s", why);
@@ -819,12 +908,17 @@ int main(int argc, char **argv)
     for (;;) {
         int64_t now = now_ns(CLOCK_MONOTONIC), next = INT64_MAX;
         wakeups++;
+        if (control && !rx_set_armed) {                 /* held off: read it now, arm it when due */
+            rx_set_read();
+            if (now >= rx_set_until) rx_set_arm(1);
+            else next = rx_set_until;
+        }
         for (int s = 0; s < nslots; s++) {
             struct link *l = links[s];
             if (!l) continue;
             for (int i = 0; i < 2; i++) {
                 struct dir *d = &l->dirs[i];
-                int due = d->count && d->q[d->head].due <= now + EARLY_NS;
+                int due = d->count && d->q[d->head].due <= now + early_ns;
                 if (!d->rx_armed && (due || d->rx_poll_at <= now)) {
                     int got = receive(l, d);
                     d->rx_poll_at = now + (got >= RX_BUDGET * BATCH ? d->holdoff : POLL_IDLE_NS);
@@ -833,7 +927,11 @@ int main(int argc, char **argv)
                 if (!d->rx_armed && d->count == 0 && !l->gone)
                     set_armed(l, i, s, 1);              /* nothing queued: wake on frames */
                 /* Sleep until just before the next departure (or RX poll). */
-                if (d->count && d->q[d->head].due - WAKE_NS < next) next = d->q[d->head].due - WAKE_NS;
+                if (d->count) {
+                    int64_t at = d->q[d->head].due;
+                    if (tick_ns) at = (at + tick_ns / 2) / tick_ns * tick_ns;   /* its grid point */
+                    if (at - WAKE_NS < next) next = at - WAKE_NS;
+                }
                 if (!d->rx_armed && d->rx_poll_at < next) next = d->rx_poll_at;
             }
         }
@@ -860,27 +958,19 @@ int main(int argc, char **argv)
                 if (read_commands()) return 0;
                 continue;
             }
-            int slot = (int)((id - 2) / 2), side = (int)((id - 2) % 2);
-            struct link *l = slot < nslots ? links[slot] : NULL;
-            if (!l) continue;                           /* removed by a command this pass */
-            if (evs[e].events & EPOLLERR) {
-                /* Interface went down or was deleted: the socket reports
-                 * ENETDOWN.  Deleted -> gone; merely down -> keep going, the
-                 * kernel re-attaches the socket when it comes back up.
-                 * (EPOLLERR is reported even while EPOLLIN is paused.) */
-                int err = 0; socklen_t len = sizeof err;
-                getsockopt(l->ports[side].fd, SOL_SOCKET, SO_ERROR, &err, &len);
-                check_ports(l);
-            }
-            struct dir *d = &l->dirs[side];
-            if ((evs[e].events & EPOLLIN) && d->rx_armed && !l->gone) {
-                int got = receive(l, d);
-                if (d->holdoff && d->count) {           /* queued: its head's wakeup reads us */
-                    d->rx_poll_at = now_ns(CLOCK_MONOTONIC) +
-                                    (got >= RX_BUDGET * BATCH ? d->holdoff : POLL_IDLE_NS);
-                    set_armed(l, side, slot, 0);
+            if (id == RX_SET) {
+                int64_t at = now_ns(CLOCK_MONOTONIC);
+                rx_set_read();
+                /* a second wakeup for frames within two holdoffs: hold the set off */
+                if (rx_set_holdoff && at - rx_set_last < 2 * rx_set_holdoff) {
+                    rx_set_arm(0);
+                    rx_set_until = at + rx_set_holdoff;
+                    rx_set_disarms++;
                 }
+                rx_set_last = at;
+                continue;
             }
+            port_event(id, evs[e].events);
         }
         /* Deletion while the interface was already down raises no socket
          * error, so also look every second (cheap, keeps idle CPU ~0). */

@@ -140,10 +140,17 @@ def command(
     return [str(binary), *link_options(if_a, if_b, a_to_b, b_to_a, seed), *process_options(tag, rt_priority)]
 
 
-def shared_command(binary: Path | str, tag: str, *, rt_priority: int = DEFAULT_RT_PRIORITY) -> list[str]:
+#: The shared relay's departure grid (delayline.c --tick-us): a frame leaves within half a tick of
+#: its due time, zero on average, so a path of h hops is off by a sum of h such errors (medians
+#: unchanged, well inside the probe's 0.5 ms), and one wakeup serves every frame due around a tick.
+SHARED_TICK_US = 200
+
+
+def shared_command(binary: Path | str, tag: str, *, rt_priority: int = DEFAULT_RT_PRIORITY,
+                   tick_us: int = SHARED_TICK_US) -> list[str]:
     """argv for a relay shared by many links: it prints ``ready``, then takes ``add ID <link
     options>`` and ``del ID`` lines on stdin, answering ``ok ID`` or ``error ID <why>`` each."""
-    return [str(binary), "--control", *process_options(tag, rt_priority)]
+    return [str(binary), "--control", "--tick-us", str(int(tick_us)), *process_options(tag, rt_priority)]
 
 
 def offload_commands(ifname: str) -> list[list[str]]:
