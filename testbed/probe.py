@@ -71,7 +71,8 @@ def measure(session: Session, pairs: list[tuple[str, str]], count: int, interval
     """Ping all pairs at once (each pair its own ping process), return raw RTT lists by pair."""
     processes = {}
     for a, b in pairs:
-        argv = ["ping", "-n", "-c", str(count), "-i", f"{interval_s:g}", "-W", "2", session.network.ip_of(b)]
+        argv = ["ping", "-n", "-c", str(count), "-i", f"{interval_s:g}", "-W", "2",
+                "-w", str(procs.ping_deadline_s(count, interval_s)), session.network.ip_of(b)]
         processes[(a, b)] = session.network.popen(a, argv, text=True)
     results = {}
     for pair, process in processes.items():

@@ -214,3 +214,10 @@ class LineCounter:
                 lines = complete.split(b"\n") if complete else [b""]
                 self.total += sum(self.needle in line for line in lines) if self.needle else len(lines)
         return self.total
+
+
+def ping_deadline_s(count: int, interval_s: float, timeout_s: float = 2.0) -> int:
+    """ping's -w for `count` probes `interval_s` apart: once some replies came, ping waits only two
+    RTTs for the rest (a reply a VM stall held back would count as lost); with a deadline it waits
+    for every reply until the deadline (the last probe's send plus `timeout_s`)."""
+    return math.ceil(count * interval_s + timeout_s) + 1

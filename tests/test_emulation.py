@@ -155,13 +155,16 @@ def test_a_killed_shared_relay_is_restarted_with_every_link_and_its_outage_recor
 def test_relink_changes_the_measured_rtt():
     scenario = parse_text(MOBILE)
     topo = topology.build(scenario)
+    # zone1 broker from zone1: 2*(5+1) = 12 ms; from zone2 add the 30 ms inter-site RTT.
+    def measured(session, b: str, expected: float, tolerance: float) -> float:
+        return measured_held(lambda: median(rtts(session, "uav1", b)), lambda m: abs(m - expected) - tolerance)
+
     with Session(scenario, topology=topo) as session:
         assert session.network.site_of("uav1") == "zone1"
-        before = median(rtts(session, "uav1", "bzone1"))
+        before = measured(session, "bzone1", 12.0, 1.0)
         session.network.relink("uav1", "zone2")
-        after = median(rtts(session, "uav1", "bzone1"))
-        home = median(rtts(session, "uav1", "bzone2"))
-    # zone1 broker from zone1: 2*(5+1) = 12 ms; from zone2 add the 30 ms inter-site RTT.
+        after = measured(session, "bzone1", 42.0, 1.5)
+        home = measured(session, "bzone2", 12.0, 1.0)
     assert before == pytest.approx(12.0, abs=1.0)
     assert after == pytest.approx(42.0, abs=1.5)
     assert home == pytest.approx(12.0, abs=1.0)

@@ -46,7 +46,8 @@ def accuracy_scenario(rtt_ms: float):
 
 
 def _ping(session: Session, node: str, target_ip: str, count: int) -> list[float]:
-    process = session.network.popen(node, ["ping", "-n", "-c", str(count), "-i", "0.01", "-W", "2", target_ip], text=True)
+    process = session.network.popen(node, ["ping", "-n", "-c", str(count), "-i", "0.01", "-W", "2",
+                                           "-w", str(procs.ping_deadline_s(count, 0.01)), target_ip], text=True)
     out, _ = process.communicate(timeout=count * 0.01 + 30)
     return probe.parse_ping(out)
 

@@ -233,7 +233,9 @@ class LinkTopology:
 
     def ping(self, count: int, interval: float, timeout: float = 2.0) -> dict[int, float]:
         """Ping h2 from h1; returns {icmp_seq: rtt_ms} for the replies received."""
-        out = self.exec(self.h1, "ping", "-n", "-c", str(count), "-i", str(interval), "-W", str(timeout), H2_IP).stdout
+        deadline = str(procs.ping_deadline_s(count, interval, timeout))
+        out = self.exec(self.h1, "ping", "-n", "-c", str(count), "-i", str(interval), "-W", str(timeout), "-w", deadline,
+                        H2_IP).stdout
         # Per-reply times have 3 significant digits; the summary has us.
         m = re.search(r"= [\d.]+/([\d.]+)/", out)
         self.last_ping_avg_ms = float(m.group(1)) if m else float("nan")

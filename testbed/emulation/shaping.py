@@ -217,10 +217,9 @@ class Shaper:
         return None
 
 
-class DelayLineShaper(Shaper):
-    """User-space delay line: one relay process per link, both directions."""
-
-    name = "delayline"
+class UserSpaceShaper(Shaper):
+    """What both delay-line shapers share: the relay binary, the links they relay, the relays'
+    counters for the guard, and the outages of relays that died."""
 
     def __init__(self, net, shaper_node, run_id: str, env: dict[str, str], log_dir: Path | None = None):
         super().__init__(net, shaper_node, run_id, env, log_dir)
@@ -229,17 +228,29 @@ class DelayLineShaper(Shaper):
         self.delayline = delayline
         self.binary = delayline.ensure_built()
         self.links: dict[int, ShapedLink] = {}
-        self.dying: list[subprocess.Popen] = []  # killed relays not collected yet
         self._counters = RelayCounters()
-        self._alive_at: dict[int, float] = {}  # each relay's last sign of life (check)
         self.outages: list[tuple[float, float]] = []  # (from, to) epoch s a dead relay's link forwarded nothing
 
-    def shape(self, link: ShapedLink) -> None:
-        dl = self.delayline
+    def _options(self, link: ShapedLink) -> list[str]:
+        """The link's relay options: its shaping, the same both ways."""
         s = link.shaping
-        direction = dl.Direction(delay_s=s.delay, jitter_s=s.jitter, loss=s.loss, rate_bps=s.bandwidth or 0.0)
-        argv = dl.command(self.binary, link.shaper_a, link.shaper_b, direction, direction,
-                          seed=link.seed, tag=f"tb-{self.run_id}")
+        direction = self.delayline.Direction(delay_s=s.delay, jitter_s=s.jitter, loss=s.loss,
+                                             rate_bps=s.bandwidth or 0.0)
+        return self.delayline.link_options(link.shaper_a, link.shaper_b, direction, direction, seed=link.seed)
+
+
+class DelayLineShaper(UserSpaceShaper):
+    """User-space delay line: one relay process per link, both directions."""
+
+    name = "delayline"
+
+    def __init__(self, net, shaper_node, run_id: str, env: dict[str, str], log_dir: Path | None = None):
+        super().__init__(net, shaper_node, run_id, env, log_dir)
+        self.dying: list[subprocess.Popen] = []  # killed relays not collected yet
+        self._alive_at: dict[int, float] = {}  # each relay's last sign of life (check)
+
+    def shape(self, link: ShapedLink) -> None:
+        argv = [str(self.binary), *self._options(link), *self.delayline.process_options(f"tb-{self.run_id}")]
         # stderr goes to a file: a pipe nobody reads could fill up and block the relay.
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log_path = self.log_dir / f"delayline-{link.index}.log"
@@ -313,7 +324,7 @@ class DelayLineShaper(Shaper):
         return found
 
 
-class SharedDelayLineShaper(Shaper):
+class SharedDelayLineShaper(UserSpaceShaper):
     """User-space delay line, one process for every link of this shaper namespace (delayline.c's
     --control mode): links are added and removed by lines on its stdin. One timer then serves
     every link with a frame due, where per-link relays each wake for their own frames (ModelNet's
@@ -324,18 +335,11 @@ class SharedDelayLineShaper(Shaper):
 
     def __init__(self, net, shaper_node, run_id: str, env: dict[str, str], log_dir: Path | None = None):
         super().__init__(net, shaper_node, run_id, env, log_dir)
-        from testbed.emulation import delayline
-
-        self.delayline = delayline
-        self.binary = delayline.ensure_built()
-        self.links: dict[int, ShapedLink] = {}
         self.relay: subprocess.Popen | None = None
         self.log_path = self.log_dir / "delayline-shared.log"
         self._replies = b""
-        self._counters = RelayCounters()
         self._alive_at = time.time()
         self.down: dict[int, float] = {}  # link index -> since when it forwards nothing (killed, gone)
-        self.outages: list[tuple[float, float]] = []
 
     # -- the process and its control lines -------------------------------------------------
     def _start(self) -> None:
@@ -388,10 +392,7 @@ class SharedDelayLineShaper(Shaper):
         return self.relay is not None and self.relay.poll() is None
 
     def _add(self, link: ShapedLink) -> None:
-        dl, s = self.delayline, link.shaping
-        direction = dl.Direction(delay_s=s.delay, jitter_s=s.jitter, loss=s.loss, rate_bps=s.bandwidth or 0.0)
-        options = dl.link_options(link.shaper_a, link.shaper_b, direction, direction, seed=link.seed)
-        ok, why = self._ask(" ".join(["add", str(link.index), *options]))
+        ok, why = self._ask(" ".join(["add", str(link.index), *self._options(link)]))
         if not ok:
             raise ShaperError(f"the shared delay line refused link {link.index} "
                               f"({link.near_node.name}:{link.near_intf}): {why}")

@@ -90,7 +90,12 @@ class VariantConsumer:
             await self._pull(batch=FAST_BATCH, expires=expires)
         counted = 0
         while True:
-            msg = await self.queue.get()
+            try:  # each request ends with a message or a status within its expiry; silence past it
+                msg = await asyncio.wait_for(self.queue.get(), 2 * FAST_EXPIRES_S)
+            except asyncio.TimeoutError:  # means the server dropped them (a reconnect after a stall):
+                for _ in range(2):  # stand two again; one too many only expires
+                    await self._pull(batch=FAST_BATCH, expires=expires)
+                continue
             if _status(msg) is not None:
                 await self._pull(batch=FAST_BATCH, expires=expires)
                 continue
