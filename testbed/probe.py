@@ -51,8 +51,17 @@ def pairs_of_interest(topology: Topology) -> list[tuple[str, str]]:
     return pairs
 
 
-def parse_ping(output: str) -> list[float]:
-    return [float(m.group(2)) for m in _TIME.finditer(output)]
+class Rtts(list):
+    """One pair's RTTs (ms), and how many probes ping sent for them (`sent`)."""
+
+    sent: int = 0
+
+
+def parse_ping(output: str) -> Rtts:
+    rtts = Rtts(float(m.group(2)) for m in _TIME.finditer(output))
+    transmitted = re.search(r"(\d+) packets transmitted", output)
+    rtts.sent = int(transmitted.group(1)) if transmitted else len(rtts)
+    return rtts
 
 
 def evaluate(topology: Topology, a: str, b: str, rtts_ms: list[float], sent: int, site_a: str | None = None,
@@ -68,7 +77,9 @@ def evaluate(topology: Topology, a: str, b: str, rtts_ms: list[float], sent: int
 
 
 def measure(session: Session, pairs: list[tuple[str, str]], count: int, interval_s: float = 0.01) -> dict:
-    """Ping all pairs at once (each pair its own ping process), return raw RTT lists by pair."""
+    """Ping all pairs at once (each pair its own ping process), return raw RTT lists by pair. Each
+    ping waits for its `count` replies until a deadline (a reply a VM stall held back still counts),
+    sending another probe for each lost one: `sent` says how many it took."""
     processes = {}
     for a, b in pairs:
         argv = ["ping", "-n", "-c", str(count), "-i", f"{interval_s:g}", "-W", "2",
@@ -92,7 +103,7 @@ def main(scenario, backend: str, shaper: str, count: int, as_json: bool, console
         # A first short round warms ARP and caches so the measurement sees the steady state.
         measure(session, pairs, 3)
         raw = measure(session, pairs, count)
-        results = [evaluate(topology, a, b, raw[(a, b)], count) for a, b in pairs]
+        results = [evaluate(topology, a, b, raw[(a, b)], raw[(a, b)].sent) for a, b in pairs]
         if session.servers:
             network = session.network
             for r in results:

@@ -146,7 +146,7 @@ def _tolerance(rtt_ms: float) -> float:
 def test_symmetric_delay_rtt(topo):
     d = Direction(delay_s=0.020)
     topo.start_relay(d, d)
-    rtts = list(topo.ping(100, 0.01).values())
+    rtts = list(topo.ping(100, 0.01, answered=True).values())
     assert len(rtts) == 100
     assert abs(statistics.median(rtts) - 40.0) <= _tolerance(40.0), sorted(rtts)
     assert min(rtts) >= 40.0 - _tolerance(40.0)  # never early
@@ -287,7 +287,7 @@ def test_interface_down_keeps_running_and_deletion_exits_3(own_topo):
     assert t.proc.poll() is None  # down is not gone: keep relaying after up
     subprocess.run(["ip", "-n", t.relay_ns, "link", "set", "A", "up"], check=True)
     time.sleep(0.2)
-    assert len(t.ping(5, 0.01)) == 5
+    assert len(t.ping(5, 0.01, answered=True)) == 5
     proc = t.proc
     subprocess.run(["ip", "-n", t.relay_ns, "link", "del", "B"], check=True)
     assert proc.wait(timeout=3) == EXIT_INTERFACE_GONE
@@ -315,10 +315,10 @@ def test_a_shared_relay_takes_links_on_its_stdin_and_answers_each_line(own_topo)
     assert t.control("move 1").startswith("error 1 unknown command")
     assert t.control("add x").startswith("error - expected")
     assert t.stats()["links"] == 2
-    assert len(t.ping(5, 0.01)) == 5  # link 0 relays through all of it
+    assert len(t.ping(5, 0.01, answered=True)) == 5  # link 0 relays through all of it
     subprocess.run(["ip", "-n", t.relay_ns, "link", "del", "C"], check=True)  # D goes with it
     assert t.reply(timeout=3) == "gone 1"
-    assert t.stats()["links"] == 1 and len(t.ping(5, 0.01)) == 5
+    assert t.stats()["links"] == 1 and len(t.ping(5, 0.01, answered=True)) == 5
     assert t.control("del 0") == "ok 0"
     assert t.stats()["links"] == 0 and t.stats()["ab"]["tx"] >= 10  # a removed link's counters stay
     proc = t.proc

@@ -208,10 +208,10 @@ def test_steal_excuses_a_late_second_only_when_it_lasted_as_long_as_the_lateness
     assert unexplained_seconds(tmp_path) == [-1.0, 1.0] and judged_seconds(tmp_path) == 3
 
 
-def test_a_measurement_off_is_repeated_only_as_far_as_steal_explains(monkeypatch):
-    """A probe median 2 ms beyond its bound is measured again when >= 40 ms were stolen during it,
-    returned for the test to judge when less was, and skipped as not testable when every attempt
-    was off as far as its steal explains: a shaper off by more than any stall is still judged."""
+def test_a_measurement_off_is_judged_only_when_the_machine_was_quiet(monkeypatch):
+    """A probe median beyond its bound is measured again when the hypervisor stole more than 30 ms
+    during it, returned for the test to judge when it stole no more, and skipped as not testable
+    when every attempt was off under steal: a shaper off with the machine quiet is still judged."""
     import tests.live as live
 
     clock = {"steal": 0.0}
@@ -224,7 +224,7 @@ def test_a_measurement_off_is_repeated_only_as_far_as_steal_explains(monkeypatch
         return measure
 
     assert live.measured_held(measuring([0.0], [500.0]), lambda off: off) == 0.0  # held: steal is no matter
-    assert live.measured_held(measuring([2.0], [39.0]), lambda off: off) == 2.0  # off beyond the steal: judged
+    assert live.measured_held(measuring([2.0], [30.0]), lambda off: off) == 2.0  # off on a quiet machine: judged
     assert live.measured_held(measuring([2.0, 0.5], [40.0, 0.0]), lambda off: off) == 0.5  # stalled, then held
-    with pytest.raises(pytest.skip.Exception, match="not testable on this machine now: 3 measurements"):
-        live.measured_held(measuring([2.0, 3.0, 1.0], [40.0, 60.0, 20.0]), lambda off: off)
+    with pytest.raises(pytest.skip.Exception, match="not testable on this machine now: 4 measurements"):
+        live.measured_held(measuring([2.0, 3.0, 1.0, 9.0], [40.0, 60.0, 200.0, 670.0]), lambda off: off)

@@ -231,10 +231,12 @@ class LinkTopology:
     def exec(self, ns: str, *args: str, **kw) -> subprocess.CompletedProcess:
         return subprocess.run(["ip", "netns", "exec", ns, *args], capture_output=True, text=True, **kw)
 
-    def ping(self, count: int, interval: float, timeout: float = 2.0) -> dict[int, float]:
-        """Ping h2 from h1; returns {icmp_seq: rtt_ms} for the replies received."""
-        deadline = str(procs.ping_deadline_s(count, interval, timeout))
-        out = self.exec(self.h1, "ping", "-n", "-c", str(count), "-i", str(interval), "-W", str(timeout), "-w", deadline,
+    def ping(self, count: int, interval: float, timeout: float = 2.0, answered: bool = False) -> dict[int, float]:
+        """Ping h2 from h1; returns {icmp_seq: rtt_ms} for the replies received: of exactly `count`
+        probes (ping waits two RTTs for the last replies), or with `answered` until `count` replies
+        came (a reply a VM stall held back still counts; a lost probe is sent again)."""
+        deadline = ["-w", str(procs.ping_deadline_s(count, interval, timeout))] if answered else []
+        out = self.exec(self.h1, "ping", "-n", "-c", str(count), "-i", str(interval), "-W", str(timeout), *deadline,
                         H2_IP).stdout
         # Per-reply times have 3 significant digits; the summary has us.
         m = re.search(r"= [\d.]+/([\d.]+)/", out)
