@@ -78,8 +78,8 @@ def evaluate(topology: Topology, a: str, b: str, rtts_ms: list[float], sent: int
 
 def measure(session: Session, pairs: list[tuple[str, str]], count: int, interval_s: float = 0.01) -> dict:
     """Ping all pairs at once (each pair its own ping process), return raw RTT lists by pair. Each
-    ping waits for its `count` replies until a deadline (a reply a VM stall held back still counts),
-    sending another probe for each lost one: `sent` says how many it took."""
+    ping waits for its `count` replies until a deadline (a reply a VM stall held back still counts;
+    ping keeps probing meanwhile, so `sent` may exceed `count` without any loss)."""
     processes = {}
     for a, b in pairs:
         argv = ["ping", "-n", "-c", str(count), "-i", f"{interval_s:g}", "-W", "2",
@@ -103,7 +103,7 @@ def main(scenario, backend: str, shaper: str, count: int, as_json: bool, console
         # A first short round warms ARP and caches so the measurement sees the steady state.
         measure(session, pairs, 3)
         raw = measure(session, pairs, count)
-        results = [evaluate(topology, a, b, raw[(a, b)], raw[(a, b)].sent) for a, b in pairs]
+        results = [evaluate(topology, a, b, raw[(a, b)], count) for a, b in pairs]
         if session.servers:
             network = session.network
             for r in results:
