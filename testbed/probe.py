@@ -51,17 +51,8 @@ def pairs_of_interest(topology: Topology) -> list[tuple[str, str]]:
     return pairs
 
 
-class Rtts(list):
-    """One pair's RTTs (ms), and how many probes ping sent for them (`sent`)."""
-
-    sent: int = 0
-
-
-def parse_ping(output: str) -> Rtts:
-    rtts = Rtts(float(m.group(2)) for m in _TIME.finditer(output))
-    transmitted = re.search(r"(\d+) packets transmitted", output)
-    rtts.sent = int(transmitted.group(1)) if transmitted else len(rtts)
-    return rtts
+def parse_ping(output: str) -> list[float]:
+    return [float(m.group(2)) for m in _TIME.finditer(output)]
 
 
 def evaluate(topology: Topology, a: str, b: str, rtts_ms: list[float], sent: int, site_a: str | None = None,
