@@ -30,6 +30,7 @@ from testbed.roles.pubsub import ManagerOptions, PubSubSystem
 from testbed.systems.pubsub.broker import nats_url
 from testbed.policies.snapshot import BrokerReport, coord_from_dict
 from testbed.scenario.loader import parse_text
+from tests.live import measured_held
 
 pytestmark = [
     pytest.mark.root,
@@ -193,19 +194,27 @@ def test_zookeeper_runs_in_the_cloud_and_brokers_register(plane):
 
 @pytest.mark.quiet
 def test_e2e_latency_matches_the_configured_path(plane):
-    trace = plane.log_dir / "trace-e2e.jsonl"
-    sub = plane.client("sub", "cl2", "e2e", "--trace", str(trace))
-    pub = plane.client("pub", "cl1", "e2e", "--rate", "50", "--duration", "5", "--size", "1000")
-    sent = plane.summary(pub)
-    time.sleep(0.5)
-    got = plane.summary(sub, stop=True)
     configured = configured_one_way(plane, "cl1", "bzone1", "cl2")
     assert configured == pytest.approx(0.025)
-    rows = [json.loads(line) for line in trace.open()]
-    lat = sorted(float(r["receive_time"]) - float(r["send_time"]) for r in rows)
-    p50 = lat[len(lat) // 2]
-    print(f"\nE2E cl1 -> bzone1 -> cl2: configured {configured * 1e3:.2f} ms, measured p50 {p50 * 1e3:.2f} ms, "
-          f"p99 {lat[int(0.99 * len(lat))] * 1e3:.2f} ms over {len(lat)} messages at 50/s")
+    attempts = iter(range(10))
+
+    def measure() -> tuple[dict, dict, list[dict], float]:
+        trace = plane.log_dir / f"trace-e2e-{next(attempts)}.jsonl"
+        sub = plane.client("sub", "cl2", "e2e", "--trace", str(trace))
+        pub = plane.client("pub", "cl1", "e2e", "--rate", "50", "--duration", "5", "--size", "1000")
+        sent = plane.summary(pub)
+        time.sleep(0.5)
+        got = plane.summary(sub, stop=True)
+        rows = [json.loads(line) for line in trace.open()]
+        lat = sorted(float(r["receive_time"]) - float(r["send_time"]) for r in rows)
+        p50 = lat[len(lat) // 2]
+        print(f"\nE2E cl1 -> bzone1 -> cl2: configured {configured * 1e3:.2f} ms, measured p50 {p50 * 1e3:.2f} ms, "
+              f"p99 {lat[int(0.99 * len(lat))] * 1e3:.2f} ms over {len(lat)} messages at 50/s")
+        return sent, got, rows, p50
+
+    # the p50 within 0.5 ms below (clock reads) and 2 ms above (two client event loops, the broker,
+    # the shaper's departure grid) the configured path, judged on a measurement the hypervisor left alone
+    sent, got, rows, p50 = measured_held(measure, lambda m: 1e3 * max(m[3] - configured - 0.002, configured - 0.0005 - m[3]))
     assert sent["sent"] == 250 and got["received"] == 250 and got["lost"] == 0 and got["duplicates"] == 0
     assert len(rows) == 250 and {r["broker"] for r in rows} == {"bzone1"}
     assert rows[0]["msg_id"] == "cl1:0" and rows[0]["producer_site"] == "zone1" and rows[0]["consumer_site"] == "zone2"

