@@ -12,7 +12,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt venv scenario test test-long figures paper images clean lint bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-client bench-capacity bench-bad bench-bad-live bench-tracking bench-autotune bench-soak bench-durable bench-servers bench-efficiency
+.PHONY: setup apt venv scenario test test-long figures paper images clean lint docs bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-client bench-capacity bench-bad bench-bad-live bench-tracking bench-autotune bench-soak bench-durable bench-servers bench-efficiency
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -83,6 +83,9 @@ lint: venv
 	$(BIN)/ruff check testbed tests analysis
 	$(BIN)/lint-imports
 
+docs: venv  ## the scenario reference, regenerated from the schema -> docs/guide/scenario-reference.md
+	$(BIN)/python -m testbed.scenario.reference > docs/guide/scenario-reference.md
+
 bench-nc: setup  ## Serf coordinate accuracy and overhead (paper 5.3) -> results/bench/nc.json, fig3b.png
 	$(BIN)/python -m testbed.bench.nc
 
@@ -104,16 +107,16 @@ bench-client: setup  ## client library CPU per message, one swarm against nats-s
 bench-overload: setup  ## nats-server output rate vs p95 latency, the Rth_out knee (paper 5.4) -> results/bench/overload.json, overload.png
 	$(BIN)/python -m testbed.bench.overload $(OVERLOAD_ARGS)
 
-bench-bad: setup  ## BAD Pub/Sub offline simulation, 10 brokers x 10,000 subscribers, placement x migration x shuffle (seed 004, 6.2) -> results/bench/bad.json, badsim-fig5..14.png (BAD_ARGS=--quick ...)
+bench-bad: setup  ## BAD Pub/Sub offline simulation, 10 brokers x 10,000 subscribers, placement x migration x shuffle (BAD Pub/Sub, Nguyen et al., 6.2) -> results/bench/bad.json, badsim-fig5..14.png (BAD_ARGS=--quick ...)
 	$(BIN)/python -m testbed.bench.bad $(BAD_ARGS)
 
 bench-bad-live: setup  ## BAD's 11 schemes on the live smoke (scenarios/bad-smoke.yaml, ~20 min) -> results/bench/bad-live.json (BAD_LIVE_ARGS=--schemes nr+ldm,...)
 	$(BIN)/python -m testbed.bench.bad_live $(BAD_LIVE_ARGS)
 
-bench-tracking: setup  ## message tracking (seed 002): Table 2's storage at the paper's load replayed, latency per strategy live, traceback vs the traces (~23 min) -> results/bench/tracking.json, tracking-fig3/4/5, tracking-fp.png (TRACKING_ARGS=--quick ...)
+bench-tracking: setup  ## message tracking (Jun and Astley): Table 2's storage at the paper's load replayed, latency per strategy live, traceback vs the traces (~23 min) -> results/bench/tracking.json, tracking-fig3/4/5, tracking-fp.png (TRACKING_ARGS=--quick ...)
 	$(BIN)/python -m testbed.bench.tracking $(TRACKING_ARGS)
 
-bench-autotune: setup  ## the auto-tuned batching publisher (seed 003) live: Fig. 8-14, a slow subscriber's drops, RTTs 20-280 ms (~20 min) -> results/bench/autotune.json, autotune-fig8..14/rtt/drops.png (AUTOTUNE_ARGS=--only load-35,slow)
+bench-autotune: setup  ## the auto-tuned batching publisher (Balasubramanian et al.) live: Fig. 8-14, a slow subscriber's drops, RTTs 20-280 ms (~20 min) -> results/bench/autotune.json, autotune-fig8..14/rtt/drops.png (AUTOTUNE_ARGS=--only load-35,slow)
 	$(BIN)/python -m testbed.bench.autotune $(AUTOTUNE_ARGS)
 
 bench-soak: setup  ## 30 min of uav-smoke with a broker crashed and restarted every 5 min: memory and open files per process class must not grow past a bound -> results/bench/soak.json, soak.png (SOAK_ARGS=--minutes 10 ...)

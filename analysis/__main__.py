@@ -138,7 +138,7 @@ def cmd_figures(args) -> int:
                           "title": f"coordinates' estimated vs configured RTT over {name}"})
         if wanted & {"fig7a", "fig7b"} and tables.get("migrations") is not None:
             migrations.extend(tables["migrations"].to_pylist())
-    if not only:  # runs whose topic manager reported `loads` (issue 14): load balancing over time, side by side
+    if not only:  # runs whose topic manager reported `loads`: load balancing over time, side by side
         from analysis import balance
 
         more, reasons = balance.draw_runs(runs, out)

@@ -1,4 +1,4 @@
-"""`make bench-autotune`'s figures and claims (seed 003, Balasubramanian et al.): Fig. 8 and 9
+"""`make bench-autotune`'s figures and claims (Balasubramanian et al.): Fig. 8 and 9
 (end-to-end latency against N, fixed and tuned, at four loads), Fig. 10 (N over time at 35
 requests/s), Fig. 11 (N under Table II's step profile), Fig. 12-14 (the bursty trace as is and 50x
 faster), the slow subscriber's drops (section V-B-3, unplotted in the paper), and beyond the paper

@@ -1,6 +1,6 @@
 """What BAD's balancing costs subscribers in latency, on the live sweep (`make bench-bad-live`).
 
-BAD (seed 004) balances broker load F_j and never measures delay; the testbed does. Beside each
+BAD (Nguyen et al., DEBS '19) balances broker load F_j and never measures delay; the testbed does. Beside each
 scheme's final cov this puts the worst channel's p50 / p95 end-to-end latency, so the load-versus-
 latency trade-off shows in `make paper`'s index: a note and a figure, not a rule, since the paper
 makes no latency claim to test. Also the thresholds a run balanced against (alpha, beta), read from

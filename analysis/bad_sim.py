@@ -1,5 +1,5 @@
-"""BAD Pub/Sub's offline simulation (seed 004, 6.2; `make bench-bad`): its figures and the paper's
-qualitative claims as rules, pure functions over the JSON testbed.bench.bad writes.
+"""BAD Pub/Sub's offline simulation (Nguyen et al., DEBS '19, 6.2; `make bench-bad`): its figures and
+the paper's qualitative claims as rules, pure functions over the JSON testbed.bench.bad writes.
 
 Figures, named by the paper's figure numbers (ours come from the simulation; the paper's Fig. 5-12 are
 from its prototype, whose claims the simulation restates at ten times the size):

@@ -1,4 +1,4 @@
-"""Load balancing (issue 14): per broker over time, and ePulsar vs Pulsar's load manager vs hashing side by side.
+"""Load balancing: per broker over time, and ePulsar vs Pulsar's load manager vs hashing side by side.
 
     run = load_run("results/hotspot-smoke-qwuc01")        # the run's facts and its series over time
     over_time_figure([run, ...], "balance.png")            # one column per policy, the imbalance below
@@ -136,7 +136,8 @@ def load_run(run_dir: str | os.PathLike) -> dict:
 
 
 def has_loads(run_dir: str | os.PathLike) -> bool:
-    """Whether the topic manager of this run reported `loads` (runs before issue 14 did not)."""
+    """Whether the topic manager of this run reported `loads` (runs from before Pulsar's load manager
+    was added did not)."""
     return any(e.get("type") == "loads" for e in json_lines(Path(run_dir) / "events.jsonl"))
 
 

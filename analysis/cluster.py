@@ -1,7 +1,7 @@
 """A Spark standalone cluster on this machine, from the installed pyspark's own launcher
 (`bin/spark-class`): one master and N workers, for running the analysis on a real cluster master
 (`spark://...`) where there is no other, and for the test that the reduction gives the same rows
-there as in `local[*]` (issue 20).
+there as in `local[*]`.
 
     with StandaloneCluster(workers=2) as cluster:
         spark = analysis.spark.session(cluster.master)

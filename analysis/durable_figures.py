@@ -1,4 +1,4 @@
-"""`make bench-durable`'s figures and claims (issue 18, paper 3.5): publish-acknowledgement and
+"""`make bench-durable`'s figures and claims (durable topics, ePulsar paper 3.5): publish-acknowledgement and
 end-to-end latency by storage placement and replica count (the figure 3.5 argues for and does not
 show), what storing costs the network and the CPU, and the zero-loss table across migrations and
 crashes. Plain data in (results/bench/durable.json), PNGs and verdicts out."""

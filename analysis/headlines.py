@@ -121,20 +121,21 @@ PAPER = {
                             "no such figure: ePulsar moves a topic off a broker only when the broker is overloaded "
                             "(CPU, memory or network above 85 %, or output rate above Rth_out; 3.4.2), the topics "
                             "that bring it back under (3.4.3); the paper does not measure balance, and its baseline "
-                            "is Pulsar's hashing, not Pulsar's load manager (bundles, split, shedders; issue 14)"),
-    "bad-sim": Claim("seed 004, 6.2", "BAD subscriber load balancing, simulation (10 brokers, 10,000 subscribers; "
+                            "is Pulsar's hashing, not Pulsar's load manager (bundles, split, shedders)"),
+    "bad-sim": Claim("BAD Pub/Sub, 6.2", "BAD subscriber load balancing, simulation (10 brokers, 10,000 subscribers; "
                      "Fig. 5-14)",
                      "RND and RR mildly skewed with few migrations; NR extremely skewed and needing the shuffle; LDM "
                      "close to SDM; the shuffle balances at once and needs fewer later migrations; a smaller alpha "
                      "balances better at the cost of more migrations"),
-    "bad-live": Claim("seed 004, 6.1", "BAD subscriber load balancing on the emulated network (every scheme)",
+    "bad-live": Claim("BAD Pub/Sub, 6.1", "BAD subscriber load balancing on the emulated network (every scheme)",
                       "the prototype's claims (6.1.3): NR far more skewed than RND and RR; LDM and SDM fix it; NR "
                       "needs many more migrations; the shuffle fixes an extreme skew early"),
-    "tracking": Claim("seed 002, 5.3", "Message tracking: Bloom-filter histories vs a log vs none (Fig. 3-5)",
+    "tracking": Claim("Jun and Astley, 5.3", "Message tracking: Bloom-filter histories vs a log vs none (Fig. 3-5)",
                       "with 10K buffers Bloom filters cost little latency over no tracking while the log is "
                       "significantly slower (Fig. 3); filters do not compress, logs do (Fig. 4-5); partially full "
                       "filters (a small T_p) cost Bloom filters storage; efpp = 1 - (1 - fpp)^|M| (eq. 2)"),
-    "autotune": Claim("seed 003, V-VI", "Publisher auto-tuning: batch size N fixed vs tuned (Fig. 8-14), live",
+    "autotune": Claim("Balasubramanian et al., V-VI",
+                      "Publisher auto-tuning: batch size N fixed vs tuned (Fig. 8-14), live",
                       "untuned, the best N is 1 at 1.75 requests/s and near 10 at 35 (Fig. 8); tuned, the latency "
                       "is the same whatever the initial N (Fig. 9, 12, 13) and N averages near the best fixed N "
                       "(Fig. 10), following load steps (Fig. 11); no input drops with tuning under a slow "
@@ -213,7 +214,7 @@ def _violating(by_policy: dict, policy: str) -> str:
 
 def _readings(rows: list[dict]) -> dict:
     """{distance reading: rows}: placement rows may say which reading of d they used (`distance`:
-    rtt | one_way, issue 13 item 1); rows without it are one reading, None."""
+    rtt | one_way); rows without it are one reading, None."""
     out: dict = {}
     for r in rows:
         out.setdefault(r.get("distance"), []).append(r)

@@ -1,8 +1,8 @@
-"""Message tracking checked against the exact traces (seed 002). The testbed knows the truth: one
-trace row per delivered message, with the tracking id the brokers recorded. A PySpark job groups
-a run's traces per tracking id (who received the message, through which brokers), samples messages,
-and runs the traceback for each on the executors (each partition loads the run's histories once),
-so every answer is compared with the truth in the job itself.
+"""Message tracking checked against the exact traces (Jun and Astley's Bloom-filter histories). The
+testbed knows the truth: one trace row per delivered message, with the tracking id the brokers recorded.
+A PySpark job groups a run's traces per tracking id (who received the message, through which brokers),
+samples messages, and runs the traceback for each on the executors (each partition loads the run's
+histories once), so every answer is compared with the truth in the job itself.
 
 Counted per sampled message: false negatives (a subscriber that got the message, or a broker that
 delivered it, missing from the answer: never allowed), false positives (a subscriber the traceback

@@ -1,4 +1,4 @@
-"""`make bench-tracking`'s claims and figures (seed 002, 5.3): Fig. 3 (latency per strategy, live),
+"""`make bench-tracking`'s claims and figures (Jun and Astley, 5.3): Fig. 3 (latency per strategy, live),
 Fig. 4 and 5 (storage per message, raw and gzipped, at the paper's load replayed), and the traceback's
 false positives measured against eq. 2 (ours: the paper had no ground truth to compare with).
 Plain data in (results/bench/tracking.json), PNGs and verdicts out."""

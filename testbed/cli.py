@@ -242,7 +242,7 @@ def with_policy(scenario: Scenario, policy: str) -> Scenario:
 
 
 SERVERS_HELP = ("Spread the run over these servers, e.g. tbs1,tbs2,tbs3 (namespace-servers from `testbed servers up 3`) "
-                "or root@vm1,root@vm2 (docs/multi-host.md).")
+                "or root@vm1,root@vm2 (docs/guide/multi-host.md).")
 
 
 def _servers(text: str | None, scenario) -> list:
@@ -493,8 +493,9 @@ def track(run_dir: Path = typer.Argument(..., help="A run directory (results/<ru
                                                   "track_id) or its msg_id (<producer>:<seq>)."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
           servers: Optional[str] = typer.Option(None, help=SERVERS_HELP)) -> None:
-    """Trace a message back (seed 002): the brokers it crossed and the subscribers it reached, from
-    the brokers' tracking histories, with each entry's expected false-positive probability.
+    """Trace a message back (Jun and Astley's message tracking): the brokers it crossed and the
+    subscribers it reached, from the brokers' tracking histories, with each entry's expected
+    false-positive probability.
 
     Example: testbed track results/tracking-smoke-ab12cd swarm1-u1:120
     """

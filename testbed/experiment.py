@@ -81,7 +81,7 @@ class Session:
                  topology: topo_mod.Topology | None = None, log_dir: Path | None = None,
                  servers: list | None = None):
         self.scenario = scenario
-        self.servers = servers or []  # servers.Server: the run spread over them (docs/multi-host.md)
+        self.servers = servers or []  # servers.Server: the run spread over them (docs/guide/multi-host.md)
         self.clock_offsets: dict[str, dict] = {}
         self.console = console
         self.topology = topology or topo_mod.build(scenario)

@@ -1,4 +1,4 @@
-"""The load a scenario offers, and whether this machine has been measured to carry it (issue 11).
+"""The load a scenario offers, and whether this machine has been measured to carry it.
 
 A run whose harness cannot keep up reports the harness's backlog as the system's latency. Before a
 run starts, `testbed show` and `testbed run` estimate what the scenario asks for (messages published

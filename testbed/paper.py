@@ -20,7 +20,7 @@ Steps, each shown as [i/N] with what is left; a failing step is recorded and the
                    95 % interval over the repeats (`analysis.stats`)
   load balancing   analysis.balance over the hot-spot, UAV and MMOG runs of BALANCE_POLICIES: balance.png,
                    balance-uav-swarm.png, balance-mmog.png (over time), balance-compare.png and the side-by-side table
-  BAD (seed 004)   the offline simulation is a microbenchmark (bench bad: badsim-fig5..14.png, the claims as
+  BAD Pub/Sub      the offline simulation is a microbenchmark (bench bad: badsim-fig5..14.png, the claims as
                    rules); the live sweep of every scheme (make bench-bad-live) is read when present: bad-live.png,
                    bad-live-load.png, bad-live-latency.png (analysis.bad_live: latency beside cov) and its table
   index            <out>/index.md and index.html: each figure, our headline number, the paper's, the scale
@@ -72,7 +72,7 @@ ASIDES = (
     Aside("one_way", "fig9-one_way", "mmog", "scenarios/mmog-smoke.yaml",
           "one-way distances (d = RTT / 2), ePulsar only; ", distance="one_way"),
 )
-# The hot spot (issue 14) under ePulsar, Pulsar's load manager and the paper's baseline (hashing), run as an
+# The hot spot under ePulsar, Pulsar's load manager and the paper's baseline (hashing), run as an
 # aside per policy and repeat; with the UAV and MMOG runs of the same policies it feeds "Load balancing".
 HOTSPOT = {"smoke": "scenarios/hotspot-smoke.yaml", "full": "scenarios/hotspot.yaml"}
 BALANCE_POLICIES = ("epulsar", "pulsar-lm", "pulsar-hash")
@@ -110,7 +110,7 @@ BENCHES = (
           ("fig4.png", "fig4_configured.png", "fig5.png", "fig5_configured.png"), "--figures-only"),
     Microbenchmark("monitoring", "testbed.bench.monitoring", ("fig6",), ("fig6.png",), "--figures-only"),
     Microbenchmark("migration", "testbed.bench.migration", ("fig7a", "fig7b"), ("fig7a.png", "fig7b.png"), "--figures-only"),
-    Microbenchmark("bad", "testbed.bench.bad", ("bad-sim",),  # BAD's simulation (seed 004), ~30 s at full size
+    Microbenchmark("bad", "testbed.bench.bad", ("bad-sim",),  # BAD's simulation (Nguyen et al.), ~30 s at full size
                    tuple(f"badsim-fig{n}.png" for n in range(5, 15)), "--figures-only", quick=()),
 )
 BAD_LIVE = "bad-live.json"  # BAD's schemes live (make bench-bad-live, ~20 min): read when present, never run

@@ -1,4 +1,4 @@
-"""Process helpers, each written once (issue 12, "one home per fact").
+"""Process helpers, each written once ("one home per fact").
 
 The harness, the in-node programs and the benchmarks all start children and wait for their first
 line, stop groups of them, read the JSON lines they leave behind, reduce latencies to percentiles,

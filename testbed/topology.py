@@ -281,9 +281,10 @@ def autotune_nodes(built: Topology) -> tuple[str, str, str]:
 
 
 def _check_autotune(scenario: Scenario, built: Topology, report) -> None:
-    """Seed 003's setting: one publisher node (every variant runs there), one subscriber node next to
-    the broker it reads from, the broker at the subscriber's site; no faults or mobility (the
-    experiment is about the publisher and the path, not about the placement)."""
+    """The auto-tuned publisher paper's setting (Balasubramanian et al.): one publisher node (every
+    variant runs there), one subscriber node next to the broker it reads from, the broker at the
+    subscriber's site; no faults or mobility (the experiment is about the publisher and the path, not
+    about the placement)."""
     if scenario.faults:
         report(("faults",), "the autotune workload takes no faults")
     if scenario.mobility.model != "none":
@@ -299,7 +300,7 @@ def _check_autotune(scenario: Scenario, built: Topology, report) -> None:
 
 
 def _check_hotspot(scenario: Scenario, built: Topology, report) -> None:
-    """The hot-spot workload (issue 14) runs on static client nodes; its hot site must be an edge
+    """The hot-spot workload runs on static client nodes; its hot site must be an edge
     site with some of them (its topics' clients live there), and its surge within the run."""
     spec, where = scenario.workload.hotspot, ("workload", "hotspot")
     static = built.placed("static")
@@ -316,7 +317,7 @@ def _check_hotspot(scenario: Scenario, built: Topology, report) -> None:
 
 
 def _check_bad(scenario: Scenario, built: Topology, report) -> None:
-    """BAD (seed 004) needs subscriber nodes, edge brokers to attach them to and the cloud's back end;
+    """BAD (Nguyen et al.) needs subscriber nodes, edge brokers to attach them to and the cloud's back end;
     its brokers hold subscriber connections this system does not recover, so no broker faults."""
     if not built.placed("subscriber"):
         report(("nodes", "clients"), "the bad workload needs client nodes with role: subscriber")

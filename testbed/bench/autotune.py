@@ -1,4 +1,4 @@
-"""`make bench-autotune`: the auto-tuned batching publisher (seed 003, issue 17) on the live
+"""`make bench-autotune`: the auto-tuned batching publisher (Balasubramanian et al.) on the live
 emulated WAN, the paper's Fig. 8-14 as our own, and RTTs beyond its one.
 
 Every experiment is one run of `scenarios/autotune.yaml` with its source (and for some its

@@ -1,5 +1,5 @@
-"""`make bench-bad`: BAD Pub/Sub's offline simulation at the paper's size (seed 004, 6.2.1), run with the
-same pure policy code the live coordinator uses (testbed.policies.bad).
+"""`make bench-bad`: BAD Pub/Sub's offline simulation at the paper's size (Nguyen et al., DEBS '19,
+6.2.1), run with the same pure policy code the live coordinator uses (testbed.policies.bad).
 
 The workload (one seed, so every scheme sees the same subscribers, subscriptions and rate changes):
 

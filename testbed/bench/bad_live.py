@@ -1,4 +1,4 @@
-"""`make bench-bad-live`: BAD's schemes on the live emulated network (seed 004, issue 15).
+"""`make bench-bad-live`: BAD's schemes on the live emulated network (Nguyen et al., DEBS '19).
 
 The same scenario (`scenarios/bad-smoke.yaml` by default: 100 subscribers, 60 of them in zone1)
 runs once per scheme, placement x migration (+ the shuffle), with everything else equal (seed,

@@ -1,5 +1,5 @@
 """`make bench-capacity`: how much load this machine carries before the harness, not the system under
-test, sets the latency (issue 11, section 2).
+test, sets the latency.
 
 Each point is one real run (`testbed run <copy of the scenario> --results <dir>`, one at a time):
 the UAV case (scenarios/uav.yaml) grown two ways, by the publishing rate of 8 swarms and by the
@@ -151,7 +151,7 @@ def quantile(values: list[float], q: float) -> float | None:
 def migration_windows(events: list[dict], before_s: float = 0.5, after_s: float = 1.0) -> list[tuple[float, float]]:
     """(from, to) epoch seconds around each topic migration: from its start to its grace period's end
     (else its end), widened a little. Inside them latency is the system's migration, and the clients'
-    reconnect work is a herd the steady rule leaves out (issue 11: "outside handover windows")."""
+    reconnect work is a herd the steady rule leaves out ("outside handover windows")."""
     starts = {}
     windows = []
     for e in sorted(events, key=lambda e: e.get("time", 0)):

@@ -1,4 +1,4 @@
-"""`make bench-durable`: durable topics (issue 18, paper 3.5) live: what storing costs in latency,
+"""`make bench-durable`: durable topics (ePulsar paper 3.5) live: what storing costs in latency,
 network and CPU by where the replicas are and how many, and whether anything acknowledged is lost
 across migrations and crashes.
 

@@ -1,6 +1,6 @@
 """`make bench-emulation`: accuracy, shaper throughput, bring-up/teardown and relink figures.
 
-Prints a table and writes results/bench/emulation.json. Targets (issue 4): median RTT within
+Prints a table and writes results/bench/emulation.json. Targets: median RTT within
 max(0.5 ms, 2 %) and p99 within +3 ms for 10-200 ms over 1-3 hops; >= 40,000 pkt/s of 200-byte
 UDP with < 0.1 % loss and TCP >= 500 Mbit/s through the user-space shaper; 50 hosts on 10
 switches up and pingable in <= 30 s, down in <= 10 s, no leftovers; a moved host reaches its

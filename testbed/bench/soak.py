@@ -1,6 +1,6 @@
 """`make bench-soak`: a long run of the UAV smoke (mobility, both swarms) with a broker crashed and
 restarted every few minutes, watching whether anything grows: the resident memory and the open
-file descriptors of every class of process (issue 19).
+file descriptors of every class of process.
 
 The run is `scenarios/uav-smoke.yaml` at `--minutes` (30), its zone brokers killed in turn every
 `--kill-every` (5 min) and restarted `--down-for` (60 s) later. Its health monitor samples memory

@@ -1,4 +1,4 @@
-"""`make bench-tracking`: seed 002's evaluation (5.2-5.3) on this testbed, and what the paper could
+"""`make bench-tracking`: Jun and Astley's evaluation (5.2-5.3) on this testbed, and what the paper could
 not measure: the traceback's accuracy against exact ground truth.
 
 Three parts, one JSON (results/bench/tracking.json) and the figures (analysis/tracking_figures.py):

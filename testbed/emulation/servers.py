@@ -3,7 +3,7 @@
 A server is `[user@]host` (an address or a name resolved here). The harness reaches each with
 `ssh`, multiplexed over one control connection per server, with the user's own ssh setup or the
 config file of the namespace-servers below. On each server the project must sit at the same path
-as here, set up with `make setup` (docs/multi-host.md).
+as here, set up with `make setup` (docs/guide/multi-host.md).
 
 Namespace-servers make several "servers" on one machine, so that the remote path (sshd, ssh,
 VXLAN between server addresses) is exercised for real without a second machine: each is a
@@ -70,7 +70,7 @@ class Server:
 
 ELSEWHERE = ("a run over other machines is not supported yet: the harness's own connections to the services in nodes "
              "(Serf RPC, ZooKeeper, NATS) and its CPU monitor enter node namespaces on this machine's kernel; "
-             "use namespace-servers (`testbed servers up 3`), docs/multi-host.md says what is missing")
+             "use namespace-servers (`testbed servers up 3`), docs/guide/multi-host.md says what is missing")
 
 
 def parse(text: str, where: str = "--servers") -> list[Server]:

@@ -3,8 +3,9 @@
 A link between interface X on node A and interface Y on node B is two veth pairs,
 A:X <-> shaper:l<N>a and shaper:l<N>b <-> B:Y, and the shaper namespace delays what crosses
 between l<N>a and l<N>b: with `netem` (tc qdiscs plus mirred redirects) where the kernel has
-sch_netem, otherwise with the user-space delay line (one relay process per link that schedules
-each frame at its kernel receive timestamp plus the delay).
+sch_netem, otherwise with the user-space delay line, which schedules each frame at its kernel
+receive timestamp plus the delay: one relay process for every link (`shared`, the default) or one
+per link (`delayline`).
 
 A mobile node's access link roams: l<N>b leads to a bridge of its own in the shaper namespace
 (m<N>), with a port towards each site the node may reach (l<N>p<k>, made up front for the sites

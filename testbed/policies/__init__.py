@@ -11,7 +11,8 @@ One module per job:
 - one module per family: `epulsar` (3.4.1), `allpairs` and `pulsar_hash` (the baselines of 5.5).
 - `overload`: the thresholds (3.4.2), which topics an overloaded broker sheds (3.4.3), can_host.
 - `repartition`: Algorithm 1 (PerformRepartitioning, PlaceTopics), the same for every ranking policy.
-- `pulsar`: Apache Pulsar's load manager (seed 001), a family with its own state and control loop.
+- `pulsar`: Apache Pulsar's load manager ("Achieving Broker Load Balancing with Apache Pulsar"), a
+  family with its own state and control loop.
 - `control`: what the topic manager runs per run: a `Controller` (Algorithm 1 around a ranking
   policy, or a family's own), and `choose_brokers` (placement from nothing, for the assessment).
 - `initial`: where a topic nobody owns goes (at its first lookup, from the asker's coordinate, or

@@ -1,4 +1,4 @@
-"""The auto-tuned batching publisher's control rule (seed 003, Balasubramanian et al., section IV):
+"""The auto-tuned batching publisher's control rule (Balasubramanian et al., section IV):
 how many waiting requests the Main Publisher Thread (MPT) takes at each poll (N) and how often it
 polls (T_poll). Pure: the live publisher (testbed.systems.autotune.publisher) feeds it what it
 observed and does what it says; the tests script the observations.
@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class TuningConfig:
-    """Table I (seed 003): polling bounds in seconds, filter gains, beta, N_min."""
+    """Table I of Balasubramanian et al.: polling bounds in seconds, filter gains, beta, N_min."""
 
     t_min: float = 0.050    # T_poll^min
     t_max: float = 0.200    # T_poll^max, and T (the longest wait for N to accumulate)

@@ -15,8 +15,9 @@ from dataclasses import dataclass, fields
 from testbed.policies.snapshot import Snapshot, TopicReport
 
 # Rth_out for one nats-server broker behind the emulated network on a 2-core VM: the knee of
-# `make bench-overload` (p95 latency against output rate, README "Benchmarks"). The paper's 1.5M msg/s
-# was Pulsar's on 8-CPU VMs (5.4); recalibrate on other machines and set control.overload.output_rate.
+# `make bench-overload` (p95 latency against output rate, docs/results/2026-11-harness.md). The
+# paper's 1.5M msg/s was Pulsar's on 8-CPU VMs (5.4); recalibrate on other machines and set
+# control.overload.output_rate.
 NATS_OUTPUT_RATE_THRESHOLD = 20_000.0
 
 RESOURCES = ("cpu", "memory", "network")

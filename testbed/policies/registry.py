@@ -16,7 +16,7 @@ from testbed.policies.pulsar_lm import PulsarLoadManager
 from testbed.policies.pulsar_hash import PulsarHash
 
 # The paper's order: ePulsar (3.4), then the baselines it is assessed against (5.5), then Pulsar's
-# real load manager (seed 001).
+# real load manager ("Achieving Broker Load Balancing with Apache Pulsar").
 FAMILIES = (EPulsar, AllPairs, PulsarHash, PulsarLoadManager)
 
 POLICIES: dict[str, Policy] = {family.name: family() for family in FAMILIES}

@@ -4,9 +4,9 @@ The live topic manager calls `perform_repartitioning` every monitoring period an
 migrations it returns; the offline assessment (5.5) calls `choose_brokers` with the same policies.
 
 The unit Algorithm 1 moves is an opaque name with a `TopicReport`: a bundle policy (Pulsar's
-bundles, seed 001) reports each bundle as one TopicReport (centroids over all its topics' clients,
+bundles) reports each bundle as one TopicReport (centroids over all its topics' clients,
 summed rates) and places bundles with the same functions. A client-moving policy (BAD's multistage
-balancing, seed 004) implements `Policy` for the broker side and adds its own step that moves
+balancing) implements `Policy` for the broker side and adds its own step that moves
 clients between brokers; the snapshot already carries what it needs (per-topic centroids,
 per-broker load).
 """

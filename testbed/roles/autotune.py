@@ -1,6 +1,7 @@
-"""The auto-tuned batching publisher (seed 003) as a run's role: a JetStream-enabled nats-server in
-the subscriber's broker, the subscriber (which creates one bounded stream per publisher variant)
-next to it, and one publisher process per variant in the publisher node, the emulated WAN between.
+"""The auto-tuned batching publisher (Balasubramanian et al.) as a run's role: a JetStream-enabled
+nats-server in the subscriber's broker, the subscriber (which creates one bounded stream per publisher
+variant) next to it, and one publisher process per variant in the publisher node, the emulated WAN
+between.
 
 Start: the broker and the subscriber. Begin: the arrivals are drawn once from the scenario's seed
 (every variant gets the same), each variant's publisher connects, and all start together. The

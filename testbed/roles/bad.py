@@ -1,5 +1,5 @@
-"""BAD Pub/Sub (seed 004) as a run's role: the two-tier data plane, the coordinator, the back end
-and the subscribers (testbed.systems.bad), started in the emulated network; its summary and end
+"""BAD Pub/Sub (Nguyen et al., DEBS '19) as a run's role: the two-tier data plane, the coordinator, the
+back end and the subscribers (testbed.systems.bad), started in the emulated network; its summary and end
 screen (loads, cov, migrations, downtime; latency per channel from the traces).
 
 Start: the hub nats-server, the BCS in the cloud node; a leaf nats-server and its load reporter

@@ -1,4 +1,4 @@
-"""What a run with durable topics owes its subscribers, and whether it paid (issue 18): every message
+"""What a run with durable topics owes its subscribers, and whether it paid: every message
 a producer had acknowledged (its `acks/` rows) must reach every subscriber of the topic that was
 subscribed when it was sent (`traces/` rows), whatever migrations and crashes happened between.
 

@@ -58,7 +58,7 @@ class PubSubSystem:
     manager: ManagerOptions = field(default_factory=ManagerOptions)
     monitoring_period: float = 5.0
     nc_period: float = 5.0
-    tracking: TrackingConfig = TrackingConfig()  # message tracking (seed 002): a tracker beside each broker
+    tracking: TrackingConfig = TrackingConfig()  # message tracking (Jun and Astley): a tracker beside each broker
     tracking_dir: Path | None = None  # where trackers keep their files (default: the run's tracking/)
     durable: str = "{}"  # durable topic classes (testbed.systems.pubsub.durable.classes_json)
     zk: object = None
@@ -186,7 +186,7 @@ class PubSubSystem:
 
     def _start_manager(self, timeout: float = 30.0) -> None:
         """A topic manager in every cloud node: the first one's is elected (it starts alone); the
-        others stand by in the election and take over when the leader dies (issue 19)."""
+        others stand by in the election and take over when the leader dies."""
         clouds = [n.name for n in self.topology.nodes.values() if n.role == "cloud"]
         self.managers = {self.cloud: self._spawn_manager(self.cloud)}
         deadline = time.monotonic() + timeout
@@ -240,7 +240,7 @@ class PubSubSystem:
             raise ValueError(f"{name} is not a running broker")
         killed = self.network.crash(name)
         # One not in the node's namespace after all is killed directly. A tracker's filters in memory
-        # are lost with it, as seed 002 says of a failure before a filter is stored.
+        # are lost with it, as Jun and Astley say of a failure before a filter is stored.
         wait_or_kill([self.servers.pop(name), self.agents.pop(name), self.trackers.pop(name, None)], timeout=5)
         return {"type": "broker_killed", "time": time.time(), "node": name, "killed": killed}
 

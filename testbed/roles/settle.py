@@ -2,7 +2,8 @@
 
 Vivaldi coordinates start at the origin and need a while of gossip before their distances predict
 RTTs (paper 5.3: within 6 % of the RTT once settled), and the short same-site paths need longer
-still (README: a zone's broker and NC proxy, 2 ms apart, were estimated 17-31 ms apart after 20-50 s).
+still (docs/results/2026-11-paper.md: a zone's broker and NC proxy, 2 ms apart, were estimated
+17-31 ms apart after 20-50 s).
 So a wait is a criterion with a cap: the snapshots' `converged` (testbed.nc.snapshots.Criterion) must
 hold for `hold` seconds in a row, or the cap `duration` ends the wait unsettled, which is recorded
 (a `settle_end` event with the errors at that moment) and said, never silent.

@@ -97,7 +97,7 @@ def _positive(kind: str):
     return check
 
 
-# What no run on any machine can honour (issue 19), refused at validation. Each bound is far above
+# What no run on any machine can honour, refused at validation. Each bound is far above
 # what a one-machine testbed runs and far below where arithmetic or the tools break:
 MAX_DURATION_S = 86_400.0       # a day: any duration or delay (a day of smoke traces is ~10 GB)
 MAX_BANDWIDTH_BPS = 100e9       # 100 Gbit/s: beyond any NIC a shaped link stands for (HTB takes 64-bit rates)
@@ -369,7 +369,7 @@ class Hotspot(Strict):
 
 
 class Channel(Strict):
-    """A BAD channel (seed 004, 3.1): a query the back end runs every `period`; each of its
+    """A BAD channel (Nguyen et al., 3.1): a query the back end runs every `period`; each of its
     `subscriptions` BE subscriptions (parameter values) yields `results` records of the workload's
     message_size per execution; an execution takes `runtime`, over which its BE subscriptions'
     results come out one after another (0: all at once). Its topics are `<name>-<k>`, of class `name`."""
@@ -405,9 +405,9 @@ class RateSurge(Strict):
 
 
 class Bad(Strict):
-    """BAD Pub/Sub (seed 004): channels on the cloud's back end, subscribers (role subscriber, each
-    node carrying `members`) each with a number of FE subscriptions drawn over the BE subscriptions
-    with Zipf popularity (rank r within its channel weighs 1 / r**zipf)."""
+    """BAD Pub/Sub (Nguyen et al., DEBS '19): channels on the cloud's back end, subscribers (role
+    subscriber, each node carrying `members`) each with a number of FE subscriptions drawn over the BE
+    subscriptions with Zipf popularity (rank r within its channel weighs 1 / r**zipf)."""
 
     channels: list[Channel] = Field(min_length=1)
     subscriptions: SubscriptionCount
@@ -439,8 +439,8 @@ class Step(Strict):
 
 
 class Source(Strict):
-    """Where the auto-tuned publisher's requests come from (seed 003): `poisson` at `rate`; `steps`,
-    piecewise Poisson (Table II when `steps` is left out), its times multiplied by `time_scale`; or
+    """Where the auto-tuned publisher's requests come from (Balasubramanian et al.): `poisson` at `rate`;
+    `steps`, piecewise Poisson (Table II when `steps` is left out), its times multiplied by `time_scale`; or
     `trace`, a shipped trace's arrivals with inter-arrival times divided by `speedup`."""
 
     kind: Literal["poisson", "steps", "trace"]
@@ -470,7 +470,7 @@ class Variant(Strict):
 
 
 class Tuning(Strict):
-    """Table I of seed 003 (testbed.policies.autotune.TuningConfig has the defaults)."""
+    """Table I of Balasubramanian et al. (testbed.policies.autotune.TuningConfig has the defaults)."""
 
     t_min: PositiveDuration = TUNING_DEFAULTS.t_min
     t_max: PositiveDuration = TUNING_DEFAULTS.t_max
@@ -491,18 +491,18 @@ class Tuning(Strict):
 
 class PullSpeed(Strict):
     """The subscriber: mean time between pulls and mean time to read one message (both exponential,
-    seed 003 V-A); both 0 (the default) is a subscriber that never lags."""
+    Balasubramanian et al. V-A); both 0 (the default) is a subscriber that never lags."""
 
     pull_interval: Duration = 0.0
     pull_time: Duration = 0.0
 
 
 class Autotune(Strict):
-    """The auto-tuned batching publisher (seed 003): every variant is its own publisher process on the
-    publisher node with its own stream on the subscriber's broker, all fed the same arrivals.
+    """The auto-tuned batching publisher (Balasubramanian et al.): every variant is its own publisher
+    process on the publisher node with its own stream on the subscriber's broker, all fed the same arrivals.
     `workers`: W; `input_buffer`: the receive side's buffer (requests beyond it are dropped);
-    `broker_buffer`: each stream's capacity in messages (full, it refuses: flow control);
-    `poll`: T_poll without tuning (the paper's 50 ms); `retry`: a WT's wait before resending."""
+    `broker_buffer`: each stream's capacity in messages (full, it refuses: flow control); `poll`: T_poll
+    without tuning (the paper's 50 ms); `retry`: a WT's wait before resending."""
 
     source: Source
     variants: list[Variant] = Field(min_length=1, max_length=24)
@@ -658,7 +658,7 @@ def _pulsar_lm_model() -> type[Strict]:
 
 
 class BadControl(Strict):
-    """BAD's coordinator (seed 004): stage 1 `placement`, stage 2 `migration` while cov > alpha and
+    """BAD's coordinator (Nguyen et al.): stage 1 `placement`, stage 2 `migration` while cov > alpha and
     the mean load > beta, stage 3 the greedy `shuffle` when cov > gamma and the mean > theta, every
     `period`. Defaults: testbed.policies.bad.config (the paper's alpha; its beta of 300 MB/s is for
     10,000 subscribers, a live run gives its own; theta defaults to beta)."""
@@ -735,7 +735,7 @@ class Fault(Strict):
     (its nodes still reach each other), as when a MEC site loses its backhaul."""
 
     at: PositiveDuration
-    kill: Annotated[str, AfterValidator(_check_fault_target)] | None = None
+    kill: Annotated[str, AfterValidator(_check_fault_target)] | None = None  # a node, `zookeeper` or `manager`
     restart_after: PositiveDuration | None = None
     pause: Annotated[str, AfterValidator(check_name)] | None = None
     resume_after: PositiveDuration | None = None
@@ -780,7 +780,7 @@ class Fault(Strict):
 
 
 class Tracking(Strict):
-    """Message tracking in every broker (seed 002): `strategy` none, log (the paper's ASYNC) or bloom.
+    """Message tracking in every broker (Jun and Astley): `strategy` none, log (the paper's ASYNC) or bloom.
     bloom's filters: a Table 2 `preset` (10K-99.999, 10K-99, 10K-95, 135K-99.999, 135K-99, 135K-95;
     the default 10K-99.999) or m bits, k hash functions, capacity n. `buffer`: log's in-memory buffer.
     `persistence`: T_p. `skew_tolerance`: T_s. `jitter`: how late a message may be delivered (held or
@@ -830,7 +830,7 @@ class Emulation(Strict):
     backend: Literal["auto", "containernet", "mininet"] = "auto"
     shaper: Literal["auto", "shared", "delayline", "netem"] = "auto"
     switch: Literal["bridge", "ovs"] = "bridge"
-    servers: list[ServerName] = []  # spread the run over these ([user@]host; docs/multi-host.md)
+    servers: list[ServerName] = []  # spread the run over these ([user@]host; docs/guide/multi-host.md)
 
 
 class Outputs(Strict):

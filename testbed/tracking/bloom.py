@@ -1,4 +1,4 @@
-"""Bloom filters as seed 002 builds them (5.1): the k hash functions come from MD5 applications to
+"""Bloom filters as Jun and Astley build them (5.1): the k hash functions come from MD5 applications to
 the key, each application with its own prefix byte, whose output bits are cut into k equal segments
 that each address one of the m bits. Also the paper's accuracy formulas (4.1) and Table 2's filters."""
 

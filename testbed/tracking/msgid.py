@@ -1,4 +1,4 @@
-"""Message ids as seed 002's Table 1 lays them out: publisher id (4 bytes), the broker the publisher
+"""Message ids as Jun and Astley's Table 1 lays them out: publisher id (4 bytes), the broker the publisher
 is attached to (4 bytes), a millisecond timestamp from the publisher's clock plus its skew
 adjustment (6 bytes), and a counter for messages of the same millisecond (2 bytes): 16 bytes, 32 hex
 digits in a message's header (`"r"`)."""

@@ -1,4 +1,4 @@
-"""One broker's message tracking (seed 002, 3.2), fed by the tracker process with every message the
+"""One broker's message tracking (Jun and Astley, 3.2), fed by the tracker process with every message the
 broker carries and every subscriber that attaches or leaves; clock passed in, so it is tested
 without a network.
 

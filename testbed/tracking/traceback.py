@@ -1,4 +1,4 @@
-"""The traceback query (seed 002, 3.3): given a message id, which brokers routed it and which
+"""The traceback query (Jun and Astley, 3.3): given a message id, which brokers routed it and which
 subscribers it was delivered to, by a breadth-first search over the brokers' stored histories,
 starting at the origin broker the id names. Every broker may forward to every other (the topic
 manager can move a topic anywhere), so the origin's neighbours are all brokers; a broker whose

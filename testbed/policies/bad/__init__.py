@@ -1,4 +1,4 @@
-"""BAD Pub/Sub's multistage load balancing (seed 004, Nguyen, Uddin, Venkatasubramanian, DEBS '19):
+"""BAD Pub/Sub's multistage load balancing (Nguyen, Uddin, Venkatasubramanian, DEBS '19):
 which broker serves each subscriber, not where a topic lives.
 
 One module per job, all pure (the live coordinator, the offline simulation and the tests share them):

@@ -1,8 +1,8 @@
-"""Apache Pulsar's modular load manager (seed 001; shared/reference/pulsar-load-balancing.md) as a
-policy family, `pulsar-lm`: bundles (`bundles`), load data (`load`), placement strategies
-(`placement`), shedders and the split rule (`shedding`), the leader's state and rounds (`leader`),
-parameters (`config`). Unlike the paper's "Pulsar" baseline (`pulsar-hash`, a fixed hash of the
-topic name), it balances load and ignores distance.
+"""Apache Pulsar's modular load manager ("Achieving Broker Load Balancing with Apache Pulsar";
+shared/reference/pulsar-load-balancing.md) as a policy family, `pulsar-lm`: bundles (`bundles`), load
+data (`load`), placement strategies (`placement`), shedders and the split rule (`shedding`), the
+leader's state and rounds (`leader`), parameters (`config`). Unlike the paper's "Pulsar" baseline
+(`pulsar-hash`, a fixed hash of the topic name), it balances load and ignores distance.
 """
 
 from __future__ import annotations

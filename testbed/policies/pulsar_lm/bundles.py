@@ -1,5 +1,6 @@
-"""Pulsar's namespace bundles (seed 001): a namespace's 32-bit hash range cut into bundles, a topic
-in the bundle its name hashes into, a hot bundle split in two.
+"""Pulsar's namespace bundles ("Topics are assigned to brokers at the bundle level" in the Pulsar
+load-balancing article): a namespace's 32-bit hash range cut into bundles, a topic in the bundle its
+name hashes into, a hot bundle split in two.
 
 Pulsar hashes the full topic name ("persistent://tenant/namespace/topic") with CRC-32 (Guava's
 `Hashing.crc32()` in `NamespaceBundleFactory`, the same polynomial as zlib's) and finds the bundle

@@ -159,5 +159,5 @@ UNITS = {"shedding_interval": "duration", "grace_period": "duration",
 
 
 def pulsar_defaults() -> dict[str, object]:
-    """Each parameter's value in Pulsar itself (before scaling): for the README and the index."""
+    """Each parameter's value in Pulsar itself (before scaling): for the docs and the index."""
     return {f.name: f.metadata["pulsar"] for f in fields(LoadManagerConfig)}

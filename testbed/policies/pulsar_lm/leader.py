@@ -1,5 +1,6 @@
-"""Pulsar's load manager as its leader broker runs it (seed 001), on the testbed's snapshots: the
-bundles, who owns each, the load history, and each round's splits and unloads.
+"""Pulsar's load manager as its leader broker runs it ("Achieving Broker Load Balancing with Apache
+Pulsar"), on the testbed's snapshots: the bundles, who owns each, the load history, and each round's
+splits and unloads.
 
 `LoadManager.assign` answers a lookup of a topic nobody owns (the bundle's owner, or a broker chosen
 for the bundle by the placement strategy); `LoadManager.round` runs every monitoring period: it

@@ -1,5 +1,5 @@
-"""The load data Pulsar's leader decides on (seed 001, "Load data model"), built from the brokers'
-reports (testbed.policies.snapshot).
+"""The load data Pulsar's leader decides on ("Load data model" in the Pulsar load-balancing article),
+built from the brokers' reports (testbed.policies.snapshot).
 
 - `Rates`: message rates (msg/s) and throughputs (bytes/s) in and out.
 - `TimeAverage`: Pulsar's TimeAverageMessageData: the plain mean of the samples until `samples`

@@ -1,5 +1,5 @@
-"""Where Pulsar's leader puts a bundle nobody owns (seed 001, "Selecting a broker";
-ModularLoadManagerImpl.selectBroker and its ModularLoadManagerStrategy).
+"""Where Pulsar's leader puts a bundle nobody owns ("Selecting a broker" in "Achieving Broker Load
+Balancing with Apache Pulsar"; ModularLoadManagerImpl.selectBroker and its ModularLoadManagerStrategy).
 
 First the candidates: with `distribute_evenly` (Pulsar's default) only the brokers owning the fewest
 bundles of the namespace (LoadManagerShared.removeMostServicingBrokersForNamespace). Then the

@@ -1,5 +1,6 @@
-"""Which bundles Pulsar's leader unloads from which brokers (seed 001, "Shedding"; the
-LoadSheddingStrategy implementations of the modular load manager), and which bundles it splits.
+"""Which bundles Pulsar's leader unloads from which brokers ("Shedding" in "Achieving Broker Load
+Balancing with Apache Pulsar"; the LoadSheddingStrategy implementations of the modular load manager),
+and which bundles it splits.
 
 Every function is pure: the brokers' loads, each bundle's rates, who owns what, and the bundles in
 their grace period (recently unloaded) in; (broker, bundle, why) out. A broker owning a single

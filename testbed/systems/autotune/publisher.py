@@ -1,5 +1,5 @@
-"""The multi-threaded batching publisher of seed 003 (section III, Fig. 4), as one asyncio process
-on the emulated network, publishing to a real broker over one TCP connection.
+"""The multi-threaded batching publisher of Balasubramanian et al. (section III, Fig. 4), as one asyncio
+process on the emulated network, publishing to a real broker over one TCP connection.
 
 - Requests arrive from the source (`sources`) at their drawn times. The Main Receive Thread (MRT)
   keeps a finite input buffer: a request that finds it full is dropped (counted). For each request

@@ -1,6 +1,7 @@
-"""Where the auto-tuned publisher's requests come from (seed 003, sections V and VI): arrival times,
-in seconds from the start of the run, drawn before it starts, so every publisher variant of a run
-sees the very same arrivals (common random numbers: their latencies differ only by the publisher).
+"""Where the auto-tuned publisher's requests come from (Balasubramanian et al., sections V and VI):
+arrival times, in seconds from the start of the run, drawn before it starts, so every publisher variant
+of a run sees the very same arrivals (common random numbers: their latencies differ only by the
+publisher).
 
 - poisson: a Poisson process at one rate (section V-B-1, Fig. 8-10).
 - steps: piecewise Poisson (Table II, Fig. 11). Table II gives its times without a unit; read as
@@ -20,7 +21,7 @@ from pathlib import Path
 TRACES = Path(__file__).resolve().parents[2] / "data" / "autotune"
 TRACE_NAMES = ("sls-synthetic",)
 
-#: Table II of seed 003: (start s, end s, requests/s), its times read as milliseconds.
+#: Table II of Balasubramanian et al.: (start s, end s, requests/s), its times read as milliseconds.
 TABLE_II = ((0.0, 100.0, 1.75), (100.0, 300.0, 55.0), (300.0, 500.0, 17.5), (500.0, 750.0, 35.0),
             (750.0, 1000.0, 17.5))
 
@@ -72,7 +73,7 @@ def from_trace(times: list[float], speedup: float, duration: float) -> list[floa
 
 def synthetic_sls(seed: int = 3, duration: float = 10_800.0, base: float = 0.4, burst: float = 2.0,
                   burst_every: float = 90.0, burst_length: float = 10.0) -> list[float]:
-    """The stand-in for the sLS trace (seed 003, Fig. 3): a two-state Markov-modulated Poisson
+    """The stand-in for the sLS trace (Balasubramanian et al., Fig. 3): a two-state Markov-modulated Poisson
     process, `base` requests/s with bursts of `burst` requests/s lasting `burst_length` s on
     average, one every `burst_every` s on average (exponential sojourns). Its mean, ~0.6 requests/s,
     is sLS's low load; x50 it peaks at 100 requests/s. Three hours, so x50 still fills 216 s."""

@@ -1,4 +1,4 @@
-"""An edge broker's load F_j (seed 004, eq. 5) as the broker measures it, reported to the BCS.
+"""An edge broker's load F_j (BAD Pub/Sub, eq. 5) as the broker measures it, reported to the BCS.
 
 nats-server counts the payload bytes it receives (`in_bytes`: here the results pulled from the hub
 across the leaf connection, I_j) and sends (`out_bytes`: the results pushed to subscribers, O_j);

@@ -1,7 +1,7 @@
-"""The back-end data cluster (seed 004, 3.1), in the cloud node: every channel executes at its
-period and yields, for each of its BE subscriptions, that subscription's result records, published
-on the hub (`bad.r.<channel>.<p>`); brokers holding the subscription pull them across their leaf
-connection. Each record carries its sequence number and its scheduled time (open loop, as the
+"""The back-end data cluster (BAD Pub/Sub, Nguyen et al., 3.1), in the cloud node: every channel
+executes at its period and yields, for each of its BE subscriptions, that subscription's result records,
+published on the hub (`bad.r.<channel>.<p>`); brokers holding the subscription pull them across their
+leaf connection. Each record carries its sequence number and its scheduled time (open loop, as the
 pub/sub publishers: lateness counts in the latency), so subscribers measure end-to-end latency.
 
 It also tells the coordinator every second what each BE subscription yields now (lambda_k, bytes/s,

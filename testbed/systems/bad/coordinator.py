@@ -1,4 +1,4 @@
-"""The broker coordination server (BCS, seed 004 3.1), in the cloud node, on the hub.
+"""The broker coordination server (BCS, BAD Pub/Sub 3.1), in the cloud node, on the hub.
 
 - `bad.bcs.register` (request): a subscriber asks for a broker; stage 1 places it (`nr`: the
   broker nearest by network coordinates, the subscriber's against each broker's Serf coordinate;

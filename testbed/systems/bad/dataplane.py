@@ -1,4 +1,4 @@
-"""nats-server as BAD's two tiers (seed 004, 3.1), by configuration only.
+"""nats-server as BAD's two tiers (Nguyen et al., 3.1), by configuration only.
 
 The cloud's nats-server is the hub (the back end's side: the data cluster publishes there, the BCS
 listens there); every edge broker's nats-server is a leaf node of it. What a leaf node does is what

@@ -1,5 +1,6 @@
-"""A node's BAD subscribers (seed 004): each registers with the BCS, attaches to the broker it is
-given, subscribes to its FE subscriptions there, and follows migrate orders by re-attaching.
+"""A node's BAD subscribers (Nguyen et al., DEBS '19): each registers with the BCS, attaches to the
+broker it is given, subscribes to its FE subscriptions there, and follows migrate orders by
+re-attaching.
 
 One NATS connection per subscriber to its broker (the broker keeps one connection per subscriber,
 as in BAD); the node's subscribers share one connection to the hub for registering and for the

@@ -1,5 +1,5 @@
 """The broker role: one independent nats-server per broker node (the data plane) and its broker
-agent (the control plane's hands on that broker), as docs/pubsub-protocol.md describes.
+agent (the control plane's hands on that broker), as docs/design/pubsub-protocol.md describes.
 
 The agent registers the broker in ZooKeeper, owns topics through ephemeral owner nodes, answers
 the topic manager on `_ep.cmd.<broker>` (acquire, release in the enhanced and baseline workflows,

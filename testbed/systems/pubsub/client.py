@@ -62,7 +62,7 @@ LOOKUP_ATTEMPT_S = 3.0
 RESEND_S = 3.0  # a durable message not acknowledged this long is sent again (to the broker in use)
 PING_INTERVAL_S = 1.0  # nats-py's default is 2 minutes: a paused broker would hold its clients that long
 MAX_PINGS_OUT = 2      # unanswered pings before the connection counts as dropped (~2-3 s)
-# Message tracking (seed 002): a subscriber tells its broker's tracker when it attaches and leaves, and
+# Message tracking (Jun and Astley): a subscriber tells its broker's tracker when it attaches and leaves, and
 # the tracker tells a publisher its clock's correction (testbed.systems.pubsub.tracker).
 TRACK_ATTACH, TRACK_DETACH, TRACK_SKEW, TRACK_TIME = ("_ep.track.attach", "_ep.track.detach", "_ep.track.skew",
                                                      "_ep.track.time")
@@ -159,7 +159,7 @@ class TopicClient:
                  track: bool = False, durable: bool = False):
         self.topic, self.name, self.site, self.run_id = check_topic(topic), name, site, run_id
         self.durable = durable  # a persistent topic (paper 3.5): stored before acknowledged (pubsub.durable)
-        self.track = track  # message tracking (seed 002): ids on messages, attachments told to the broker's tracker
+        self.track = track  # message tracking (Jun and Astley): ids on messages, attachments told to its tracker
         self.lookup_url, self.owner = lookup_url, owner
         if not lookup_url and not owner:
             raise ValueError("a client needs a lookup address or the owner's (broker, address)")
@@ -487,7 +487,7 @@ class Publisher(TopicClient):
             ep.subs.append(await ep.nc.subscribe(f"{self._ack_inbox}.*", cb=self._on_ack))
         if self.ids is None:
             return
-        # The skew adjustment (seed 002, 3.2): initialised from the broker's clock at connection time,
+        # The skew adjustment (Jun and Astley, 3.2): initialised from the broker's clock at connection time,
         # then corrected by the broker's tracker whenever a timestamp is out of its tolerance.
         ep.subs.append(await ep.nc.subscribe(f"{TRACK_SKEW}.{self.name}", cb=self._on_skew))
         try:

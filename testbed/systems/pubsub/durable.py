@@ -1,5 +1,5 @@
 """Durable topics at a broker (paper 3.5): what a persistent Pulsar topic does with its bookies, on
-a JetStream cluster of storage nodes (docs/pubsub-protocol.md, "Durable topics").
+a JetStream cluster of storage nodes (docs/design/pubsub-protocol.md, "Durable topics").
 
 A producer of a durable topic publishes `p.<topic>` to the broker it uses, with a reply subject
 that names the message (`<inbox>.<seq>`) and the header `Nats-Msg-Id: <producer>:<seq>`. The broker

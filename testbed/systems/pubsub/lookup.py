@@ -6,7 +6,7 @@ A lookup request is {"topic": t} plus, from the client library, the asker: {"cli
 unowned topic from the asker's coordinate (`control.initial_placement: first_lookup`); a missing or
 malformed asker only loses that (the lookup is still answered).
 
-Fast failover (issue 19): a client whose connection to its broker dropped says so in its lookup
+Fast failover: a client whose connection to its broker dropped says so in its lookup
 ({"lost": b}). The service probes b (a TCP connect to its nats-server, then its agent's status)
 within PROBE_S; a broker that fails the probe is fenced: its registration and owner nodes are
 deleted from ZooKeeper, so its topics are orphans at once instead of when its ZooKeeper session

@@ -1,5 +1,5 @@
 """ZooKeeper for the control plane: a thin kazoo wrapper over the /epulsar layout of
-docs/pubsub-protocol.md (the server is started by `testbed.roles.launch.ZooKeeperServer`).
+docs/design/pubsub-protocol.md (the server is started by `testbed.roles.launch.ZooKeeperServer`).
 
 Ownership is an ephemeral node created by the owning broker, so ZooKeeper (not the brokers) settles
 races: a second acquire fails cleanly. A session loss deletes a broker's ephemeral nodes; the

@@ -1,6 +1,6 @@
-"""The message tracker beside a broker's nats-server (seed 002): it sees every message the broker
-carries and every subscriber that attaches or leaves, and keeps the broker's tracking histories
-(testbed.tracking.recorder) in <run>/tracking/<broker>/.
+"""The message tracker beside a broker's nats-server (Jun and Astley's message tracking): it sees every
+message the broker carries and every subscriber that attaches or leaves, and keeps the broker's tracking
+histories (testbed.tracking.recorder) in <run>/tracking/<broker>/.
 
 nats-server has no plug-in point, so the tracker is a subscriber of the server it tracks (`>`, one
 subscription: NATS keeps one connection's messages in order, so an attachment is always seen before

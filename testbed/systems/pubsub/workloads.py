@@ -15,7 +15,7 @@ topics of its edge site's players. One trace file per (subscriber, avatar topic)
 
 hotspot: one process per static client node, holding every publisher and subscriber the run's plan
 (`hotspot_plan`, written by the harness) puts on the node: topics `hot-1..hot-N` with Zipf rates, a
-share of them wholly at one hot site, and surge publishers that start mid-run (issue 14). One trace
+share of them wholly at one hot site, and surge publishers that start mid-run. One trace
 file per subscriber.
 
     python -m testbed.systems.pubsub.workloads uav --node swarm1 --members 8 --rate 200 --size 1000 \
@@ -349,7 +349,7 @@ SURGE_LEAD_S = 1.0  # surge publishers attach this long before `at`, so their fi
 
 
 def hotspot_plan(spec, rate: float, nodes: list[tuple[str, str]], seed: int, topic_class: str) -> dict:
-    """The hot-spot run's plan (issue 14): which node publishes and subscribes to what, at what rate.
+    """The hot-spot run's plan: which node publishes and subscribes to what, at what rate.
 
     `spec`: a scenario's `workload.hotspot` (topics, zipf, subscribers, hot_site, hot_share, surge).
     Topic `<topic_class>-k` (popularity rank k = 1..topics) publishes at `rate / k**zipf` (Zipf's
@@ -472,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coord", default="proxy")
     parser.add_argument("--nc-period", type=float, default=5.0)
     parser.add_argument("--health", type=Path, help="per-second publisher lateness and loop lag, JSON lines")
-    parser.add_argument("--track", action="store_true", help="message tracking (seed 002): ids on messages, "
+    parser.add_argument("--track", action="store_true", help="message tracking (Jun and Astley): ids on messages, "
                         "attachments told to the broker's tracker")
     parser.add_argument("--plan", type=Path, help="mmog, hotspot: the run's plan as JSON")
     parser.add_argument("--start-file", type=Path,
