@@ -212,7 +212,12 @@ def test_nr_placement_is_skewed_and_ldm_evens_the_measured_load(ldm_run):
     brokers_site = {n.name: n.site for n in topology.build(load(LDM_SCENARIO)).nodes.values()}
     at_home = [s for s in placed if brokers_site[placed[s]] == site[s]]
     assert sum(site[s] == "zone1" for s in at_home) >= 60 and len(at_home) >= 70, placed
-    assert bad["cov_first"] > 0.5  # eq. 5 over that placement: the paper's "extremely skewed" NR
+    # eq. 5 over that placement: the paper's "extremely skewed" NR; judged when the coordinator's
+    # first round came after the last subscriber registered (a round that came before moved some
+    # of them already, and the first round with every subscriber then sees LDM's mix, not NR's)
+    last_placed = max(e["time"] for e in placements)
+    if not [e for e in events if e["type"] == "bad_migration" and e["time"] < last_placed]:
+        assert bad["cov_first"] > 0.5
     # eq. 5 is what the brokers measure: nats-server's byte counters over windows that no move or
     # rate change touched (after each, a broker's next round or two go by the model: 4 to 17 such
     # measurements in six runs), within a few tenths of a percent (whole executions per window)
