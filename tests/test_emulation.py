@@ -99,6 +99,15 @@ def median(values: list[float]) -> float:
     return values[len(values) // 2]
 
 
+def path_off_ms(rtt: float, expected: float) -> float:
+    """How far (ms) a median RTT is outside what says the path is the configured one: never less
+    than configured (a frame leaves a delay line at most 120 us early), up to 2 ms more (four
+    crossings per RTT on a VM whose timer wakeups land 0.1-7 ms late when the host is busy; the
+    next wrong path is 30 ms away). The delay line's accuracy itself (median within 0.5 ms) is
+    `make bench-emulation`'s to judge, on a quiet machine."""
+    return max(rtt - expected - 2.0, expected - 0.5 - rtt)
+
+
 @pytest.mark.quiet
 def test_two_hosts_with_20ms_path_measure_40ms_rtt():
     scenario = parse_text(STAR)
@@ -156,18 +165,17 @@ def test_relink_changes_the_measured_rtt():
     scenario = parse_text(MOBILE)
     topo = topology.build(scenario)
     # zone1 broker from zone1: 2*(5+1) = 12 ms; from zone2 add the 30 ms inter-site RTT.
-    def measured(session, b: str, expected: float, tolerance: float) -> float:
-        return measured_held(lambda: median(rtts(session, "uav1", b)), lambda m: abs(m - expected) - tolerance)
+    def measured(session, b: str, expected: float) -> float:
+        return measured_held(lambda: median(rtts(session, "uav1", b)), lambda m: path_off_ms(m, expected))
 
     with Session(scenario, topology=topo) as session:
         assert session.network.site_of("uav1") == "zone1"
-        before = measured(session, "bzone1", 12.0, 1.0)
+        before = measured(session, "bzone1", 12.0)
         session.network.relink("uav1", "zone2")
-        after = measured(session, "bzone1", 42.0, 1.5)
-        home = measured(session, "bzone2", 12.0, 1.0)
-    assert before == pytest.approx(12.0, abs=1.0)
-    assert after == pytest.approx(42.0, abs=1.5)
-    assert home == pytest.approx(12.0, abs=1.0)
+        after = measured(session, "bzone1", 42.0)
+        home = measured(session, "bzone2", 12.0)
+    assert path_off_ms(before, 12.0) <= 0 and path_off_ms(after, 42.0) <= 0 and path_off_ms(home, 12.0) <= 0, \
+        (before, after, home)
 
 
 def test_a_cut_site_reaches_nothing_outside_until_healed_and_a_move_during_the_cut_follows_it():
@@ -177,8 +185,8 @@ def test_a_cut_site_reaches_nothing_outside_until_healed_and_a_move_during_the_c
     scenario = parse_text(MOBILE)
     topo = topology.build(scenario)
 
-    def rtt_ms(session, a: str, b: str, expected: float, tolerance: float) -> float:  # judged when quiet
-        return measured_held(lambda: median(rtts(session, a, b, 10)), lambda m: abs(m - expected) - tolerance)
+    def rtt_ms(session, a: str, b: str, expected: float) -> float:  # judged when quiet
+        return measured_held(lambda: median(rtts(session, a, b, 10)), lambda m: path_off_ms(m, expected))
 
     with Session(scenario, topology=topo) as session:
         network = session.network
@@ -186,16 +194,16 @@ def test_a_cut_site_reaches_nothing_outside_until_healed_and_a_move_during_the_c
         assert network.cut_site("zone1") > 0
         assert rtts(session, "uav1", "bzone2", 5) == [] and rtts(session, "bzone2", "uav1", 5) == []
         assert rtts(session, "uav1", "cloud", 5) == []
-        assert rtt_ms(session, "uav1", "bzone1", 12.0, 1.0) == pytest.approx(12.0, abs=1.0)  # inside the site
+        assert path_off_ms(rtt_ms(session, "uav1", "bzone1", 12.0), 12.0) <= 0  # inside the site
         assert median(rtts(session, "bzone2", "bzone3", 10)) > 0  # the rest of the network is whole
         network.relink("uav1", "zone2")
-        assert rtt_ms(session, "uav1", "bzone2", 12.0, 1.0) == pytest.approx(12.0, abs=1.0)
+        assert path_off_ms(rtt_ms(session, "uav1", "bzone2", 12.0), 12.0) <= 0
         assert rtts(session, "uav1", "bzone1", 5) == []
         network.relink("uav1", "zone1")
         assert rtts(session, "uav1", "bzone2", 5) == []
         network.heal_site("zone1")
-        healed = rtt_ms(session, "uav1", "bzone2", 42.0, 1.5)
-    assert healed == pytest.approx(42.0, abs=1.5)
+        healed = rtt_ms(session, "uav1", "bzone2", 42.0)
+    assert path_off_ms(healed, 42.0) <= 0, healed
 
 
 def test_bad_link_parameters_are_rejected_at_validation():
