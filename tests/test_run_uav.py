@@ -6,6 +6,7 @@ test, tests/uav_run.py: about two minutes)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from testbed import topology
 from testbed.scenario.loader import load
 from tests import uav_run
 from tests.needs import FULL_SYSTEM
@@ -72,9 +74,30 @@ def test_uav_smoke_runs_end_to_end(uav):
     assert (uav.root / "figs" / f"fig8-{out.name}.png").stat().st_size > 10_000
 
 
+#: How far (ms) a swarm's own coordinate may sit from its zone's NC proxy's in the estimates: the
+#: proxy answers for every client of its zone, whose access links add their own few ms
+ZONE_SPREAD_MS = 4.0
+
+
+def _estimates_from_zone_ms(events: list[dict], scenario, site: str, at: float) -> dict[str, float]:
+    """Each broker's estimated distance (ms) from `site`'s NC proxy in the last coordinate snapshot
+    before `at` (Vivaldi: the vectors' distance plus both heights)."""
+    (snapshot,) = [e for e in events if e["type"] == "nc_snapshot" and e["time"] <= at][-1:]
+    coordinates = snapshot["coordinates"]
+    topo = topology.build(scenario)
+    (proxy,) = [name for name, where in topo.placed("nc-proxy") if where == site][:1]
+    brokers = {e["broker"] for e in events if e["type"] == "broker_registered"}
+
+    def distance(a: dict, b: dict) -> float:
+        return 1e3 * (math.dist(a["vec"], b["vec"]) + a["height"] + b["height"])
+
+    return {b: distance(coordinates[proxy], coordinates[b]) for b in brokers if b in coordinates}
+
+
 def test_topics_start_at_their_swarm_and_follow_it_within_the_detection_window(uav):
     """ePulsar's placement in the UAV case: each topic starts at the broker of its swarm's zone (its
-    first lookup carries the swarm's coordinate), and after every handover both topics of the swarm
+    first lookup carries the swarm's coordinate; when the settle phase ended unconverged, at the
+    broker nearest by the estimates of that moment), and after every handover both topics of the swarm
     move to the new zone's broker within the detection window (`tests.spans.detection_window`), and
     only there: a migration never takes a topic away from where its swarm is."""
     events = _events(uav.out)
@@ -85,20 +108,32 @@ def test_topics_start_at_their_swarm_and_follow_it_within_the_detection_window(u
     site_broker = {e["site"]: e["broker"] for e in events if e["type"] == "broker_registered"}
     start_sites = _start_sites(scenario)
     placed = {e["topic"]: e["broker"] for e in events if e["type"] == "initial_placement"}
+    placed_at = {e["topic"]: e["time"] for e in events if e["type"] == "initial_placement"}
     moved = [e for e in events if e["type"] == "migration_end" and e.get("ok")]
+    settled = next(e for e in events if e["type"] == "settle_end")["settled"]
+
+    def best(site: str, at: float) -> set[str]:
+        """The brokers a topic of a swarm in `site` should be on at `at`: the zone's own once the
+        coordinates settled; when the settle phase hit its cap (steal slows Serf), those nearest
+        by the estimates of that moment."""
+        if settled:
+            return {site_broker[site]}
+        estimates = _estimates_from_zone_ms(events, scenario, site, at)
+        return {b for b, ms in estimates.items() if ms <= min(estimates.values()) + ZONE_SPREAD_MS}
+
     for swarm, site in start_sites.items():
         topics = {f"{c}-{swarm}" for c in ("follow_leader", "sensor_data")}
-        assert {placed[t] for t in topics} == {site_broker[site]}, (swarm, placed)
+        assert all(placed[t] in best(site, placed_at[t]) for t in topics), (swarm, placed)
         visits = stays(events, swarm, site, t0, end)
         for site_now, low, high in visits[1:]:
             came = {e["topic"]: e["time"] - t0 for e in moved if e["topic"] in topics and low <= e["time"] - t0 < high
-                    and e["to_broker"] == site_broker[site_now]}
+                    and e["to_broker"] in best(site_now, e["time"])}
             if low + window <= end:
                 assert set(came) == topics and max(came.values()) <= low + window, (swarm, site_now, low, came)
         for e in moved:
             if e["topic"] in topics:
                 (where,) = [s for s, low, high in visits if low <= e["time"] - t0 < high]
-                assert e["to_broker"] == site_broker[where], (e, where)
+                assert e["to_broker"] in best(where, e["time"]), (e, where)
 
 
 def test_most_deliveries_go_through_the_swarm_s_own_zone_at_the_path_s_latency(uav):
