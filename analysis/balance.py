@@ -10,7 +10,7 @@ monitoring round (each broker's message rate out, link use out and topics owned;
 coefficient of variation of the brokers' message rates), `lm_usage` (bundles owned, Pulsar's load
 manager only), `bundle_split`, `bundle_unload` (by shedder), `overload_shed` (ePulsar's overload
 branch, paper 3.4.2/3.4.3). The numbers per run (mean imbalance, unloads, sheds, downtime) are not
-derived again here: they are the harness's own summary (testbed.roles.balance, in run.json's
+derived again here: they are the harness's own summary (testbed.systems.pubsub.balance, in run.json's
 `summary.balance`), which the end screen showed; this module only pools them over repeats
 (`analysis.stats`). Time is seconds since the run's `run_start` event, as in every other figure.
 """

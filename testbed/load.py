@@ -5,8 +5,8 @@ run starts, `testbed show` and `testbed run` estimate what the scenario asks for
 per second, deliveries per second, frames per second through the shaper) and compare it with the
 capacity `make bench-capacity` measured on this machine (`results/bench/capacity.json`).
 
-Pure: reads a validated Scenario and its topology (`testbed.topology.build`); the MMOG area of
-interest comes from the workload module, the one home of that rule.
+Pure: reads a validated Scenario and its topology (`testbed.topology.build`); what a workload offers
+comes from its system (the `offered` hook of its manifest, testbed.plugin), the one home of its rules.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from testbed import plugin
 from testbed.scenario.model import Scenario
 from testbed.topology import Topology
 
@@ -37,101 +38,20 @@ def rate_per_publisher(scenario: Scenario) -> float:
     return (scenario.workload.rate or 0.0) * scenario.scale
 
 
-def _swarms(topology: Topology) -> list[int]:
-    """Members of every UAV swarm node (each member is one UAV: one publisher)."""
-    return [n.members for n in topology.nodes.values() if n.role == "uav-swarm"]
-
-
-def mmog_subscriptions(scenario: Scenario, topology: Topology) -> int:
-    """(subscriber, avatar topic) subscriptions at the start, under the run's own plan (same seed, same
-    nodes): every player's area of interest, plus each avatar's game server. Group changes move
-    avatars between groups of the same sizes on average, so the start is representative of the run."""
-    from testbed.mobility import group_changes
-    from testbed.systems.pubsub.workloads import area_of_interest
-
-    players = topology.placed("avatar")
-    groups, _ = group_changes(scenario, len(players))
-    return sum(len(area_of_interest(a, groups)) for a in range(len(players))) + len(players)
-
-
-def hotspot_rates(scenario: Scenario, topology: Topology) -> tuple[float, float]:
-    """(messages/s published, deliveries/s) of the hot-spot plan at its peak, once the surge's
-    publishers have joined: every publisher's Zipf rate, times its topic's subscribers."""
-    from collections import Counter
-
-    from testbed.scenario.model import HOTSPOT_CLASS
-    from testbed.systems.pubsub.workloads import hotspot_plan
-
-    plan = hotspot_plan(scenario.workload.hotspot, rate_per_publisher(scenario), topology.placed("static"),
-                        scenario.seed, HOTSPOT_CLASS)
-    readers = Counter(s["topic"] for s in plan["subscribers"])
-    return (sum(p["rate"] for p in plan["publishers"]),
-            sum(p["rate"] * readers[p["topic"]] for p in plan["publishers"]))
-
-
-def bad_rates(scenario: Scenario, topology: Topology) -> tuple[float, float]:
-    """(results/s published, deliveries/s) of the BAD plan at its peak (the busiest moment of the
-    rate surges): each BE subscription's records per period, times its FE subscriptions for the
-    deliveries. Subscription sharing does not reduce deliveries, only what crosses to the brokers."""
-    from collections import Counter
-
-    from testbed.systems.bad.plan import bad_plan, results_at
-
-    nodes = [(n.name, n.site, n.members) for n in topology.nodes.values() if n.role == "subscriber"]
-    plan = bad_plan(scenario.workload.bad, scenario.workload.message_size, nodes, scenario.seed, scenario.duration)
-    holders = Counter(k for s in plan["subscribers"] for k in s["subs"])
-    peak = (0.0, 0.0)
-    for t in [0.0] + [s["at"] for s in plan["surges"]]:
-        per_s = [results_at(plan, k, t) / be["period"] for k, be in enumerate(plan["be"])]
-        peak = max(peak, (sum(per_s), sum(r * holders[k] for k, r in enumerate(per_s))), key=lambda p: p[1])
-    return peak
-
-
-def autotune_rate(scenario: Scenario) -> float:
-    """Requests/s into all the auto-tuned publisher's variants at the busiest second of the run's
-    arrivals (every variant gets the same arrivals; each is one message to the broker and one delivery)."""
-    from collections import Counter
-
-    from testbed.systems.autotune.sources import arrivals
-
-    spec = scenario.workload.autotune
-    seconds = Counter(int(t) for t in arrivals(spec.source, scenario.duration, scenario.seed))
-    return max(seconds.values(), default=0) * len(spec.variants)
+def offered(scenario: Scenario, topology: Topology) -> tuple[float, float]:
+    """(messages/s handed to brokers, messages/s handed to subscribers), from the workload kind's own
+    estimate (its manifest's `offered`); a run without a workload offers none."""
+    kind = plugin.workload_kind(scenario.workload.kind)
+    estimate_of = kind and plugin.kind_hook(kind, "offered")
+    return estimate_of(scenario, topology) if estimate_of else (0.0, 0.0)
 
 
 def published_per_s(scenario: Scenario, topology: Topology) -> float:
-    """Messages/s handed to brokers: every UAV publishes (the leader follow_leader, each follower
-    sensor_data); in the MMOG case every player publishes its avatar's topic."""
-    kind, rate = scenario.workload.kind, rate_per_publisher(scenario)
-    if kind == "uav-swarm":
-        return rate * sum(_swarms(topology))
-    if kind == "mmog":
-        return rate * len(topology.placed("avatar"))
-    if kind == "hotspot":
-        return hotspot_rates(scenario, topology)[0]
-    if kind == "bad":
-        return bad_rates(scenario, topology)[0]
-    if kind == "autotune":
-        return autotune_rate(scenario)
-    return 0.0
+    return offered(scenario, topology)[0]
 
 
 def deliveries_per_s(scenario: Scenario, topology: Topology) -> float:
-    """Messages/s handed to subscribers (messages x subscribers of their topic). UAV, per swarm of m
-    (paper 5.1.1): the leader's follow_leader reaches m-1 followers, and m-1 followers' sensor_data
-    reaches the leader, so 2(m-1) x rate. MMOG: rate x the subscriptions (areas of interest and game servers)."""
-    kind, rate = scenario.workload.kind, rate_per_publisher(scenario)
-    if kind == "uav-swarm":
-        return rate * sum(2 * (m - 1) for m in _swarms(topology))
-    if kind == "mmog":
-        return rate * mmog_subscriptions(scenario, topology)
-    if kind == "hotspot":
-        return hotspot_rates(scenario, topology)[1]
-    if kind == "bad":
-        return bad_rates(scenario, topology)[1]
-    if kind == "autotune":
-        return autotune_rate(scenario)
-    return 0.0
+    return offered(scenario, topology)[1]
 
 
 def frames_per_crossing(message_size: float) -> int:

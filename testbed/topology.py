@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass, field
 from itertools import combinations
 
+from testbed import plugin
 from testbed.scenario import cities, zones
 from testbed.scenario.loader import Problem, ScenarioError, line_of
 from testbed.scenario.model import MANAGER, ZOOKEEPER, LinkParams, Scenario, scaled_count
@@ -52,7 +53,7 @@ class Site:
 @dataclass
 class Node:
     name: str
-    role: str  # cloud | broker | nc-proxy | storage | uav-swarm | game-server | static | star
+    role: str  # cloud | broker | nc-proxy | storage | star, or a system's client role (testbed.plugin)
     site: str
     ip: str
     access: Shaping
@@ -107,7 +108,6 @@ class Topology:
         return 2 * self.site_one_way(a, b)
 
 
-PUBSUB_CLIENT_ROLES = ("uav-swarm", "game-server", "avatar", "static")  # nodes running pub/sub client processes
 
 
 def cloud_site_name(cloud: str) -> str:
@@ -215,17 +215,17 @@ def storage_node_name(site: str, rack: int) -> str:
 
 def _check_durable(scenario: Scenario, built: Topology, report) -> None:
     """Durable topic classes need storage nodes, enough racks for their replicas (one replica per
-    rack), a pub/sub workload, and for `cloud` storage a cloud datacentre."""
-    storage = scenario.infrastructure.storage
+    rack), a workload that takes them, and for `cloud` storage a cloud datacentre."""
+    storage, kind = scenario.infrastructure.storage, plugin.workload_kind(scenario.workload.kind)
     for i, topic in enumerate(scenario.workload.topics):
         if topic.durable is None:
             continue
         where = ("workload", "topics", i, "durable")
-        if scenario.workload.kind == "mmog":
-            report(where, "durable topics are not for mmog: its area-of-interest subscriptions open and close at "
-                          "every group change, and a durable cursor would replay what a player missed meanwhile")
-        elif scenario.workload.kind not in ("uav-swarm", "hotspot"):
-            report(where, f"durable topics are for the pub/sub workloads uav-swarm and hotspot, "
+        refusal = kind.refuses.get("durable") if kind else None
+        if refusal:
+            report(where, f"durable topics are not for {scenario.workload.kind}: {refusal}")
+        elif scenario.workload.kind not in plugin.taking("durable"):
+            report(where, f"durable topics are for the workloads {' and '.join(plugin.taking('durable'))}, "
                           f"not {scenario.workload.kind}")
         elif storage is None:
             report(where, "durable topics need storage nodes: add infrastructure.storage: {racks: 3}")
@@ -252,81 +252,6 @@ def sites_of(scenario: Scenario) -> list[str]:
     topo = Topology(scenario.name)
     _sites(scenario.model_copy(update={"infrastructure": scenario.infrastructure.model_copy(update={"overrides": []})}), topo)
     return list(topo.sites)
-
-
-def _check_mmog(scenario: Scenario, built: Topology, report) -> None:
-    """The MMOG case (paper 5.8.2) needs players (role avatar), one per avatar, each in a city with
-    a game server (an edge site) to attach to."""
-    players = [i for i, g in enumerate(scenario.nodes.clients) if g.role == "avatar"]
-    if not players:
-        report(("nodes", "clients"), "the mmog workload needs player nodes (role: avatar)")
-        return
-    count = sum(scenario.nodes.clients[i].count for i in players)
-    if count != scenario.workload.avatars:
-        report(("workload", "avatars"), f"{scenario.workload.avatars} avatars but {count} player nodes (role avatar)")
-    edges = {site for _, site in built.placed("game-server")}
-    for name, site in built.placed("avatar"):
-        if site not in edges:
-            report(("nodes", "clients", players[0], "site"), f"{name} is at {site}, which has no game server")
-            return
-
-
-def autotune_nodes(built: Topology) -> tuple[str, str, str]:
-    """The auto-tuned publisher's three parties: (publisher node, subscriber node, the broker at the
-    subscriber's site), as `_check_autotune` guarantees them."""
-    publisher = built.placed("publisher")[0][0]
-    subscriber, site = built.placed("subscriber")[0]
-    broker = next(n.name for n in built.nodes.values() if n.role == "broker" and n.site == site)
-    return publisher, subscriber, broker
-
-
-def _check_autotune(scenario: Scenario, built: Topology, report) -> None:
-    """The auto-tuned publisher paper's setting (Balasubramanian et al.): one publisher node (every
-    variant runs there), one subscriber node next to the broker it reads from, the broker at the
-    subscriber's site; no faults or mobility (the experiment is about the publisher and the path, not
-    about the placement)."""
-    if scenario.faults:
-        report(("faults",), "the autotune workload takes no faults")
-    if scenario.mobility.model != "none":
-        report(("mobility", "model"), "the autotune workload's nodes do not move")
-    publishers, subscribers = built.placed("publisher"), built.placed("subscriber")
-    if len(publishers) != 1 or len(subscribers) != 1:
-        report(("nodes", "clients"), f"the autotune workload needs one node with role publisher and one with role "
-                                     f"subscriber, found {len(publishers)} and {len(subscribers)}")
-        return
-    site = subscribers[0][1]
-    if not any(n.role == "broker" and n.site == site for n in built.nodes.values()):
-        report(("nodes", "brokers_per_site"), f"the subscriber's site {site} has no broker to read from")
-
-
-def _check_hotspot(scenario: Scenario, built: Topology, report) -> None:
-    """The hot-spot workload runs on static client nodes; its hot site must be an edge
-    site with some of them (its topics' clients live there), and its surge within the run."""
-    spec, where = scenario.workload.hotspot, ("workload", "hotspot")
-    static = built.placed("static")
-    if not static:
-        report(("nodes", "clients"), "the hotspot workload needs client nodes with role: static")
-        return
-    sites = sorted({site for _, site in static})
-    if spec.hot_site not in built.sites:
-        report(where + ("hot_site",), f"{spec.hot_site!r} is not a site; sites: {', '.join(built.sites)}")
-    elif spec.hot_topics() and spec.hot_site not in sites:
-        report(where + ("hot_site",), f"{spec.hot_site!r} has no static client node; they are at {', '.join(sites)}")
-    if spec.surge and spec.surge.at >= scenario.duration:
-        report(where + ("surge", "at"), f"{spec.surge.at:g}s is not within the run's duration ({scenario.duration:g}s)")
-
-
-def _check_bad(scenario: Scenario, built: Topology, report) -> None:
-    """BAD (Nguyen et al.) needs subscriber nodes, edge brokers to attach them to and the cloud's back end;
-    its brokers hold subscriber connections this system does not recover, so no broker faults."""
-    if not built.placed("subscriber"):
-        report(("nodes", "clients"), "the bad workload needs client nodes with role: subscriber")
-    if not built.placed("broker"):
-        report(("nodes", "brokers_per_site"), "the bad workload needs edge brokers (brokers_per_site >= 1)")
-    if not built.placed("cloud"):
-        report(("infrastructure", "cloud"), "the bad workload needs a cloud node (the back end and the coordinator)")
-    if scenario.faults:
-        report(("faults",), "the bad workload does not take faults: its subscribers are not failed over")
 
 
 def checked(scenario: Scenario, path: str) -> Topology:
@@ -366,17 +291,13 @@ def checked(scenario: Scenario, path: str) -> Topology:
     except ValueError as error:
         report(("nodes",), str(error))
         raise ScenarioError(problems) from None
-    if scenario.workload.kind == "mmog":
-        _check_mmog(scenario, built, report)
-    if scenario.workload.kind == "hotspot":
-        _check_hotspot(scenario, built, report)
-    if scenario.workload.kind == "bad":
-        _check_bad(scenario, built, report)
-    if scenario.workload.kind == "autotune":
-        _check_autotune(scenario, built, report)
+    kind = plugin.workload_kind(scenario.workload.kind)
+    check = kind and plugin.kind_hook(kind, "check")
+    if check:
+        check(scenario, built, report)
     _check_durable(scenario, built, report)
     brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
-    clients = {n.name for n in built.nodes.values() if n.role in PUBSUB_CLIENT_ROLES}
+    clients = {n.name for n in built.nodes.values() if n.role in plugin.client_roles()}
     for i, fault in enumerate(scenario.faults):
         if fault.at >= scenario.duration:
             report(("faults", i, "at"), f"{fault.at:g}s is not within the run's duration ({scenario.duration:g}s)")

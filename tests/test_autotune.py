@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from testbed import topology
+from testbed.systems.autotune.checks import autotune_nodes
 from testbed.policies.autotune import Tuner, TuningConfig, ewma
 from testbed.scenario.loader import ScenarioError, load
 from testbed.systems.autotune import sources
@@ -175,7 +176,7 @@ def test_autotune_needs_one_publisher_and_one_subscriber_beside_a_broker(tmp_pat
     assert "one node with role publisher and one with role subscriber, found 2 and 1" in str(error.value)
     assert "takes no faults" in str(error.value)
     built = topology.checked(load(SMOKE), str(SMOKE))
-    assert topology.autotune_nodes(built) == ("pub1", "sub1", "bzone1")
+    assert autotune_nodes(built) == ("pub1", "sub1", "bzone1")
     assert built.node_rtt("pub1", "bzone1") == pytest.approx(0.140)  # Table I's RTT
 
 

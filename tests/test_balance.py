@@ -50,7 +50,7 @@ def test_run_start_falls_back_to_run_json_and_fails_without_either():
 
 
 def summary(imbalance: float, violations: tuple[float, float], downtime: float | None) -> dict:
-    """run.json's summary as testbed.roles.balance and the trace summary write it."""
+    """run.json's summary as testbed.systems.pubsub.balance and the trace summary write it."""
     return {"migrations": 4, "classes": {"x": {"messages": 100, "violation_ratio": violations[0]},
                                          "y": {"messages": 300, "violation_ratio": violations[1]}},
             "balance": {"rounds": 10, "imbalance_mean": imbalance, "unloads": 2, "overload_sheds": 1,

@@ -26,7 +26,7 @@ from testbed.policies import ONE_WAY, latency
 from testbed.procs import read_line, stop_group
 from testbed.roles.inside import NodeLoop
 from testbed.roles.launch import expire_session, node_metadata, start_agent, start_lookup
-from testbed.roles.pubsub import ManagerOptions, PubSubSystem
+from testbed.systems.pubsub.role import ManagerOptions, PubSubSystem
 from testbed.systems.pubsub.broker import nats_url
 from testbed.policies.snapshot import BrokerReport, coord_from_dict
 from testbed.scenario.loader import parse_text

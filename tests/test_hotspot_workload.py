@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from testbed import topology
-from testbed.roles.workload import plan_hotspot
+from testbed.systems.pubsub.workload_role import plan_hotspot
 from testbed.scenario.loader import ScenarioError, load, parse_text
-from testbed.scenario.model import HOTSPOT_CLASS, Hotspot
+from testbed.systems.pubsub.schema import HOTSPOT_CLASS, Hotspot
 from testbed.systems.pubsub.workloads import hotspot_expected, hotspot_plan
 
 ROOT = Path(__file__).resolve().parent.parent

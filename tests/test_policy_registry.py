@@ -18,7 +18,7 @@ from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DEFAU
 from testbed.policies.topics import CLASS_RE, TOPIC_RE
 from testbed.policies.snapshot import BrokerReport, Snapshot
 from testbed.nc.coordinate import Coordinate
-from testbed.scenario import model
+from testbed.scenario import fields as scenario_fields
 from testbed.scenario.loader import ScenarioError, load, parse_text
 from testbed.systems.pubsub import broker, manager
 from tests.texts import MINIMAL
@@ -122,7 +122,7 @@ def test_the_managers_command_line_carries_the_thresholds_exactly():
 
 
 def test_the_pubsub_roles_default_thresholds_are_the_policies():
-    from testbed.roles.pubsub import ManagerOptions
+    from testbed.systems.pubsub.role import ManagerOptions
 
     assert ManagerOptions().overload == astuple(Overload()) and ManagerOptions().policy == DEFAULT_POLICY
 
@@ -139,7 +139,7 @@ def test_topic_class_rule():
     assert TOPIC_RE.fullmatch(topic_name("follow_leader", "swarm3")) and TOPIC_RE.fullmatch("avatar")
     for bad in ("follow_leader-swarm.3", "a-b-c", "Avatar-1", "avatar-1\n", "x/y"):
         assert not TOPIC_RE.fullmatch(bad), bad
-    assert model.CLASS_RE is CLASS_RE  # the scenario checks topic classes with the one rule
+    assert scenario_fields.CLASS_RE is CLASS_RE  # the scenario checks topic classes with the one rule
 
 
 # --- layering -----------------------------------------------------------------------------------

@@ -297,7 +297,7 @@ def test_config_round_trips_through_the_managers_command_line():
 def test_the_managers_threshold_is_not_the_shedders():
     """Regression: --lm-threshold (ThresholdShedder's 10 points) once landed in the manager's Lth,
     so a 40 ms UAV topic was judged against 100 ms and never migrated."""
-    from testbed.roles.pubsub import ManagerOptions
+    from testbed.systems.pubsub.role import ManagerOptions
     from testbed.systems.pubsub.manager import parser
 
     options = ManagerOptions(threshold=0.04)

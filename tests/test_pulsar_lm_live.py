@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed import topology
-from testbed.roles.workload import plan_hotspot
+from testbed.systems.pubsub.workload_role import plan_hotspot
 from testbed.scenario.loader import load
 from testbed.systems.pubsub.workloads import hotspot_expected
 from tests.live import judged_seconds, run_held, unexplained_seconds

@@ -4,7 +4,7 @@ asks every 50 ms, and a crash reported at every ask was thousands of events and 
 from __future__ import annotations
 
 from testbed.roles.base import RunContext, newly_dead
-from testbed.roles.workload import PubSubWorkload
+from testbed.systems.pubsub.workload_role import PubSubWorkload
 
 
 class FakeProcess:

@@ -361,7 +361,7 @@ def reanalysed(row: dict) -> dict:
 
 def reduce_point(spec: Point, scenario_path: Path, run_dir: Path, offered_per_s: float, duration_s: float) -> dict:
     """A finished run directory -> the point's row (again, with --reanalyse)."""
-    from testbed.roles.workload import trace_rows
+    from testbed.systems.pubsub.workload_role import trace_rows
 
     _, topo = loaded(scenario_path)
     events = _json_lines(run_dir / "events.jsonl")

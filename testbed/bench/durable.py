@@ -18,7 +18,7 @@ Experiments (each one run; the runs land in results/bench/durable/runs/):
 
 Per run: publish-acknowledgement latency quantiles (the producers' acks/), end-to-end latency
 quantiles (traces/), the audit of acknowledged messages against deliveries
-(testbed.roles.durability), resends and duplicates, migrations, storage nodes' traffic and CPU,
+(testbed.systems.pubsub.durability), resends and duplicates, migrations, storage nodes' traffic and CPU,
 and whether the harness held the run. Result: results/bench/durable.json; analysis.durable_figures
 draws it.
 

@@ -122,7 +122,7 @@ def per_delivery(run_dir: Path) -> dict:
 
 
 def _trace_rows(run_dir: Path):
-    from testbed.roles.workload import trace_rows
+    from testbed.systems.pubsub.workload_role import trace_rows
 
     return trace_rows(run_dir / "traces")
 

@@ -44,7 +44,7 @@ from analysis.stats import from_dict, median_ci
 from testbed import health
 from testbed.experiment import Session
 from testbed.procs import json_lines, machine_ticks, read_line, stop_group
-from testbed.roles.pubsub import ManagerOptions, PubSubSystem
+from testbed.systems.pubsub.role import ManagerOptions, PubSubSystem
 from testbed.scenario.loader import load
 
 OUT = Path("results/bench")

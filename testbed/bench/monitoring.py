@@ -173,7 +173,7 @@ def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, p
     from testbed.experiment import Session
     from testbed.roles.launch import node_metadata
     from testbed.procs import read_line
-    from testbed.roles.pubsub import ManagerOptions, PubSubSystem
+    from testbed.systems.pubsub.role import ManagerOptions, PubSubSystem
     from testbed.scenario.loader import load
 
     log_dir = Path(tempfile.mkdtemp(prefix=f"testbed-bench-mon-{policy}-"))

@@ -1,29 +1,30 @@
 """The harness side of a run: what runs in each node, started, supervised and stopped.
 
-A role is one concern (`base.Role`); `ROLES` lists them in start order (the coordinates first:
-brokers and clients need their Serf agents; the workload last: it needs the system's lookup
-service). Adding a system means adding a role here, not editing the experiment.
+A role is one concern (`base.Role`). The core's own role, the coordinates, starts first (brokers and
+clients need their Serf agents); then each registered system's roles, in registry order and in the
+order its manifest lists them (a workload after the service it looks topics up in). Adding a system
+means listing its roles in its manifest (testbed.plugin), not editing the experiment.
 """
 
 from __future__ import annotations
 
-from testbed.roles.autotune import AutotuneRole
-from testbed.roles.bad import BadRole
+from testbed import plugin
 from testbed.roles.base import Role, RunContext
 from testbed.roles.coordinates import Coordinates
-from testbed.roles.pubsub import PubSubRole
-from testbed.roles.workload import PubSubWorkload
 
-ROLES: tuple[type[Role], ...] = (Coordinates, PubSubRole, PubSubWorkload, BadRole, AutotuneRole)
+
+def classes() -> list[type[Role]]:
+    """Every role a run may start, in start order."""
+    return [Coordinates, *plugin.role_classes()]
 
 
 def for_run(run: RunContext) -> list[Role]:
     """The roles a run of `run.scenario` needs, in start order (stop them in reverse)."""
     roles: list[Role] = []
-    for cls in ROLES:
+    for cls in classes():
         if cls.wanted(run.scenario):
             roles.append(cls(run, roles))
     return roles
 
 
-__all__ = ["ROLES", "Role", "RunContext", "for_run"]
+__all__ = ["Role", "RunContext", "classes", "for_run"]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import time
 
+from testbed import plugin
 from testbed.nc import snapshots
 from testbed.nc.proxy import NC_ANYCAST_IP
 from testbed.procs import json_lines, read_line, stop_group
@@ -32,8 +33,9 @@ class Coordinates(Role):
 
     @classmethod
     def wanted(cls, scenario) -> bool:
-        """Every system places by coordinates but the auto-tuned publisher's, whose broker is fixed."""
-        return scenario.workload.kind != "autotune"
+        """A run without a workload, or of a kind whose manifest says it places by coordinates."""
+        kind = plugin.workload_kind(scenario.workload.kind)
+        return kind is None or kind.coordinates
 
     def __init__(self, run: RunContext, others: list[Role] = ()):
         super().__init__(run, list(others))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from kazoo.handlers.threading import SequentialThreadingHandler
 
+from testbed import plugin
 from testbed.emulation.netns import connect_in, entered
 from testbed.nc.coordinate import Coordinate
 from testbed.nc.serf import RPC_PORT, SerfError, SerfRPC
@@ -36,7 +37,7 @@ ZK_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 # their coordinate from the NC proxy of the zone they are attached to. An agent that dies is reported
 # and restarted, never silently missing.
 SERF_PORT = 7946
-AGENT_ROLES = {"cloud", "broker", "nc-proxy", "game-server", "static", "subscriber", "star"}
+AGENT_ROLES = {"cloud", "broker", "nc-proxy", "star"}  # and the systems' client roles that run one (testbed.plugin)
 
 
 SNAPSHOT_RPC_S = 0.5  # an agent answers its own node's RPC in milliseconds; a paused one never does
@@ -47,7 +48,8 @@ class AgentError(RuntimeError):
 
 
 def agent_nodes(topology) -> list[str]:
-    return [n.name for n in topology.nodes.values() if n.role in AGENT_ROLES and not n.mobile]
+    roles = AGENT_ROLES | plugin.agent_roles()
+    return [n.name for n in topology.nodes.values() if n.role in roles and not n.mobile]
 
 
 def seed_nodes(topology) -> list[str]:

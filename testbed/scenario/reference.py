@@ -21,28 +21,29 @@ from pydantic.fields import FieldInfo
 from testbed.policies.distance import DISTANCES
 from testbed.policies.initial import INITIAL_PLACEMENTS
 from testbed.policies.registry import POLICIES
+from testbed.scenario import fields as f
 from testbed.scenario import model as m
 from testbed.scenario.cities import CITY_CODES
 
 _DURATIONS = "`500us` `40ms` `1.5s` `10m` `2h`"
 #: The schema's named value types: what the type column calls them, how a scenario writes them, bounds.
 NAMED = (
-    (m.PositiveDuration, "duration > 0", _DURATIONS, f"above 0, at most {m.MAX_DURATION_S:,.0f} s (a day)"),
-    (m.Duration, "duration", _DURATIONS, f"0 or more, at most {m.MAX_DURATION_S:,.0f} s"),
-    (m.Bandwidth, "bandwidth", "`100Mbit` `1Gbit` `10mbps`", f"above 0, at most {m.MAX_BANDWIDTH_BPS:,.0f} bit/s"),
-    (m.MessageSize, "message size", "`1KB` (1000 B) `1KiB` (1024 B) `998B`",
-     f"above 0, at most {m.NATS_MAX_PAYLOAD_B:,} B (nats-server's maximum payload)"),
-    (m.Size, "size", "`10KB` `4KiB` `998B`; a bare integer is bytes", f"above 0, at most {m.MAX_SIZE_B:,.0f} B (1 GiB)"),
-    (m.Rate, "rate", "`200/s` `1.5M/s` `20K/s`", f"above 0, at most {m.MAX_RATE_PER_S:,.0f} per second"),
-    (m.Speed, "speed", "`50m/s` `180km/h`", f"above 0, at most {m.MAX_SPEED_MPS:,.0f} m/s"),
-    (m.ByteRate, "data rate", "`20KB/s` `300MB/s`", f"0 or more, at most {m.MAX_BYTE_RATE:,.0f} B/s"),
-    (m.Fraction, "fraction", "`85%` `0.5%`, or a bare number in [0, 1]", ""),
-    (m.Name, "name", "a-z, then a-z and 0-9", f"at most {m.NAME_MAX} characters (host and interface names)"),
-    (m.TopicName, "topic class", "a-z, then a-z, 0-9 and _", "at most 32 characters"),
-    (m.CityCode, "city", ", ".join(CITY_CODES), ""),
-    (m.PolicyName, "policy", ", ".join(POLICIES), ""),
-    (m.DistanceName, "distance reading", ", ".join(DISTANCES), ""),
-    (m.InitialPlacement, "start-up placement", ", ".join(INITIAL_PLACEMENTS), ""),
+    (f.PositiveDuration, "duration > 0", _DURATIONS, f"above 0, at most {f.MAX_DURATION_S:,.0f} s (a day)"),
+    (f.Duration, "duration", _DURATIONS, f"0 or more, at most {f.MAX_DURATION_S:,.0f} s"),
+    (f.Bandwidth, "bandwidth", "`100Mbit` `1Gbit` `10mbps`", f"above 0, at most {f.MAX_BANDWIDTH_BPS:,.0f} bit/s"),
+    (f.MessageSize, "message size", "`1KB` (1000 B) `1KiB` (1024 B) `998B`",
+     f"above 0, at most {f.NATS_MAX_PAYLOAD_B:,} B (nats-server's maximum payload)"),
+    (f.Size, "size", "`10KB` `4KiB` `998B`; a bare integer is bytes", f"above 0, at most {f.MAX_SIZE_B:,.0f} B (1 GiB)"),
+    (f.Rate, "rate", "`200/s` `1.5M/s` `20K/s`", f"above 0, at most {f.MAX_RATE_PER_S:,.0f} per second"),
+    (f.Speed, "speed", "`50m/s` `180km/h`", f"above 0, at most {f.MAX_SPEED_MPS:,.0f} m/s"),
+    (f.ByteRate, "data rate", "`20KB/s` `300MB/s`", f"0 or more, at most {f.MAX_BYTE_RATE:,.0f} B/s"),
+    (f.Fraction, "fraction", "`85%` `0.5%`, or a bare number in [0, 1]", ""),
+    (f.Name, "name", "a-z, then a-z and 0-9", f"at most {f.NAME_MAX} characters (host and interface names)"),
+    (f.TopicName, "topic class", "a-z, then a-z, 0-9 and _", "at most 32 characters"),
+    (f.CityCode, "city", ", ".join(CITY_CODES), ""),
+    (f.PolicyName, "policy", ", ".join(POLICIES), ""),
+    (f.DistanceName, "distance reading", ", ".join(DISTANCES), ""),
+    (f.InitialPlacement, "start-up placement", ", ".join(INITIAL_PLACEMENTS), ""),
     (m.ServerName, "server", "`[user@]host`", ""),
 )
 _BOUNDS = ((at.Ge, "ge", ">= {}"), (at.Gt, "gt", "> {}"), (at.Le, "le", "<= {}"), (at.Lt, "lt", "< {}"),
@@ -142,12 +143,17 @@ def default_text(field: FieldInfo) -> str:
 
 
 def comments(cls: type[BaseModel]) -> dict[str, str]:
-    """The comment at the end of each key's line in model.py, the key's only description there."""
-    try:
-        source = inspect.getsource(cls)
-    except (OSError, TypeError):  # a model made by create_model has no source: its fields have descriptions
-        return {}
-    return dict(re.findall(r"^    (\w+):[^#\n]*#\s*(.+)$", source, re.M))
+    """The comment at the end of each key's line in its class (or a base class), the key's only
+    description there. A model made by create_model has no source: its own fields have descriptions."""
+    found: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):
+            continue
+        if issubclass(klass, BaseModel):
+            found.update(re.findall(r"^    (\w+):[^#\n]*#\s*(.+)$", source, re.M))
+    return found
 
 
 def _cell(text: str) -> str:
@@ -173,7 +179,8 @@ def section(cls: type[BaseModel], paths: list[str]) -> list[str]:
 def render() -> str:
     """The whole reference, as docs/guide/scenario-reference.md holds it."""
     lines = ["# Scenario reference", "",
-             "Generated from `testbed/scenario/model.py` by `python -m testbed.scenario.reference` "
+             "Generated from the schema (`testbed/scenario/model.py` and each system's "
+             "`testbed/systems/<name>/schema.py`) by `python -m testbed.scenario.reference` "
              "(`make docs`): do not edit it by hand. [scenarios.md](scenarios.md) explains the format "
              "with an annotated example; rules that tie several keys together are in each model's "
              "description, and `testbed validate` reports any breach as `file:line: field: reason`.", "",

@@ -93,7 +93,7 @@ def write_trace(path: Path, times: list[float], note: str) -> None:
 
 
 def arrivals(source, duration: float, seed: int) -> list[float]:
-    """The run's arrival times for a scenario's `autotune.source` (testbed.scenario.model.Source)."""
+    """The run's arrival times for a scenario's `autotune.source` (testbed.systems.autotune.schema.Source)."""
     rng = random.Random(seed)
     if source.kind == "poisson":
         return poisson(source.rate, duration, rng)

@@ -1,6 +1,6 @@
 """BAD Pub/Sub (Nguyen, Uddin, Venkatasubramanian, DEBS '19) on the emulated network: a back-end data
 cluster in the cloud, edge brokers that share subscriptions, a broker coordination server (BCS) that
-places and migrates subscribers. Programs that run inside nodes; the harness side is testbed.roles.bad.
+places and migrates subscribers. Programs that run inside nodes; the harness side is testbed.systems.bad.role.
 
 - `plan`: the workload as data (channels, BE subscriptions, subscribers and their FE
   subscriptions, rate surges), drawn once with the scenario's seed and shared by every process.

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from testbed.emulation.network import HOST_INTF
 from testbed.procs import LineCounter, json_lines, read_line, stop_group, wait_or_kill
-from testbed.roles import balance
+from testbed.systems.pubsub import balance
 from testbed.roles.base import Role, RunContext
 from testbed.roles.launch import start_agent, start_nats, start_zookeeper
 from testbed.scenario.model import MANAGER, ZOOKEEPER

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from testbed.policies.topics import topic_class
 from testbed.procs import LineCounter, json_lines, percentile, read_line
-from testbed.roles import durability
+from testbed.systems.pubsub import durability
 from testbed.roles.base import Role, RunContext, newly_dead
-from testbed.roles.pubsub import WORKLOADS, PubSubRole, PubSubSystem
+from testbed.systems.pubsub.role import WORKLOADS, PubSubRole, PubSubSystem
 from testbed.systems.pubsub.durable import classes_json
 
 
@@ -271,7 +271,7 @@ class PubSubWorkload(Role):
 
 def plan_hotspot(scenario, topology) -> dict:
     """The hot-spot plan of a scenario as run (its seed, its static client nodes, rate x scale)."""
-    from testbed.scenario.model import HOTSPOT_CLASS
+    from testbed.systems.pubsub.schema import HOTSPOT_CLASS
     from testbed.systems.pubsub.workloads import hotspot_plan
 
     return hotspot_plan(scenario.workload.hotspot, scenario.workload.rate * scenario.scale, topology.placed("static"),

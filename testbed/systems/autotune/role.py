@@ -19,11 +19,11 @@ from pathlib import Path
 from testbed.procs import json_lines, percentile, read_line, stop_group
 from testbed.roles.base import Role, RunContext, newly_dead
 from testbed.roles.launch import start_nats
-from testbed.roles.workload import release_start
+from testbed.systems.pubsub.workload_role import release_start
 from testbed.systems.autotune.sources import arrivals
 from testbed.systems.autotune.subscriber import subject
 from testbed.systems.pubsub.broker import nats_url
-from testbed.topology import autotune_nodes
+from testbed.systems.autotune.checks import autotune_nodes
 
 JETSTREAM_MEMORY = 256 << 20  # every stream is in memory; the shipped scenarios hold at most 24 x 1000 x 1 KB
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from testbed.procs import json_lines, percentile, read_line, stop_group
 from testbed.roles.base import Role, RunContext, newly_dead
 from testbed.roles.launch import start_nats
-from testbed.roles.workload import summarize
+from testbed.systems.pubsub.workload_role import summarize
 from testbed.systems.bad.dataplane import hub_config, leaf_config
 from testbed.systems.bad.plan import bad_plan
 from testbed.systems.pubsub.broker import MONITOR_PORT, nats_url

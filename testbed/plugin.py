@@ -1,0 +1,134 @@
+"""What a system under test declares, and the registry that loads the declarations.
+
+The core names no system. It asks this module which workload kinds exist, which schema blocks they
+bring, how a scenario of each kind is checked against its topology, what load it offers and which
+roles run it. A system is one folder under testbed/systems/ whose `manifest.py` holds `SYSTEM`;
+`testbed.systems.SYSTEMS` lists the folders, one line each, and `TESTBED_SYSTEMS` (packages,
+comma-separated) adds systems kept outside this repository, as pytest's `-p` adds a plugin.
+
+Hooks are written "module:attribute", relative to the system's package, and imported on first use:
+loading the registry imports only manifests and schema fragments, so a system's roles and checks can
+sit above the core layers that ask for them (OpenMessaging Benchmark's drivers, named in a YAML,
+are loaded the same way).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+EXTRA_SYSTEMS_ENV = "TESTBED_SYSTEMS"
+NO_WORKLOAD = "none"  # the kind of a scenario that runs no system (coordinates only)
+FEATURES = ("durable", "tracking")  # what a workload kind may take or refuse, checked by the core
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """One `workload.kind` a system runs, and what the core needs to know about it."""
+
+    name: str
+    block: str | None = None  # its own block, `workload.<block>`, taken by this kind only
+    block_model: type | None = None  # that block's pydantic model
+    validate: Callable[[Any], None] | None = None  # the schema's check of the workload; raises ValueError
+    check: str | None = None  # "module:function"(scenario, topology, report): checks that need the topology
+    offered: str | None = None  # "module:function"(scenario, topology) -> (messages/s published, deliveries/s)
+    coordinates: bool = True  # runs Serf agents and NC proxies (testbed.roles.coordinates)
+    features: tuple[str, ...] = ()  # of FEATURES: what a scenario of this kind may switch on
+    refuses: dict[str, str] = field(default_factory=dict)  # feature -> why this kind does not take it
+
+
+@dataclass(frozen=True)
+class System:
+    """A system under test: the manifest of its folder."""
+
+    name: str
+    title: str  # what text calls it: the system and its paper
+    workloads: tuple[WorkloadKind, ...] = ()
+    client_roles: tuple[str, ...] = ()  # the client node roles its scenarios give (`nodes.clients[].role`)
+    agent_roles: tuple[str, ...] = ()  # those whose fixed nodes run a Serf agent (a coordinate of their own)
+    workload_fields: dict[str, tuple] = field(default_factory=dict)  # more `workload.<key>`: (type, default)
+    control: dict[str, tuple] = field(default_factory=dict)  # `control.<key>`: (model, default, description)
+    roles: tuple[str, ...] = ()  # "module:Class" of its harness roles, in start order
+    package: str = ""  # where it was loaded from (set by the registry)
+
+
+def packages() -> tuple[str, ...]:
+    """The registered system packages: the built-in ones, then any from TESTBED_SYSTEMS."""
+    from testbed.systems import SYSTEMS
+
+    extra = tuple(p.strip() for p in os.environ.get(EXTRA_SYSTEMS_ENV, "").split(",") if p.strip())
+    return SYSTEMS + tuple(p for p in extra if p not in SYSTEMS)
+
+
+@functools.cache
+def _load(names: tuple[str, ...]) -> tuple[System, ...]:
+    loaded, kinds = [], {}
+    for package in names:
+        try:
+            manifest = importlib.import_module(f"{package}.manifest")
+        except ModuleNotFoundError as error:
+            raise RuntimeError(f"system {package!r} (testbed.systems.SYSTEMS or ${EXTRA_SYSTEMS_ENV}): no "
+                               f"{package}.manifest module ({error})") from None
+        system = getattr(manifest, "SYSTEM", None)
+        if not isinstance(system, System):
+            raise RuntimeError(f"{package}.manifest must define SYSTEM = testbed.plugin.System(...)")
+        for kind in system.workloads:
+            if kind.name in kinds or kind.name == NO_WORKLOAD:
+                raise RuntimeError(f"workload kind {kind.name!r} of {system.name} is already "
+                                   f"{'the core' if kind.name == NO_WORKLOAD else kinds[kind.name]}'s")
+            kinds[kind.name] = system.name
+        loaded.append(replace(system, package=package))
+    return tuple(loaded)
+
+
+def systems() -> tuple[System, ...]:
+    """Every registered system's manifest, in registry order (the roles' start order)."""
+    return _load(packages())
+
+
+def workload_kinds() -> dict[str, WorkloadKind]:
+    """Every workload kind a scenario can name, by name."""
+    return {kind.name: kind for system in systems() for kind in system.workloads}
+
+
+def workload_kind(name: str) -> WorkloadKind | None:
+    """The kind a scenario's `workload.kind` names; None for `none` (no system runs)."""
+    return workload_kinds().get(name)
+
+
+def system_of(kind_name: str) -> System:
+    return next(s for s in systems() if any(k.name == kind_name for k in s.workloads))
+
+
+def hook(system: System, ref: str) -> Any:
+    """A "module:attribute" of a system's package, imported now."""
+    module, _, attribute = ref.partition(":")
+    return getattr(importlib.import_module(f"{system.package}.{module}"), attribute)
+
+
+def kind_hook(kind: WorkloadKind, name: str) -> Callable | None:
+    """The kind's `check` or `offered` function, or None when it declares none."""
+    ref = getattr(kind, name)
+    return None if ref is None else hook(system_of(kind.name), ref)
+
+
+def role_classes() -> list[type]:
+    """Every system's harness roles, in registry order."""
+    return [hook(system, ref) for system in systems() for ref in system.roles]
+
+
+def taking(feature: str) -> list[str]:
+    """The workload kinds that take `feature` (durable topics, message tracking)."""
+    return [name for name, kind in workload_kinds().items() if feature in kind.features]
+
+
+def client_roles() -> tuple[str, ...]:
+    """Every client node role a scenario may give, in registry order (systems may share one)."""
+    return tuple(dict.fromkeys(role for system in systems() for role in system.client_roles))
+
+
+def agent_roles() -> set[str]:
+    return {role for system in systems() for role in system.agent_roles}

@@ -1,0 +1,39 @@
+"""The pub/sub workloads' scenario checks: the checks that need the scenario's topology (testbed.topology.checked calls them
+through the manifest). `report(field path, message)` records a problem at that field's line."""
+
+from __future__ import annotations
+
+
+def mmog(scenario, built, report) -> None:
+    """The MMOG case (paper 5.8.2) needs players (role avatar), one per avatar, each in a city with
+    a game server (an edge site) to attach to."""
+    players = [i for i, g in enumerate(scenario.nodes.clients) if g.role == "avatar"]
+    if not players:
+        report(("nodes", "clients"), "the mmog workload needs player nodes (role: avatar)")
+        return
+    count = sum(scenario.nodes.clients[i].count for i in players)
+    if count != scenario.workload.avatars:
+        report(("workload", "avatars"), f"{scenario.workload.avatars} avatars but {count} player nodes (role avatar)")
+    edges = {site for _, site in built.placed("game-server")}
+    for name, site in built.placed("avatar"):
+        if site not in edges:
+            report(("nodes", "clients", players[0], "site"), f"{name} is at {site}, which has no game server")
+            return
+
+
+
+def hotspot(scenario, built, report) -> None:
+    """The hot-spot workload runs on static client nodes; its hot site must be an edge
+    site with some of them (its topics' clients live there), and its surge within the run."""
+    spec, where = scenario.workload.hotspot, ("workload", "hotspot")
+    static = built.placed("static")
+    if not static:
+        report(("nodes", "clients"), "the hotspot workload needs client nodes with role: static")
+        return
+    sites = sorted({site for _, site in static})
+    if spec.hot_site not in built.sites:
+        report(where + ("hot_site",), f"{spec.hot_site!r} is not a site; sites: {', '.join(built.sites)}")
+    elif spec.hot_topics() and spec.hot_site not in sites:
+        report(where + ("hot_site",), f"{spec.hot_site!r} has no static client node; they are at {', '.join(sites)}")
+    if spec.surge and spec.surge.at >= scenario.duration:
+        report(where + ("surge", "at"), f"{spec.surge.at:g}s is not within the run's duration ({scenario.duration:g}s)")

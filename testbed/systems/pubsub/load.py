@@ -1,0 +1,52 @@
+"""What the pub/sub workloads offer (testbed.load asks through the manifest): messages/s published
+and deliveries/s, from the run's own plan (same seed, same nodes) where the plan draws them."""
+
+from __future__ import annotations
+
+from testbed.load import rate_per_publisher
+
+
+def _swarms(topology) -> list[int]:
+    """Members of every UAV swarm node (each member is one UAV: one publisher)."""
+    return [n.members for n in topology.nodes.values() if n.role == "uav-swarm"]
+
+
+def uav(scenario, topology) -> tuple[float, float]:
+    """Every UAV publishes (the leader follow_leader, each follower sensor_data). Per swarm of m (paper
+    5.1.1), the leader's follow_leader reaches m-1 followers and m-1 followers' sensor_data reaches the
+    leader: 2(m-1) x rate deliveries."""
+    rate, swarms = rate_per_publisher(scenario), _swarms(topology)
+    return rate * sum(swarms), rate * sum(2 * (m - 1) for m in swarms)
+
+
+def mmog(scenario, topology) -> tuple[float, float]:
+    """Every player publishes its avatar's topic; rate x the subscriptions (areas of interest and game servers)."""
+    rate = rate_per_publisher(scenario)
+    return rate * len(topology.placed("avatar")), rate * mmog_subscriptions(scenario, topology)
+
+
+def mmog_subscriptions(scenario, topology) -> int:
+    """(subscriber, avatar topic) subscriptions at the start, under the run's own plan (same seed, same
+    nodes): every player's area of interest, plus each avatar's game server. Group changes move
+    avatars between groups of the same sizes on average, so the start is representative of the run."""
+    from testbed.mobility import group_changes
+    from testbed.systems.pubsub.workloads import area_of_interest
+
+    players = topology.placed("avatar")
+    groups, _ = group_changes(scenario, len(players))
+    return sum(len(area_of_interest(a, groups)) for a in range(len(players))) + len(players)
+
+
+def hotspot(scenario, topology) -> tuple[float, float]:
+    """(messages/s published, deliveries/s) of the hot-spot plan at its peak, once the surge's
+    publishers have joined: every publisher's Zipf rate, times its topic's subscribers."""
+    from collections import Counter
+
+    from testbed.systems.pubsub.schema import HOTSPOT_CLASS
+    from testbed.systems.pubsub.workloads import hotspot_plan
+
+    plan = hotspot_plan(scenario.workload.hotspot, rate_per_publisher(scenario), topology.placed("static"),
+                        scenario.seed, HOTSPOT_CLASS)
+    readers = Counter(s["topic"] for s in plan["subscribers"])
+    return (sum(p["rate"] for p in plan["publishers"]),
+            sum(p["rate"] * readers[p["topic"]] for p in plan["publishers"]))

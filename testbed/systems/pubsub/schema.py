@@ -1,0 +1,66 @@
+"""The pub/sub workloads' part of the scenario schema: the hot-spot block and the checks of each kind.
+
+UAV swarms (paper 5.1) and the MMOG (paper 5.8.2) need only the core workload keys (a rate per
+publisher, topic classes with thresholds; the MMOG also avatars and groups); the hot spot adds its
+Zipf-ranked topics, its hot site and a surge.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from testbed.scenario.fields import Count, Fraction, Name, PositiveDuration, Strict
+
+
+class Surge(Strict):
+    """At `at` into the run, the `topics` most popular topics of the hot site each gain `publishers`
+    extra publishers (same rate, on the topic's publisher's node): load ramps up mid-run."""
+
+    at: PositiveDuration
+    topics: Count
+    publishers: Count
+
+
+HOTSPOT_CLASS = "hot"  # hot-spot topics are `hot-<rank>`: their class (and threshold) is `hot`
+
+
+class Hotspot(Strict):
+    """Topics `hot-1..hot-N` whose rates follow Zipf's law (rank k publishes at workload.rate / k**zipf),
+    each with `subscribers` subscribers. A `hot_share` of the topics (drawn with the seed) has its
+    publisher and subscribers all on the client nodes of `hot_site` (a stadium, an event); the others
+    on client nodes drawn over every edge site. `surge` ramps the hot site's load up mid-run."""
+
+    topics: Annotated[int, Field(ge=1, le=10_000)]
+    zipf: Annotated[float, Field(ge=0, le=10)] = 1.0
+    subscribers: Annotated[int, Field(ge=1, le=1_000)] = 2
+    hot_site: Name
+    hot_share: Fraction = 0.5
+    surge: Surge | None = None
+
+    def hot_topics(self) -> int:
+        """How many topics live at the hot site."""
+        return round(self.hot_share * self.topics)
+
+    @model_validator(mode="after")
+    def _surge_fits(self) -> Hotspot:
+        if self.surge is not None and self.surge.topics > self.hot_topics():
+            raise ValueError(f"surge.topics ({self.surge.topics}) exceeds the hot site's topics "
+                             f"({self.hot_topics()} = hot_share x topics)")
+        return self
+
+
+def needs_rate_and_topics(workload) -> None:
+    """Every pub/sub workload publishes at a rate, on topic classes that each have a threshold."""
+    if workload.rate is None:
+        raise ValueError(f"workload kind {workload.kind!r} needs a rate such as '200/s'")
+    if not workload.topics:
+        raise ValueError(f"workload kind {workload.kind!r} needs topics, each with a threshold")
+
+
+def hotspot_topics(workload) -> None:
+    needs_rate_and_topics(workload)
+    if HOTSPOT_CLASS not in {t.name for t in workload.topics}:
+        raise ValueError(f"hot-spot topics are named {HOTSPOT_CLASS}-<rank>: topics needs "
+                         f"{{name: {HOTSPOT_CLASS}, threshold: ...}}")
