@@ -378,7 +378,8 @@ def test_a_site_cut_off_stops_what_crosses_it_and_the_clients_come_back_after_th
     (cost,) = run.summary["site_cuts"]
     print(f"\nsite cut: {cost}")
     assert cost["site"] == "zone1" and abs(cost["cut_s"] - plan.cut_for) < late
-    assert f"site zone1 cut off for {plan.cut_for:.1f} s" in run.stdout
+    # the end screen shows the cut as measured (5.947 s once, for 6 s planned: judged with its slack above)
+    assert f"site zone1 cut off for {cost['cut_s']:.1f} s" in run.stdout, run.stdout[-2000:]
     # the clients that lost their broker in the cut, each back on one within the reconnect wait and a
     # lookup retry of the heal (the summary counts later faults' downtimes too: judged here up to the next)
     lost = {(e["topic"], e["client"], e.get("role")) for e in of(run.events, "broker_lost", cut["time"], back)}
