@@ -218,8 +218,11 @@ def test_asymmetric_delays(topo):
     rtts = measured_held(lambda: list(topo.ping(50, 0.01, answered=True).values()),  # judged when quiet
                          lambda r: abs(statistics.median(r) - 30.0) - _tolerance(30.0))
     assert abs(statistics.median(rtts) - 30.0) <= _tolerance(30.0)
-    ab = [d for _, d in one_way(topo, topo.h1, topo.h2, H2_IP)]
-    ba = [d for _, d in one_way(topo, topo.h2, topo.h1, H1_IP)]
+    # each direction's one-way median, judged on a measurement the hypervisor left alone
+    ab = measured_held(lambda: [d for _, d in one_way(topo, topo.h1, topo.h2, H2_IP)],
+                       lambda got: abs(statistics.median(got) - 5.0) - 0.5)
+    ba = measured_held(lambda: [d for _, d in one_way(topo, topo.h2, topo.h1, H1_IP)],
+                       lambda got: abs(statistics.median(got) - 25.0) - 0.5)
     assert len(ab) == 50 and len(ba) == 50
     assert abs(statistics.median(ab) - 5.0) <= 0.5, ab
     assert abs(statistics.median(ba) - 25.0) <= 0.5, ba
@@ -231,11 +234,14 @@ def test_jitter_never_reorders(topo):
     from testbed.emulation.bench_shaper import H2_IP
 
     topo.start_relay(Direction(delay_s=0.010, jitter_s=0.005), Direction())
-    got = one_way(topo, topo.h1, topo.h2, H2_IP, n=200, gap=0.0005)
+    # Never early is the shaper's own doing; the longest delay is also the VM's wakeups (26.5 ms once
+    # in CI for 15 ms configured plus 10 ms of slack): judged on a measurement the hypervisor left alone.
+    got = measured_held(lambda: one_way(topo, topo.h1, topo.h2, H2_IP, n=200, gap=0.0005),
+                        lambda got: max(d for _, d in got) - (15.0 + 10.0))
     seqs = [s for s, _ in got]
     delays = [d for _, d in got]
     assert seqs == sorted(seqs) and len(seqs) == 200
-    assert min(delays) >= 5.0 - 0.2 and max(delays) <= 15.0 + 10.0  # slack: VM stalls
+    assert min(delays) >= 5.0 - 0.2 and max(delays) <= 15.0 + 10.0
     assert statistics.pstdev(delays) > 0.5  # jitter is really applied
 
 
@@ -294,7 +300,9 @@ def test_interface_down_keeps_running_and_deletion_exits_3(own_topo):
     proc = t.proc
     subprocess.run(["ip", "-n", t.relay_ns, "link", "del", "B"], check=True)
     assert proc.wait(timeout=3) == EXIT_INTERFACE_GONE
-    time.sleep(0.1)
+    deadline = time.monotonic() + 3.0  # its last words reach the reader thread after it exits
+    while "interface gone" not in "".join(t._stderr) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert "interface gone" in "".join(t._stderr)
 
 
