@@ -12,7 +12,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt venv scenario test test-long figures paper images clean lint docs bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-client bench-capacity bench-bad bench-bad-live bench-tracking bench-autotune bench-soak bench-durable bench-servers bench-efficiency
+.PHONY: setup apt venv scenario test test-long figures paper images clean lint docs bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-client bench-capacity bench-soak bench-servers bench-efficiency benches
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -107,26 +107,18 @@ bench-client: setup  ## client library CPU per message, one swarm against nats-s
 bench-overload: setup  ## nats-server output rate vs p95 latency, the Rth_out knee (paper 5.4) -> results/bench/overload.json, overload.png
 	$(BIN)/python -m testbed.bench.overload $(OVERLOAD_ARGS)
 
-bench-bad: setup  ## BAD Pub/Sub offline simulation, 10 brokers x 10,000 subscribers, placement x migration x shuffle (BAD Pub/Sub, Nguyen et al., 6.2) -> results/bench/bad.json, badsim-fig5..14.png (BAD_ARGS=--quick ...)
-	$(BIN)/python -m testbed.bench.bad $(BAD_ARGS)
-
-bench-bad-live: setup  ## BAD's 11 schemes on the live smoke (scenarios/bad-smoke.yaml, ~20 min) -> results/bench/bad-live.json (BAD_LIVE_ARGS=--schemes nr+ldm,...)
-	$(BIN)/python -m testbed.bench.bad_live $(BAD_LIVE_ARGS)
-
-bench-tracking: setup  ## message tracking (Jun and Astley): Table 2's storage at the paper's load replayed, latency per strategy live, traceback vs the traces (~23 min) -> results/bench/tracking.json, tracking-fig3/4/5, tracking-fp.png (TRACKING_ARGS=--quick ...)
-	$(BIN)/python -m testbed.bench.tracking $(TRACKING_ARGS)
-
-bench-autotune: setup  ## the auto-tuned batching publisher (Balasubramanian et al.) live: Fig. 8-14, a slow subscriber's drops, RTTs 20-280 ms (~20 min) -> results/bench/autotune.json, autotune-fig8..14/rtt/drops.png (AUTOTUNE_ARGS=--only load-35,slow)
-	$(BIN)/python -m testbed.bench.autotune $(AUTOTUNE_ARGS)
-
 bench-soak: setup  ## 30 min of uav-smoke with a broker crashed and restarted every 5 min: memory and open files per process class must not grow past a bound -> results/bench/soak.json, soak.png (SOAK_ARGS=--minutes 10 ...)
 	$(BIN)/python -m testbed.bench.soak $(SOAK_ARGS)
-
-bench-durable: setup  ## durable topics (paper 3.5) live: ack and E2E latency by storage placement and replicas, storage traffic and CPU, zero loss across migrations and crashes (~20 min) -> results/bench/durable.json, durable-latency/cost.png (DURABLE_ARGS=--only loss-r3-enhanced)
-	$(BIN)/python -m testbed.bench.durable $(DURABLE_ARGS)
 
 bench-efficiency: setup  ## CPU-us per delivered message by process class at fractions of the paper's UAV load and MMOG points, the per-link delay line and the shared one alternating run by run -> results/bench/efficiency.json, efficiency.png (EFFICIENCY_ARGS=--quick ...)
 	$(BIN)/python -m testbed.bench.efficiency $(EFFICIENCY_ARGS)
 
 bench-capacity: setup  ## load the harness carries within its error budget: UAV and MMOG knees vs the paper's load, nats-server and the delay line alone -> results/bench/capacity.json, capacity.png (CAPACITY_ARGS=--quick ...)
 	$(BIN)/python -m testbed.bench.capacity $(CAPACITY_ARGS)
+
+benches: venv  ## the benchmarks each system brings (testbed/systems/*/manifest.py): name, system, length, what it writes
+	@$(BIN)/testbed bench
+
+# A system's benchmark: `make bench-bad`, `make bench-tracking ARGS=--quick`, ... (`make benches` lists them).
+bench-%: setup
+	$(BIN)/testbed bench $* $(ARGS)

@@ -122,28 +122,6 @@ PAPER = {
                             "(CPU, memory or network above 85 %, or output rate above Rth_out; 3.4.2), the topics "
                             "that bring it back under (3.4.3); the paper does not measure balance, and its baseline "
                             "is Pulsar's hashing, not Pulsar's load manager (bundles, split, shedders)"),
-    "bad-sim": Claim("BAD Pub/Sub, 6.2", "BAD subscriber load balancing, simulation (10 brokers, 10,000 subscribers; "
-                     "Fig. 5-14)",
-                     "RND and RR mildly skewed with few migrations; NR extremely skewed and needing the shuffle; LDM "
-                     "close to SDM; the shuffle balances at once and needs fewer later migrations; a smaller alpha "
-                     "balances better at the cost of more migrations"),
-    "bad-live": Claim("BAD Pub/Sub, 6.1", "BAD subscriber load balancing on the emulated network (every scheme)",
-                      "the prototype's claims (6.1.3): NR far more skewed than RND and RR; LDM and SDM fix it; NR "
-                      "needs many more migrations; the shuffle fixes an extreme skew early"),
-    "tracking": Claim("Jun and Astley, 5.3", "Message tracking: Bloom-filter histories vs a log vs none (Fig. 3-5)",
-                      "with 10K buffers Bloom filters cost little latency over no tracking while the log is "
-                      "significantly slower (Fig. 3); filters do not compress, logs do (Fig. 4-5); partially full "
-                      "filters (a small T_p) cost Bloom filters storage; efpp = 1 - (1 - fpp)^|M| (eq. 2)"),
-    "autotune": Claim("Balasubramanian et al., V-VI",
-                      "Publisher auto-tuning: batch size N fixed vs tuned (Fig. 8-14), live",
-                      "untuned, the best N is 1 at 1.75 requests/s and near 10 at 35 (Fig. 8); tuned, the latency "
-                      "is the same whatever the initial N (Fig. 9, 12, 13) and N averages near the best fixed N "
-                      "(Fig. 10), following load steps (Fig. 11); no input drops with tuning under a slow "
-                      "subscriber (V-B-3); simulated in SimPy with a fixed 140 ms RTT"),
-    "durable": Claim("3.5", "Durable topics: storage nodes on the broker's own edge site (live, no figure in the paper)",
-                     "a persistent topic is acknowledged once stored on one or more storage nodes; ePulsar picks "
-                     "them on the broker's own site, on distinct racks, so no remote round trip sits in the "
-                     "critical path"),
 }
 POLICY_NAMES = {name: policy.label for name, policy in POLICIES.items()}  # the registry's labels and order
 POLICY_ORDER = tuple(POLICIES)
@@ -399,25 +377,9 @@ def ours_fig7b(migration: dict) -> Headline:
                     {"enhanced_s": {e: i.value for e, i in enhanced}, "baseline_s": baseline[0].value}, why)
 
 
-def ours_bad_sim(data: dict) -> Headline:
-    """The BAD simulation's verdicts (written into bad.json by testbed.bench.bad) and its numbers."""
-    verdicts = require(data.get("verdicts"), "verdicts in bad.json")
-    totals = {name: run["totals"] for name, run in data.get("schemes", {}).items()}
-    nr = require(totals.get("nr-none"), "scheme nr-none in bad.json")
-    ldm, gsh = totals.get("nr-ldm") or {}, totals.get("nr-ldm-gsh") or {}
-    held = sum(bool(v["holds"]) for v in verdicts)
-    text = (f"{held} of {len(verdicts)} claims hold. NR alone cov {nr['cov']:.2f}; NR + LDM {ldm.get('cov', 0):.3f} "
-            f"with {ldm.get('migrations', 0):,} migrations; NR + LDM + GSH {gsh.get('cov', 0):.3f} with "
-            f"{gsh.get('migrations', 0):,} moves (one shuffle); RND/RR cov <= "
-            f"{max(totals.get(n, {}).get('cov', 0) for n in ('rnd-none', 'rr-none')):.3f}, no migrations needed"
-            + "".join(f"; FAILS: {v['claim']}" for v in verdicts if not v["holds"]))
-    return Headline(text, held == len(verdicts), "10 brokers, 10,000 subscribers, ~200,000 FE subscriptions, "
-                    "30 simulated minutes", {"verdicts": verdicts})
-
-
 BENCH_HEADLINES = {"fig3b": ("nc", ours_fig3b), "fig4": ("placement", ours_fig4), "fig5": ("placement", ours_fig5),
                    "fig6": ("monitoring", ours_fig6), "fig7a": ("migration", ours_fig7a),
-                   "fig7b": ("migration", ours_fig7b), "bad-sim": ("bad", ours_bad_sim)}
+                   "fig7b": ("migration", ours_fig7b)}
 AGREEMENT_RULES = {
     "fig3b": "every median error < 3.5 ms and < 6 % of the RTT; CPU < 1 %, mean RSS < 15 MB",
     "fig4": (f"at every size where some placement exceeds {1e3 * PLACEMENT_THRESHOLD_S['mmog']:g} ms (else not "
@@ -446,24 +408,8 @@ AGREEMENT_RULES = {
     "violations": ("ePulsar's violation ratio no higher than hashing's in each scenario whose topology allows a "
                    "violation"),
     "load-balancing": "none: the paper states nothing on balance; the numbers are side by side, not judged",
-    "bad-sim": "every one of the six claims' rules holds (analysis.bad_sim: each could fail; a missing scheme fails it)",
-    "bad-live": ("every testable rule holds (analysis.bad_sweep), on runs the harness held (saturated <= 5 % of the "
-                 "run); not testable when a rule's runs are missing, saturated, or the shuffle never fired"),
-    "tracking": ("every testable rule of analysis.tracking_figures holds: Fig. 3 on runs the harness held, each "
-                 "strategy against NULL's run of the same round (close: 0.1 ms or 5 %); full filters keep >= 90 % "
-                 "under gzip, logs <= 60 %; T_p 1 s stores >= 3x T_p 8 s; Table 2's full-filter column; no false "
-                 "negative and false positives within eq. 2's expectation + 4 sigma"),
-    "autotune": ("every testable rule of analysis.autotune_figures holds on live runs: N 1 best at 1.75/s; N 10 "
-                 "within 10 % of the best fixed N at 35/s; N 1 >= 2x the best at 55/s; tuned means within 15 ms or "
-                 "15 % of each other across initial N (each load, each trace speed); tuned within 15 % of the best "
-                 "fixed N at every load; tuned N's mean within 2x of the best fixed N at 35/s; slow subscriber: "
-                 "fixed N drops > 0, tuned 0 (a saturated run is named beside the verdict)"),
-    "durable": ("every testable rule of analysis.durable_figures holds: cloud R3's ack p50 exceeds site-local R3's by "
-                ">= 80 % of the cloud RTT; 0 acknowledged messages lost with 3 replicas across a broker and a "
-                "storage-node kill, both workflows; site-local streams move with their topic; R3 > 1.5x R1's "
-                "storage traffic (a saturated run is named beside the verdict)"),
 }
 
 __all__ = ["PAPER", "Claim", "Headline", "MissingInput", "BENCH_HEADLINES", "AGREEMENT_RULES", "POLICY_NAMES",
            "POLICY_ORDER", "require",
-           "ours_fig3b", "ours_fig4", "ours_fig5", "ours_fig6", "ours_fig7a", "ours_fig7b", "ours_bad_sim"]
+           "ours_fig3b", "ours_fig4", "ours_fig5", "ours_fig6", "ours_fig7a", "ours_fig7b"]

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.headlines import AGREEMENT_RULES, PAPER, Headline
+from analysis.headlines import AGREEMENT_RULES, PAPER, Claim, Headline
 
 
 @dataclass
@@ -31,6 +31,8 @@ class Entry:
     source: str = ""
     scale: str = ""
     table: list[str] = field(default_factory=list)   # markdown table lines shown under the figure (e.g. side by side)
+    claim: Claim | None = None                       # the paper's claim, when not in analysis.headlines.PAPER
+    rule: str = ""                                   # (a system's benchmark brings both: testbed.plugin.Benchmark)
 
     def status(self, out_dir: Path) -> str:
         if self.failed:
@@ -70,13 +72,13 @@ def _scale(entry: Entry) -> str:
 def _rows(entries: list[Entry], out_dir: Path) -> list[dict]:
     rows = []
     for e in entries:
-        claim = PAPER.get(e.figure)
+        claim = e.claim or PAPER.get(e.figure)
         problems = e.problems(out_dir)
         rows.append({
             "figure": figure_label(e.figure), "anchor": e.figure, "title": claim.title if claim else e.figure,
             "ours": e.headline.ours if e.headline else "; ".join(problems) or "-",
             "paper": claim.text if claim else "-", "section": claim.section if claim else "-",
-            "agrees": _agrees(e.headline), "why": _why(e.headline), "rule": AGREEMENT_RULES.get(e.figure, ""),
+            "agrees": _agrees(e.headline), "why": _why(e.headline), "rule": e.rule or AGREEMENT_RULES.get(e.figure, ""),
             "scale": _scale(e),
             "status": e.status(out_dir), "problems": problems, "images": e.present(out_dir), "source": e.source,
             "table": e.table})

@@ -590,6 +590,30 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
     raise typer.Exit(paper_mod.main(options))
 
 
+@app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_command(ctx: typer.Context,
+                  name: Optional[str] = typer.Argument(None, help="A system's benchmark; none: list them.")) -> None:
+    """Run a benchmark a system brings (its manifest declares it); its options follow its name.
+
+    Example: sudo testbed bench bad --quick     (make bench-bad ARGS=--quick does the same)
+    """
+    import os
+
+    from testbed import plugin
+
+    benches = plugin.benchmarks()
+    if name is None:
+        for bench_name, (system, bench) in benches.items():
+            print(f"{bench_name:<12} {system.name:<9} ~{bench.minutes:g} min  {bench.about}")
+        return
+    if name not in benches:
+        raise _fail_input(ValueError(f"no system brings a benchmark {name!r}; known: {', '.join(benches)} "
+                                     "(the harness's own: make bench-emulation, bench-capacity, ...)"))
+    system, bench = benches[name]
+    argv = [sys.executable, "-m", f"{system.package}.{bench.program}", *ctx.args]
+    os.execv(argv[0], argv)  # its own process: its exit code, its Ctrl-C, its output straight through
+
+
 def main() -> None:
     """Entry point: one clear line for an unexpected failure (TESTBED_DEBUG=1 shows the traceback).
 

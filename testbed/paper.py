@@ -22,7 +22,7 @@ Steps, each shown as [i/N] with what is left; a failing step is recorded and the
                    balance-uav-swarm.png, balance-mmog.png (over time), balance-compare.png and the side-by-side table
   BAD Pub/Sub      the offline simulation is a microbenchmark (bench bad: badsim-fig5..14.png, the claims as
                    rules); the live sweep of every scheme (make bench-bad-live) is read when present: bad-live.png,
-                   bad-live-load.png, bad-live-latency.png (analysis.bad_live: latency beside cov) and its table
+                   bad-live-load.png, bad-live-latency.png (testbed.systems.bad.bench.live_figures: latency beside cov) and its table
   index            <out>/index.md and index.html: each figure, our headline number, the paper's, the scale
                    and a verdict by a rule tied to the paper's mechanism (analysis.headlines): yes, no, or
                    "not testable" when the rule could not have failed (e.g. the configured topology bounds
@@ -45,6 +45,7 @@ from typing import Callable
 
 import yaml
 
+from testbed import plugin
 from testbed.policies import POLICIES as REGISTRY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,55 +111,43 @@ BENCHES = (
           ("fig4.png", "fig4_configured.png", "fig5.png", "fig5_configured.png"), "--figures-only"),
     Microbenchmark("monitoring", "testbed.bench.monitoring", ("fig6",), ("fig6.png",), "--figures-only"),
     Microbenchmark("migration", "testbed.bench.migration", ("fig7a", "fig7b"), ("fig7a.png", "fig7b.png"), "--figures-only"),
-    Microbenchmark("bad", "testbed.bench.bad", ("bad-sim",),  # BAD's simulation (Nguyen et al.), ~30 s at full size
-                   tuple(f"badsim-fig{n}.png" for n in range(5, 15)), "--figures-only", quick=()),
 )
-BAD_LIVE = "bad-live.json"  # BAD's schemes live (make bench-bad-live, ~20 min): read when present, never run
 
 
 @dataclass(frozen=True)
-class LongBench:
-    """A live benchmark too long for `make paper` to run (20 min or more): its JSON is read when
-    present. `figures`: the analysis module that draws it and judges its claims
-    (draw(result, out, stem), markdown_table(result), headline(result, scale))."""
+class SystemBench:
+    """A system's benchmark (testbed.plugin.Benchmark) as `make paper` handles it."""
 
-    key: str          # the index's entry and FIGURE_IMAGES' key; also the JSON's and the figures' stem
-    title: str
-    figures: str
-    minutes: int
-    scale: str
+    package: str
+    bench: plugin.Benchmark
 
     @property
     def json(self) -> Path:
-        return BENCH_DIR / f"{self.key}.json"
+        return BENCH_DIR / f"{self.bench.name}.json"
 
     @property
     def make(self) -> str:
-        return f"make bench-{self.key}"
+        return f"make bench-{self.bench.name}"
+
+    def module(self, ref: str) -> str:
+        return f"{self.package}.{ref}"
+
+    def as_microbenchmark(self) -> Microbenchmark:
+        b = self.bench
+        return Microbenchmark(b.name, self.module(b.program), (b.entry,), b.images, b.redraw, b.quick)
 
 
-LONG_BENCHES = (
-    LongBench("tracking", "message tracking", "analysis.tracking_figures", 23,
-              "live: one broker at 300 msg/s (scenarios/bench/tracking.yaml); storage: the paper's 5,000 msg/s "
-              "replayed through the same recorder; accuracy: scenarios/tracking-smoke.yaml"),
-    LongBench("autotune", "publisher auto-tuning", "analysis.autotune_figures", 20,
-              "live: scenarios/autotune.yaml per experiment, the publisher 140 ms RTT from a JetStream broker "
-              "(20-280 ms in the RTT sweep), 4-12 publishers side by side on the same arrivals"),
-    LongBench("durable", "durable topics", "analysis.durable_figures", 20,
-              "live: scenarios/uav-smoke.yaml per storage placement and replica count (3 storage racks per site "
-              "and in the cloud); zero loss: the same runs with a broker and a storage node killed, per workflow"),
-)
+def system_benches() -> list[SystemBench]:
+    """Every registered system's benchmarks, in registry order."""
+    return [SystemBench(system.package, bench) for system, bench in plugin.benchmarks().values()]
+
+
 FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
                  "fig5": ["fig5.png", "fig5_configured.png"], "fig6": ["fig6.png"], "fig7a": ["fig7a.png"],
                  "fig7b": ["fig7b.png"], "fig8": ["fig8-comparable.png", "fig8-comparable-p95.png"],
                  "fig9-one_way": ["fig9-one_way.png", "fig9-one_way-p95.png"], "fig9": ["fig9.png", "fig9-p95.png"],
                  "violations": ["violations.png"],
-                 "load-balancing": ["balance.png", "balance-compare.png", "balance-uav-swarm.png", "balance-mmog.png"],
-                 "bad-sim": [f"badsim-fig{n}.png" for n in (13, 12, 11, 14, 5, 6, 7, 8, 9, 10)],
-                 "bad-live": ["bad-live.png", "bad-live-load.png", "bad-live-latency.png"],
-                 "tracking": ["tracking-fig3.png", "tracking-fig4.png", "tracking-fig5.png", "tracking-fp.png"],
-                 "autotune": [f"autotune-fig{n}.png" for n in range(8, 15)] + ["autotune-rtt.png", "autotune-drops.png"],
-                 "durable": ["durable-latency.png", "durable-cost.png"]}
+                 "load-balancing": ["balance.png", "balance-compare.png", "balance-uav-swarm.png", "balance-mmog.png"]}
 
 
 @dataclass
@@ -234,7 +223,7 @@ def scale_statement(options: Options, benches_reused: list[str]) -> str:
                            f"seeds {facts['seed']}..{facts['seed'] + options.repeats - 1} (load balancing)")
     benches = ("microbenchmarks redrawn from their JSON as measured earlier: " + ", ".join(benches_reused)
                if benches_reused else "")
-    ran = [b.name for b in BENCHES if b.name not in benches_reused]
+    ran = [b.name for b in run_benches() if b.name not in benches_reused]
     if ran:
         benches += ("; " if benches else "") + f"microbenchmarks run now ({', '.join(ran)}) at their " \
             + ("--quick sweep" if options.quick else "default sweep")
@@ -433,6 +422,13 @@ def balance_step(state: State) -> Step:
 
 # ------------------------------------------------------------------------------------------ index
 
+def _source(path: Path, data: dict | None) -> str:
+    """A benchmark's JSON as the index cites it: where, and when and on which machine it was measured."""
+    when = (f" ({time.strftime('%Y-%m-%d %H:%M', time.localtime(data['time']))}"
+            f"{', ' + data['machine'] if data.get('machine') else ''})" if data and data.get("time") else "")
+    return _rel(path) + when
+
+
 def entries(state: State):
     """One index entry per figure, with its headline, sources and what is missing or failed."""
     import json
@@ -446,27 +442,22 @@ def entries(state: State):
             for fig in step.figures:
                 failed.setdefault(fig, []).append(f"{step.name} ({step.detail})")
     out = []
+    system = system_benches()
     for bench in BENCHES:
         data = None
         if bench.json.exists():
             data = json.loads(bench.json.read_text())
         for fig in bench.figures:
-            entry = Entry(fig, images=FIGURE_IMAGES[fig], failed=failed.get(fig, []),
-                          source=_rel(bench.json) + (
-                              f" ({time.strftime('%Y-%m-%d %H:%M', time.localtime(data['time']))}"
-                              f"{', ' + data['machine'] if data.get('machine') else ''})"
-                              if data and data.get("time") else ""))
+            entry = Entry(fig, images=FIGURE_IMAGES[fig], failed=failed.get(fig, []), source=_source(bench.json, data))
             if data is None:
                 entry.missing.append(f"{_rel(bench.json)} (make bench-{bench.name})")
             else:
                 try:
                     entry.headline = headlines.BENCH_HEADLINES[fig][1](data)
-                    if fig == "bad-sim":
-                        from analysis import bad_sim
-                        entry.table = bad_sim.verdict_table(data)
                 except (headlines.MissingInput, KeyError, TypeError, ValueError) as error:
                     entry.missing.append(f"{_rel(bench.json)}: {error}")
             out.append(entry)
+    out += [_system_bench_entry(b, failed) for b in system if b.bench.paper_runs]
     comparison = state.comparison or {}
     smoke = {"uav-swarm": _smoke_fig8(state.options), "mmog": "fig9"}
     for kind, fig in smoke.items():
@@ -488,86 +479,52 @@ def entries(state: State):
     out.append(entry)
     if balance_policies(state.options):
         out.append(_balance_entry(state, failed))
-    out.append(_bad_live_entry(state, failed))
-    out += [_long_bench_entry(bench, state, failed) for bench in LONG_BENCHES]
+    out += [_system_bench_entry(b, failed) for b in system if not b.bench.paper_runs]
     return out
 
 
-def long_bench_step(bench: LongBench, state: State) -> Step:
-    """A long benchmark's figures (its analysis module) from its JSON, if present."""
+def run_benches() -> list[Microbenchmark]:
+    """The benchmarks `make paper` runs: the paper's microbenchmarks, then each system's quick ones."""
+    return list(BENCHES) + [b.as_microbenchmark() for b in system_benches() if b.bench.paper_runs]
+
+
+def read_bench_step(sb: SystemBench, state: State) -> Step:
+    """A long benchmark's figures (its system's figures module) from its JSON, if present: never run here."""
     import importlib
     import json
 
-    step = Step(f"{bench.title} figures ({bench.figures})", figures=(bench.key,))
-    if not bench.json.exists():
-        step.status, step.detail = "skipped", f"{_rel(bench.json)} missing ({bench.make}, ~{bench.minutes} min)"
+    step = Step(f"{sb.bench.name} figures ({sb.module(sb.bench.figures)})", figures=(sb.bench.entry,))
+    if not sb.json.exists():
+        step.status, step.detail = "skipped", f"{_rel(sb.json)} missing ({sb.make}, ~{sb.bench.minutes:g} min)"
         return step
-    drawn = importlib.import_module(bench.figures).draw(json.loads(bench.json.read_text()), state.options.out, bench.key)
+    figures = importlib.import_module(sb.module(sb.bench.figures))
+    drawn = figures.draw(json.loads(sb.json.read_text()), state.options.out, sb.bench.entry)
     step.status, step.detail = "ok", "; ".join(drawn) or "drew nothing"
     return step
 
 
-def _long_bench_entry(bench: LongBench, state: State, failed: dict):
-    """A long benchmark's index entry: its claims as rules, its table, what is missing."""
+def _system_bench_entry(sb: SystemBench, failed: dict):
+    """A system benchmark's index entry: its paper's claim, its rules' verdict, its table, what is missing."""
     import importlib
     import json
 
     from analysis import headlines
     from analysis.paper_index import Entry
 
-    entry = Entry(bench.key, images=FIGURE_IMAGES[bench.key], failed=failed.get(bench.key, []), source=_rel(bench.json),
-                  scale=bench.scale)
-    if not bench.json.exists():
-        entry.missing.append(f"{_rel(bench.json)} ({bench.make})")
+    b = sb.bench
+    result = json.loads(sb.json.read_text()) if sb.json.exists() else None
+    entry = Entry(b.entry, images=list(b.images), failed=failed.get(b.entry, []), source=_source(sb.json, result),
+                  scale=b.scale, claim=headlines.Claim(b.section, b.title, b.paper), rule=b.rule)
+    if result is None:
+        entry.missing.append(f"{_rel(sb.json)} ({sb.make})")
         return entry
-    figures, result = importlib.import_module(bench.figures), json.loads(bench.json.read_text())
-    entry.table = figures.markdown_table(result)
+    figures = importlib.import_module(sb.module(b.figures))
     try:
+        entry.table = figures.markdown_table(result)
+        entry.notes += getattr(figures, "notes", lambda _: [])(result)
         entry.headline = figures.headline(result, entry.scale)
-    except headlines.MissingInput as error:
-        entry.missing.append(str(error))
-    return entry
-
-
-def bad_live_step(state: State) -> Step:
-    """BAD's live sweep (analysis.bad_sweep): its figures from results/bench/bad-live.json, if present."""
-    import json
-
-    from analysis import bad_live, bad_sweep
-
-    step = Step("BAD live figures (analysis.bad_sweep)", figures=("bad-live",))
-    sweep = BENCH_DIR / BAD_LIVE
-    if not sweep.exists():
-        step.status, step.detail = "skipped", f"{_rel(sweep)} missing (make bench-bad-live, ~20 min)"
-        return step
-    table = bad_sweep.rows(json.loads(sweep.read_text()))
-    drawn = [bad_sweep.sweep_figure(table, state.options.out / "bad-live.png"),
-             bad_sweep.load_figure(table, state.options.out / "bad-live-load.png"),
-             bad_live.tradeoff_figure(table, state.options.out / "bad-live-latency.png")]
-    step.status, step.detail = "ok", f"drew {', '.join(p.name for p in drawn if p) or 'nothing'}"
-    return step
-
-
-def _bad_live_entry(state: State, failed: dict):
-    """"BAD live": every scheme on bad-smoke, side by side, with the prototype's claims as rules."""
-    import json
-
-    from analysis import bad_live, bad_sweep, headlines
-    from analysis.paper_index import Entry
-
-    sweep = BENCH_DIR / BAD_LIVE
-    entry = Entry("bad-live", images=FIGURE_IMAGES["bad-live"], failed=failed.get("bad-live", []), source=_rel(sweep),
-                  scale="scenarios/bad-smoke.yaml per scheme: 4 Atlanta zones, 100 subscribers (60 in zone1), 60 s")
-    if not sweep.exists():
-        entry.missing.append(f"{_rel(sweep)} (make bench-bad-live)")
-        return entry
-    table = bad_sweep.rows(json.loads(sweep.read_text()))
-    entry.table = bad_sweep.markdown_table(table)
-    entry.notes.append(bad_live.latency_vs_load(table)["note"])
-    try:
-        entry.headline = bad_sweep.headline(table, entry.scale)
-    except headlines.MissingInput as error:
-        entry.missing.append(str(error))
+    except (headlines.MissingInput, KeyError, TypeError, ValueError) as error:
+        entry.missing.append(f"{_rel(sb.json)}: {error}")
     return entry
 
 
@@ -628,7 +585,7 @@ def _first_class(path: Path) -> str | None:
 
 def plan(options: Options) -> list[tuple[str, Callable[[State], Step]]]:
     out = options.out
-    todo = [(f"bench {b.name}", lambda state, b=b: bench_step(b, options, out)) for b in BENCHES]
+    todo = [(f"bench {b.name}", lambda state, b=b: bench_step(b, options, out)) for b in run_benches()]
     hotspot = hotspot_aside(options)
     for repeat in range(options.repeats):  # repeat-major: an interrupted paper still has every policy once
         for kind, scenario in SCALES[options.scale].items():
@@ -645,8 +602,8 @@ def plan(options: Options) -> list[tuple[str, Callable[[State], Step]]]:
         todo.append((f"PySpark comparison of the {aside.name} run", lambda state, a=aside: compare_step(state, a)))
     if balance_policies(options):
         todo.append(("load balancing figures and table", balance_step))
-    todo.append(("BAD live figures", bad_live_step))
-    todo += [(f"{bench.title} figures", lambda state, b=bench: long_bench_step(b, state)) for bench in LONG_BENCHES]
+    todo += [(f"{b.bench.name} figures", lambda state, b=b: read_bench_step(b, state))
+             for b in system_benches() if not b.bench.paper_runs]
     return todo
 
 
@@ -658,7 +615,7 @@ def main(options: Options, say=print) -> int:
     options.out = Path(options.out).resolve()
     options.out.mkdir(parents=True, exist_ok=True)
     state = State(options)
-    reused = [b.name for b in BENCHES if options.reuse and b.json.exists()]
+    reused = [b.name for b in run_benches() if options.reuse and b.json.exists()]
     statement = scale_statement(options, reused)
     todo = plan(options)
     total = len(todo) + 1

@@ -41,6 +41,32 @@ class WorkloadKind:
 
 
 @dataclass(frozen=True)
+class Benchmark:
+    """A benchmark a system brings: `make bench-<name>` runs its program (`testbed bench <name>`), and
+    `make paper` shows its figures beside its paper's claim. A quick one (`paper_runs`) is run by `make
+    paper` (with --quick under `paper --quick`, `redraw` with --reuse); a long one is read when its JSON
+    exists. Its `figures` module draws the JSON and judges the claims: headline(result, scale) ->
+    analysis.headlines.Headline, markdown_table(result) -> lines, draw(result, out, stem) -> lines said,
+    and optionally notes(result) -> lines for the index."""
+
+    name: str  # `make bench-<name>`; it writes results/bench/<name>.json
+    program: str  # the module run as `python -m`, relative to the system's package
+    figures: str  # the module drawing and judging it, relative to the system's package
+    about: str  # one line: what it measures and how long it takes (`testbed bench` lists it)
+    entry: str  # the index's entry (its anchor) and the key of its claim
+    images: tuple[str, ...]  # the PNGs of the entry, in the index's order
+    section: str  # the claim the index shows beside our number: its paper and section,
+    title: str  # what the figure shows,
+    paper: str  # and what the paper says
+    rule: str  # the rule our verdict applies, in words (each part could fail)
+    scale: str  # the scale it runs at, in words
+    minutes: float = 20  # how long a default run takes on the reference VM
+    paper_runs: bool = False  # `make paper` runs it (quick enough); else reads its JSON when present
+    quick: tuple[str, ...] = ("--quick",)  # its flags under `paper --quick`
+    redraw: str = "--figures-only"  # its flag for "figures only, from the JSON"
+
+
+@dataclass(frozen=True)
 class System:
     """A system under test: the manifest of its folder."""
 
@@ -52,6 +78,7 @@ class System:
     workload_fields: dict[str, tuple] = field(default_factory=dict)  # more `workload.<key>`: (type, default)
     control: dict[str, tuple] = field(default_factory=dict)  # `control.<key>`: (model, default, description)
     roles: tuple[str, ...] = ()  # "module:Class" of its harness roles, in start order
+    benchmarks: tuple[Benchmark, ...] = ()  # `make bench-<name>`, and their entries in `make paper`'s index
     package: str = ""  # where it was loaded from (set by the registry)
 
 
@@ -65,7 +92,7 @@ def packages() -> tuple[str, ...]:
 
 @functools.cache
 def _load(names: tuple[str, ...]) -> tuple[System, ...]:
-    loaded, kinds = [], {}
+    loaded, kinds, benches = [], {}, {}
     for package in names:
         try:
             manifest = importlib.import_module(f"{package}.manifest")
@@ -80,6 +107,10 @@ def _load(names: tuple[str, ...]) -> tuple[System, ...]:
                 raise RuntimeError(f"workload kind {kind.name!r} of {system.name} is already "
                                    f"{'the core' if kind.name == NO_WORKLOAD else kinds[kind.name]}'s")
             kinds[kind.name] = system.name
+        for bench in system.benchmarks:
+            if bench.name in benches:
+                raise RuntimeError(f"benchmark {bench.name!r} of {system.name} is already {benches[bench.name]}'s")
+            benches[bench.name] = system.name
         loaded.append(replace(system, package=package))
     return tuple(loaded)
 
@@ -123,6 +154,11 @@ def role_classes() -> list[type]:
 def taking(feature: str) -> list[str]:
     """The workload kinds that take `feature` (durable topics, message tracking)."""
     return [name for name, kind in workload_kinds().items() if feature in kind.features]
+
+
+def benchmarks() -> dict[str, tuple[System, Benchmark]]:
+    """Every system's benchmarks by name, with the system that brings each."""
+    return {bench.name: (system, bench) for system in systems() for bench in system.benchmarks}
 
 
 def client_roles() -> tuple[str, ...]:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis import autotune_figures as figs
+from testbed.systems.autotune.bench import figures as figs
 from testbed import topology
-from testbed.bench import autotune as bench
+from testbed.systems.autotune.bench import live as bench
 from testbed.scenario.loader import load
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""BAD's live sweep in `make paper`, pure: the latency-beside-load note and figure (analysis.bad_live),
+"""BAD's live sweep in `make paper`, pure: the latency-beside-load note and figure (testbed.systems.bad.bench.live_figures),
 the thresholds read back from a run's scenario.yaml (beta drawn on the load figure), and the paper's
 BAD steps, figures and index note on hand-made JSON."""
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from analysis import bad_live, bad_sweep
+from testbed.systems.bad.bench import live_figures as bad_live, sweep as bad_sweep
 from testbed import paper
 
 
@@ -71,16 +71,18 @@ def test_figures_are_drawn(tmp_path):
 
 def test_paper_plans_both_bad_steps_and_draws_and_notes_the_live_sweep(tmp_path, monkeypatch):
     names = [name for name, _ in paper.plan(paper.Options(repeats=1, asides=False))]
-    assert "bench bad" in names and "BAD live figures" in names  # drawn from what make bench-bad-live left
-    assert next(b for b in paper.BENCHES if b.name == "bad").redraw == "--figures-only"
+    assert "bench bad" in names and "bad-live figures" in names  # drawn from what make bench-bad-live left
+    assert next(b for b in paper.run_benches() if b.name == "bad").redraw == "--figures-only"
     monkeypatch.setattr(paper, "BENCH_DIR", tmp_path)
     state = paper.State(paper.Options(out=tmp_path / "paper"))
     state.options.out.mkdir()
-    assert paper.bad_live_step(state).status == "skipped"  # make bench-bad-live not run: never run from here
+    live = next(b for b in paper.system_benches() if b.bench.name == "bad-live")
+    assert paper.read_bench_step(live, state).status == "skipped"  # make bench-bad-live not run: never run from here
     data = sweep(**{"nr+ldm": run(0.9, 0.13, 28.0, 33.0, 28, run_dir=write_run(tmp_path / "r"))})
     (tmp_path / "bad-live.json").write_text(json.dumps(data))
-    step = paper.bad_live_step(state)
-    assert step.status == "ok" and step.detail == "drew bad-live.png, bad-live-load.png, bad-live-latency.png"
+    step = paper.read_bench_step(live, state)
+    assert step.status == "ok" and step.detail == "; ".join(
+        f"wrote {state.options.out / name}" for name in ("bad-live.png", "bad-live-load.png", "bad-live-latency.png"))
     entry = {e.figure: e for e in paper.entries(state)}["bad-live"]
     assert entry.images == ["bad-live.png", "bad-live-load.png", "bad-live-latency.png"]
     assert all((state.options.out / name).stat().st_size > 10_000 for name in entry.images)

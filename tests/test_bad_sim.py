@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from analysis import bad_sim
-from testbed.bench import bad
+from testbed.systems.bad.bench import sim_figures as bad_sim
+from testbed.systems.bad.bench import sim as bad
 
 N = 1000  # subscribers in the hand-made JSON
 

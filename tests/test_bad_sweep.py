@@ -1,9 +1,9 @@
-"""BAD's live sweep read back (analysis.bad_sweep), pure: the table, the paper's claims as rules
+"""BAD's live sweep read back (testbed.systems.bad.bench.sweep), pure: the table, the paper's claims as rules
 (each holding, failing, or not testable), the index headline and the figures, on hand-made JSON."""
 
 import json
 
-from analysis import bad_sweep
+from testbed.systems.bad.bench import sweep as bad_sweep
 
 
 def run(cov_first, cov_last, migrations=0, shuffles=0, saturated=0, run_dir=None):

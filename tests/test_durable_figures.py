@@ -1,4 +1,4 @@
-"""analysis.durable_figures: each rule can fail, the table and the figures come from the JSON alone,
+"""testbed.systems.pubsub.bench.durable_figures: each rule can fail, the table and the figures come from the JSON alone,
 and every bench experiment is a valid scenario."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from analysis import durable_figures
+from testbed.systems.pubsub.bench import durable_figures
 from testbed import topology
-from testbed.bench import durable as bench
+from testbed.systems.pubsub.bench import durable as bench
 from testbed.bench.runs import variant_file
 from testbed.scenario.loader import load
 

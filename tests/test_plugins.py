@@ -26,12 +26,10 @@ GENERIC_WORDS = {"publisher", "subscriber"}
 # roles, experiment, emulation, ...) names none; the paper's index, the benchmarks and the analysis
 # are next. A count may only go down; a module not listed must name none.
 NOT_YET_PLUGGED = {
-    "testbed/paper.py": 23, "testbed/bench/assessment.py": 7, "testbed/bench/assess_spark.py": 1,
-    "testbed/bench/autotune.py": 2, "testbed/bench/bad_live.py": 6, "testbed/bench/capacity.py": 17,
-    "testbed/bench/efficiency.py": 4, "testbed/bench/placement.py": 16, "testbed/bench/tracking.py": 1,
-    "analysis/__main__.py": 2, "analysis/autotune_figures.py": 1, "analysis/bad_live.py": 1, "analysis/bad_sweep.py": 1,
-    "analysis/bench_figures.py": 4, "analysis/compare_runs.py": 6, "analysis/figures.py": 2, "analysis/headlines.py": 6,
-    "analysis/reduce.py": 1,
+    "testbed/paper.py": 20, "testbed/bench/assessment.py": 7, "testbed/bench/assess_spark.py": 1,
+    "testbed/bench/capacity.py": 17, "testbed/bench/efficiency.py": 4, "testbed/bench/placement.py": 16,
+    "analysis/__main__.py": 2, "analysis/bench_figures.py": 4, "analysis/compare_runs.py": 6, "analysis/figures.py": 2,
+    "analysis/headlines.py": 3, "analysis/reduce.py": 1,
 }
 
 
@@ -90,7 +88,7 @@ def test_the_name_scan_finds_a_branch_on_a_system(tmp_path):
 TOY_MANIFEST = '''
 from pydantic import Field
 
-from testbed.plugin import System, WorkloadKind
+from testbed.plugin import Benchmark, System, WorkloadKind
 from testbed.scenario.fields import Count, Strict
 
 
@@ -108,7 +106,37 @@ def one_class(workload) -> None:
 SYSTEM = System(name="toyecho", title="a toy echo service",
                 workloads=(WorkloadKind("echo", block="echo", block_model=Echo, validate=one_class,
                                         check="checks:needs_echo_nodes", offered="load:offered"),),
-                client_roles=("echoer",), agent_roles=("echoer",))
+                client_roles=("echoer",), agent_roles=("echoer",),
+                benchmarks=(Benchmark("echo-fanout", program="bench", figures="figures", entry="echo", images=(),
+                                      about="readers reached per message", section="Echo, 1", title="Echo fanout",
+                                      paper="every message reaches 3 readers", rule="fanout >= 3",
+                                      scale="one echo node"),))
+'''
+TOY_BENCH = '''
+import argparse
+import json
+from pathlib import Path
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", type=Path, required=True)
+parser.add_argument("--fanout", type=int, default=3)
+args = parser.parse_args()
+args.out.write_text(json.dumps({"time": 1.0, "fanout": args.fanout}))
+'''
+TOY_FIGURES = '''
+from analysis.headlines import Headline
+
+
+def headline(result, scale):
+    return Headline(f"fanout {result['fanout']}", result["fanout"] >= 3, scale, {})
+
+
+def markdown_table(result):
+    return ["| fanout |", "|---|", f"| {result['fanout']} |"]
+
+
+def draw(result, out, stem):
+    return []
 '''
 TOY_CHECKS = '''
 def needs_echo_nodes(scenario, built, report):
@@ -153,7 +181,8 @@ def toy_system(tmp_path) -> Path:
     folder = tmp_path / "toyecho"
     folder.mkdir()
     (folder / "__init__.py").write_text('"""A toy system: echo nodes that repeat every message."""\n')
-    for name, text in (("manifest", TOY_MANIFEST), ("checks", TOY_CHECKS), ("load", TOY_LOAD)):
+    for name, text in (("manifest", TOY_MANIFEST), ("checks", TOY_CHECKS), ("load", TOY_LOAD), ("bench", TOY_BENCH),
+                       ("figures", TOY_FIGURES)):
         (folder / f"{name}.py").write_text(textwrap.dedent(text))
     (tmp_path / "toy.yaml").write_text(TOY_SCENARIO.lstrip())
     return tmp_path
@@ -167,6 +196,37 @@ def test_a_new_system_is_one_folder_and_one_registry_line(toy_system):
     load = json.loads(shown.stdout)["load"]
     assert load["kind"] == "echo"
     assert (load["published_per_s"], load["deliveries_per_s"]) == (40.0, 120.0)  # 2 x 2 echo nodes x 10/s, x 3
+
+
+def test_a_toy_system_brings_a_benchmark_that_bench_runs_and_the_paper_judges(toy_system, monkeypatch):
+    from testbed import paper
+
+    listed = _toy_cli(toy_system, "bench")
+    assert listed.returncode == 0 and "echo-fanout" in listed.stdout and "readers reached" in listed.stdout
+    out = toy_system / "echo-fanout.json"
+    ran = _toy_cli(toy_system, "bench", "echo-fanout", "--out", str(out), "--fanout", "2")  # its options pass through
+    assert ran.returncode == 0 and json.loads(out.read_text())["fanout"] == 2, ran.stdout + ran.stderr
+    unknown = _toy_cli(toy_system, "bench", "echo-fanin")
+    assert unknown.returncode == 2 and "known:" in unknown.stderr and "echo-fanout" in unknown.stderr
+    monkeypatch.setenv(plugin.EXTRA_SYSTEMS_ENV, "toyecho")
+    monkeypatch.syspath_prepend(str(toy_system))
+    monkeypatch.setattr(paper, "BENCH_DIR", toy_system)
+    options = paper.Options(out=toy_system / "paper", repeats=1, asides=False)
+    assert "echo-fanout figures" in [name for name, _ in paper.plan(options)]  # read, as it is not quick
+    entry = {e.figure: e for e in paper.entries(paper.State(options))}["echo"]
+    assert entry.headline.verdict == "no" and entry.claim.section == "Echo, 1" and entry.rule == "fanout >= 3"
+    assert entry.table[-1] == "| 2 |" and entry.source.startswith(str(out))
+
+
+def test_every_system_benchmark_is_a_make_target_with_modules_that_resolve():
+    import importlib
+
+    for name, (system, bench) in plugin.benchmarks().items():
+        dry = subprocess.run(["make", "-n", f"bench-{name}", "ARGS=--quick"], cwd=ROOT, capture_output=True, text=True)
+        assert dry.stdout.splitlines()[-1].endswith(f"testbed bench {name} --quick"), dry.stdout + dry.stderr
+        assert importlib.util.find_spec(f"{system.package}.{bench.program}") is not None, name
+        figures = importlib.import_module(f"{system.package}.{bench.figures}")
+        assert all(callable(getattr(figures, f, None)) for f in ("headline", "markdown_table", "draw")), name
 
 
 def test_a_toy_system_s_schema_and_checks_name_file_line_and_field(toy_system):

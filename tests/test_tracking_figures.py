@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from analysis import tracking_figures
-from testbed.bench.tracking import TABLE_2, Case, replay
+from testbed.systems.pubsub.bench import tracking_figures
+from testbed.systems.pubsub.bench.tracking import TABLE_2, Case, replay
 
 
 def test_the_replay_reproduces_table_2s_full_buffer_column_and_the_storage_mechanism():

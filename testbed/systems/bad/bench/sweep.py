@@ -139,7 +139,7 @@ def load_figure(table: list[dict], path: Path, schemes=("nr+none", "nr+ldm", "nr
         for broker in rounds[0]["loads"]:
             ax.plot([e["time"] - t0 for e in rounds], [e["loads"][broker] / 1e3 for e in rounds], lw=1, label=broker)
         if (Path(r["run"]) / "scenario.yaml").exists():  # beta, the mean load below which nothing moves
-            from analysis.bad_live import thresholds
+            from testbed.systems.bad.bench.live_figures import thresholds
             ax.axhline(thresholds(r["run"])["beta_Bps"] / 1e3, color="k", ls="--", lw=0.8, label="beta")
         for e in rounds:
             if e.get("moves"):

@@ -1,5 +1,5 @@
 """BAD Pub/Sub's offline simulation (Nguyen et al., DEBS '19, 6.2; `make bench-bad`): its figures and
-the paper's qualitative claims as rules, pure functions over the JSON testbed.bench.bad writes.
+the paper's qualitative claims as rules, pure functions over the JSON testbed.systems.bad.bench.sim writes.
 
 Figures, named by the paper's figure numbers (ours come from the simulation; the paper's Fig. 5-12 are
 from its prototype, whose claims the simulation restates at ten times the size):
@@ -12,7 +12,7 @@ from its prototype, whose claims the simulation restates at ten times the size):
 
 Rules (each returns {claim, holds, numbers}; each can fail, and the tests show it does): see RULES.
 
-    python -m analysis.bad_sim [results/bench/bad.json] [--dir results/bench] [--prefix badsim-]
+    python -m testbed.systems.bad.bench.sim_figures [results/bench/bad.json] [--dir results/bench] [--prefix badsim-]
 """
 
 from __future__ import annotations
@@ -181,6 +181,26 @@ def verdict_table(data: dict) -> list[str]:
     return lines
 
 
+markdown_table = verdict_table  # the interface of a system's benchmark figures (testbed.plugin.Benchmark)
+
+
+def headline(data: dict, scale: str):
+    """The index's line: the simulation's verdicts (written into bad.json by the bench) and its numbers."""
+    from analysis.headlines import Headline, require
+
+    verdict_list = require(data.get("verdicts"), "verdicts in bad.json")
+    totals = {name: run["totals"] for name, run in data.get("schemes", {}).items()}
+    nr = require(totals.get("nr-none"), "scheme nr-none in bad.json")
+    ldm, gsh = totals.get("nr-ldm") or {}, totals.get("nr-ldm-gsh") or {}
+    held = sum(bool(v["holds"]) for v in verdict_list)
+    text = (f"{held} of {len(verdict_list)} claims hold. NR alone cov {nr['cov']:.2f}; NR + LDM {ldm.get('cov', 0):.3f} "
+            f"with {ldm.get('migrations', 0):,} migrations; NR + LDM + GSH {gsh.get('cov', 0):.3f} with "
+            f"{gsh.get('migrations', 0):,} moves (one shuffle); RND/RR cov <= "
+            f"{max(totals.get(n, {}).get('cov', 0) for n in ('rnd-none', 'rr-none')):.3f}, no migrations needed"
+            + "".join(f"; FAILS: {v['claim']}" for v in verdict_list if not v["holds"]))
+    return Headline(text, held == len(verdict_list), scale, {"verdicts": verdict_list})
+
+
 def table(data: dict) -> str:
     """One line per scheme: the totals the bar charts show."""
     lines = [f"{'scheme':>13} {'max MB/s (2nd half)':>20} {'peak MB/s':>10} {'cov (2nd half)':>15} "
@@ -327,7 +347,7 @@ def draw(data: dict, directory: Path, prefix: str = "badsim-") -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.bad_sim", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m testbed.systems.bad.bench.sim_figures", description=__doc__.splitlines()[0])
     parser.add_argument("json", nargs="?", type=Path, default=Path("results/bench/bad.json"))
     parser.add_argument("--dir", type=Path, default=None, help="where the PNGs go (default: beside the JSON)")
     parser.add_argument("--prefix", default="badsim-")
@@ -335,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = json.loads(args.json.read_text())
     except (OSError, ValueError) as error:
-        print(f"analysis.bad_sim: {args.json}: {error}", file=sys.stderr)
+        print(f"testbed.systems.bad.bench.sim_figures: {args.json}: {error}", file=sys.stderr)
         return 2
     print(table(data))
     for v in verdicts(data):

@@ -19,10 +19,10 @@ Experiments (each one run; the runs land in results/bench/durable/runs/):
 Per run: publish-acknowledgement latency quantiles (the producers' acks/), end-to-end latency
 quantiles (traces/), the audit of acknowledged messages against deliveries
 (testbed.systems.pubsub.durability), resends and duplicates, migrations, storage nodes' traffic and CPU,
-and whether the harness held the run. Result: results/bench/durable.json; analysis.durable_figures
+and whether the harness held the run. Result: results/bench/durable.json; testbed.systems.pubsub.bench.durable_figures
 draws it.
 
-    python -m testbed.bench.durable [--only latency-local-r3,loss-r3-enhanced] [--reuse]
+    python -m testbed.systems.pubsub.bench.durable [--only latency-local-r3,loss-r3-enhanced] [--reuse]
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{k}/{len(chosen)}] {name}: {line} ({time.monotonic() - t:.0f} s, {time.monotonic() - began:.0f} s in all)",
               flush=True)
         args.out.write_text(json.dumps({"time": time.time(), "experiments": results}, indent=1))
-    draw_and_judge(args.out, "analysis.durable_figures")
+    draw_and_judge(args.out, "testbed.systems.pubsub.bench.durable_figures")
     return 0 if all(results[n]["ok"] for n in chosen) else 1
 
 

@@ -7,7 +7,7 @@ max broker load at the first round with every subscriber and at the last, migrat
 re-attach time, latency per channel) and whether the harness held (the run's own saturation
 guard). Runs land in results/bench/bad-live/runs/, the table in results/bench/bad-live.json.
 
-    python -m testbed.bench.bad_live [--scenario scenarios/bad-smoke.yaml] [--schemes nr+ldm,rr+none,...]
+    python -m testbed.systems.bad.bench.live [--scenario scenarios/bad-smoke.yaml] [--schemes nr+ldm,rr+none,...]
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`make bench-tracking`: Jun and Astley's evaluation (5.2-5.3) on this testbed, and what the paper could
 not measure: the traceback's accuracy against exact ground truth.
 
-Three parts, one JSON (results/bench/tracking.json) and the figures (analysis/tracking_figures.py):
+Three parts, one JSON (results/bench/tracking.json) and the figures (testbed/systems/pubsub/bench/tracking_figures.py):
 - replay: the paper's load (one broker, 200 publishers on 10 topics each, 500 subscribers on one
   random topic each, 500 topics, 5,000 msg/s) replayed through the same recorder the live trackers
   run, for every configuration of Table 2: bytes stored per message, raw and gzipped (Fig. 4, 5),
@@ -15,7 +15,7 @@ Three parts, one JSON (results/bench/tracking.json) and the figures (analysis/tr
   every delivered message against the traces (analysis.tracking): false negatives, false
   positives measured beside eq. 2's expectation, and the traceback's cost.
 
-    python -m testbed.bench.tracking [--quick] [--rounds 2] [--figures-only]
+    python -m testbed.systems.pubsub.bench.tracking [--quick] [--rounds 2] [--figures-only]
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reuse", action="store_true", help="keep the skipped parts from the existing JSON")
     args = parser.parse_args(argv)
     out = args.out or OUT / ("tracking-quick.json" if args.quick else "tracking.json")
-    from analysis import tracking_figures
+    from testbed.systems.pubsub.bench import tracking_figures
 
     if args.figures_only:
         for line in tracking_figures.draw(json.loads(out.read_text()), out.parent, out.stem):

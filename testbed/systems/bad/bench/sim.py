@@ -29,9 +29,9 @@ per broker, cov, mean, max, the cov after the plan, the subscribers moved and wh
 
 Schemes: {rnd, rr, nr} x {none, ldm, sdm}; nr x {ldm, sdm} + gsh; nr + ldm at alpha 0.05 (the
 sensitivity run, against nr-ldm at 0.15). Writes results/bench/bad.json (bad-quick.json) and the figures
-(analysis.bad_sim), prints the table and the paper's claims as verdicts.
+(testbed.systems.bad.bench.sim_figures), prints the table and the paper's claims as verdicts.
 
-    python -m testbed.bench.bad [--quick] [--seed N] [--out results/bench/bad.json] [--schemes a,b]
+    python -m testbed.systems.bad.bench.sim [--quick] [--seed N] [--out results/bench/bad.json] [--schemes a,b]
 """
 
 from __future__ import annotations
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench-bad: {error}", file=sys.stderr)
             return 2
         data["time"] = time.time()
-    from analysis import bad_sim
+    from testbed.systems.bad.bench import sim_figures as bad_sim
 
     data["verdicts"] = bad_sim.verdicts(data)
     out.parent.mkdir(parents=True, exist_ok=True)

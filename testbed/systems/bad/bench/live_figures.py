@@ -6,7 +6,8 @@ latency trade-off shows in `make paper`'s index: a note and a figure, not a rule
 makes no latency claim to test. Also the thresholds a run balanced against (alpha, beta), read from
 the run's own scenario.yaml, so figures can draw them.
 
-Pure: analysis.bad_sweep's rows in (only the runs the harness held count), a note and a PNG out.
+Pure: testbed.systems.bad.bench.sweep's rows in (only the runs the harness held count), a note and a PNG out.
+`draw`, `markdown_table`, `headline` and `notes` are the sweep's entry in `make paper` (testbed.plugin.Benchmark).
 """
 
 from __future__ import annotations
@@ -76,3 +77,32 @@ def tradeoff_figure(table: list[dict], path: Path, alpha: float = 0.15) -> Path 
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def draw(result: dict, out: Path, stem: str = "bad-live") -> list[str]:
+    """The sweep's three figures from its JSON: cov and migrations, NR's load over time, latency beside cov."""
+    from testbed.systems.bad.bench import sweep
+
+    table = sweep.rows(result)
+    drawn = [sweep.sweep_figure(table, out / f"{stem}.png"), sweep.load_figure(table, out / f"{stem}-load.png"),
+             tradeoff_figure(table, out / f"{stem}-latency.png")]
+    return [f"wrote {path}" for path in drawn if path]
+
+
+def markdown_table(result: dict) -> list[str]:
+    from testbed.systems.bad.bench import sweep
+
+    return sweep.markdown_table(sweep.rows(result))
+
+
+def headline(result: dict, scale: str):
+    from testbed.systems.bad.bench import sweep
+
+    return sweep.headline(sweep.rows(result), scale)
+
+
+def notes(result: dict) -> list[str]:
+    """What the index says beside the verdict: latency against load (the paper makes no latency claim)."""
+    from testbed.systems.bad.bench import sweep
+
+    return [latency_vs_load(sweep.rows(result))["note"]]

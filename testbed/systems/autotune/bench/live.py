@@ -14,9 +14,9 @@ side, so their differences are the publisher's. Experiments:
 Per run and publisher: latency statistics from the traces (mean, percentiles for the boxplots),
 drops, refusals, N's time-weighted mean; N over time (1 s means) for the tuned publishers; whether
 the harness held the run. Runs land in results/bench/autotune/runs/, the result in
-results/bench/autotune.json; analysis.autotune_figures draws it.
+results/bench/autotune.json; testbed.systems.autotune.bench.figures draws it.
 
-    python -m testbed.bench.autotune [--only load-35,slow] [--reuse]
+    python -m testbed.systems.autotune.bench.live [--only load-35,slow] [--reuse]
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{k}/{len(chosen)}] {name}: {line} ({time.monotonic() - t:.0f} s, {time.monotonic() - began:.0f} s in all)",
               flush=True)
         args.out.write_text(json.dumps({"time": time.time(), "base": str(args.base), "experiments": results}, indent=1))
-    draw_and_judge(args.out, "analysis.autotune_figures")
+    draw_and_judge(args.out, "testbed.systems.autotune.bench.figures")
     return 0 if all(results[n]["ok"] for n in chosen) else 1
 
 
