@@ -82,7 +82,10 @@ def _wanted(run: dict, only: list[str] | None) -> set[str]:
     if "fig7" in asked:
         asked |= {"fig7a", "fig7b"}
     if not asked & set(FIGURES):
-        asked |= {"uav-swarm": {"fig8"}, "mmog": {"fig9"}}.get(run.get("workload"), set())
+        from testbed import plugin
+
+        experiment = plugin.experiments().get(run.get("workload"))
+        asked |= {experiment.figure} if experiment else set()
     return asked & set(FIGURES)
 
 

@@ -24,9 +24,12 @@ from pathlib import Path
 from analysis import bounds, compare, figures, traces
 from analysis.reduce import reduce_run
 from analysis.spark import join
+from testbed import plugin
 
-WORKLOAD_FIGURE = {"uav-swarm": "fig8", "mmog": "fig9"}
-SCENARIO_TITLES = {"uav-swarm": "UAV swarms (Fig. 8)", "mmog": "MMOG (Fig. 9)"}
+# The workload kinds compared across policies, each drawn as its figure (the systems' manifests declare them).
+EXPERIMENTS = {kind: e for kind, e in plugin.experiments().items() if not e.balance}
+WORKLOAD_FIGURE = {kind: e.figure for kind, e in EXPERIMENTS.items()}
+SCENARIO_TITLES = {kind: e.title for kind, e in EXPERIMENTS.items()}
 
 
 def _tables(run_dir: Path) -> dict:
@@ -139,8 +142,9 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
             if not run.get("trace_rows"):
                 panel["missing"] = f"run {run.get('run_id')} has no trace rows"
             else:
-                _reduce(spark, run_dir, consumers.get(kind) if kind == "mmog" else None, say)
-                if kind == "mmog" and kind not in consumers:
+                one_consumer = kind in EXPERIMENTS and EXPERIMENTS[kind].one_consumer
+                _reduce(spark, run_dir, consumers.get(kind) if one_consumer else None, say)
+                if one_consumer and kind not in consumers:
                     consumers[kind] = _reduced_consumer(run_dir)
                 tables = _tables(run_dir)
                 thresholds = run.get("thresholds") or {}

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from analysis import estimates, jobs, traces
 from analysis.spark import is_uri, join
+from testbed import plugin
 
 TABLES = ("summary", "e2e", "relinks", "time_above", "violations", "losses", "migrations", "aoi", "aoi_marks")
 
@@ -77,8 +78,9 @@ def reduce_run(spark, location, out=None, bucket_s: float = 1.0, consumer: str |
         "losses": jobs.losses(trace_df),
         "migrations": jobs.migration_downtime(events, runs),
     }
-    if consumer is None and run.get("workload") == "mmog":
-        players = _players(location)  # Fig. 9 is one avatar's view (paper 5.8.2), not a game server's
+    experiment = plugin.experiments().get(run.get("workload"))
+    if consumer is None and experiment and experiment.one_consumer:
+        players = _players(location)  # e.g. Fig. 9 is one avatar's view (paper 5.8.2), not a game server's
         ranked = trace_df.where(trace_df.consumer.isin(players)) if players else trace_df
         best = jobs.representative_consumer(ranked).first()
         consumer = best["consumer"] if best else None

@@ -51,44 +51,53 @@ from testbed.policies import POLICIES as REGISTRY
 REPO = Path(__file__).resolve().parents[1]
 BENCH_DIR = REPO / "results" / "bench"
 POLICIES = tuple(REGISTRY)  # every registered policy (testbed.policies.registry), in its order
-SCALES = {"smoke": {"uav-swarm": "scenarios/uav-smoke.yaml", "mmog": "scenarios/mmog-smoke.yaml"},
-          "full": {"uav-swarm": "scenarios/uav.yaml", "mmog": "scenarios/mmog.yaml"}}
+EXPERIMENTS = plugin.experiments()  # the workload kinds run end to end, each feeding its figure (testbed.plugin)
+SCALE_NAMES = ("smoke", "full")
+# The policy comparison's scenario per scale and kind; the balance experiment (the hot spot) runs apart.
+SCALES = {scale: {kind: e.scenarios[scale] for kind, e in EXPERIMENTS.items() if not e.balance} for scale in SCALE_NAMES}
 
 
 @dataclass(frozen=True)
 class Aside:
     """An ePulsar run beside the per-policy smokes, compared on its own into OUT/<name>/; its index
-    entry is `figure`, its PNGs are copied into OUT as fig8|fig9-<name>.png."""
+    entry is `figure`, its PNGs are copied into OUT as <its kind's figure>-<name>.png."""
     name: str
     figure: str
-    kind: str
     scenario: str
     note: str
     distance: str | None = None       # --distance override
 
+    @property
+    def kind(self) -> str:
+        return scenario_facts(REPO / self.scenario)["workload"]
+
 
 ASIDES = (
-    Aside("comparable", "fig8", "uav-swarm", "scenarios/uav-comparable.yaml",
-          "the paper's flight and length, rate scaled; "),
-    Aside("one_way", "fig9-one_way", "mmog", "scenarios/mmog-smoke.yaml",
+    Aside("comparable", "fig8", "scenarios/uav-comparable.yaml", "the paper's flight and length, rate scaled; "),
+    Aside("one_way", "fig9-one_way", "scenarios/mmog-smoke.yaml",
           "one-way distances (d = RTT / 2), ePulsar only; ", distance="one_way"),
 )
-# The hot spot under ePulsar, Pulsar's load manager and the paper's baseline (hashing), run as an
-# aside per policy and repeat; with the UAV and MMOG runs of the same policies it feeds "Load balancing".
-HOTSPOT = {"smoke": "scenarios/hotspot-smoke.yaml", "full": "scenarios/hotspot.yaml"}
+# The balance experiment (the hot spot) under ePulsar, Pulsar's load manager and the paper's baseline
+# (hashing), run as an aside per policy and repeat; with the comparison's runs of the same policies it
+# feeds "Load balancing".
 BALANCE_POLICIES = ("epulsar", "pulsar-lm", "pulsar-hash")
+BALANCE_KIND = next((kind for kind, e in EXPERIMENTS.items() if e.balance), None)
 
 
-def hotspot_aside(options: "Options") -> Aside:
-    return Aside("hotspot", "load-balancing", "hotspot", HOTSPOT[options.scale], "hot spot; ")
+def balance_aside(options: "Options") -> Aside | None:
+    if BALANCE_KIND is None:
+        return None
+    experiment = EXPERIMENTS[BALANCE_KIND]
+    return Aside(BALANCE_KIND, experiment.figure, experiment.scenarios[options.scale], f"{experiment.title}; ")
 
 
 def balance_policies(options: "Options") -> tuple[str, ...]:
-    return tuple(p for p in BALANCE_POLICIES if p in options.policies)
+    return tuple(p for p in BALANCE_POLICIES if p in options.policies) if BALANCE_KIND else ()
 
 
-PAPER_SCALE = {"uav-swarm": "paper: 4 zones, 8 swarms of 8 UAVs, 200 msg/s of 1 KB each, 50 m/s, 10 min",
-               "mmog": "paper: 5 cities, 64 avatars, 300 msg/s of 998 B, group change after U(30 s, 60 s), 10 min"}
+def balance_images() -> list[str]:
+    """The balance figures over time: the balance experiment's, then one per compared kind; the side by side."""
+    return ["balance.png", "balance-compare.png", *(f"balance-{kind}.png" for kind in SCALES["smoke"])]
 
 
 @dataclass(frozen=True)
@@ -142,12 +151,15 @@ def system_benches() -> list[SystemBench]:
     return [SystemBench(system.package, bench) for system, bench in plugin.benchmarks().values()]
 
 
-FIGURE_IMAGES = {"fig8-smoke": ["fig8.png", "fig8-p95.png"], "fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
+FIGURE_IMAGES = {"fig3b": ["fig3b.png"], "fig4": ["fig4.png", "fig4_configured.png"],
                  "fig5": ["fig5.png", "fig5_configured.png"], "fig6": ["fig6.png"], "fig7a": ["fig7a.png"],
-                 "fig7b": ["fig7b.png"], "fig8": ["fig8-comparable.png", "fig8-comparable-p95.png"],
-                 "fig9-one_way": ["fig9-one_way.png", "fig9-one_way-p95.png"], "fig9": ["fig9.png", "fig9-p95.png"],
-                 "violations": ["violations.png"],
-                 "load-balancing": ["balance.png", "balance-compare.png", "balance-uav-swarm.png", "balance-mmog.png"]}
+                 "fig7b": ["fig7b.png"], "violations": ["violations.png"]}
+
+
+def experiment_images(figure: str, name: str = "") -> list[str]:
+    """A comparison's PNGs: the figure and its p95 panel, suffixed with an aside's name."""
+    stem = f"{figure}-{name}" if name else figure
+    return [f"{stem}.png", f"{stem}-p95.png"]
 
 
 @dataclass
@@ -211,14 +223,15 @@ def scale_statement(options: Options, benches_reused: list[str]) -> str:
         facts = scenario_facts(REPO / rel)
         experiments.append(f"{rel} ({facts['description']}; {facts['duration']}) {options.repeats} run(s) per "
                            f"policy ({', '.join(options.policies)}), seeds {facts['seed']}.."
-                           f"{facts['seed'] + options.repeats - 1}; {PAPER_SCALE[kind]}")
+                           f"{facts['seed'] + options.repeats - 1}; {EXPERIMENTS[kind].paper_scale}")
     for aside in ASIDES if options.asides else ():
         facts = scenario_facts(REPO / aside.scenario)
         experiments.append(f"{aside.scenario}{' --distance ' + aside.distance if aside.distance else ''} "
                            f"({facts['description']}; {facts['duration']}) once, ePulsar ({aside.figure})")
     if balance_policies(options):
-        facts = scenario_facts(REPO / HOTSPOT[options.scale])
-        experiments.append(f"{HOTSPOT[options.scale]} ({facts['description']}; {facts['duration']}) "
+        balance = balance_aside(options).scenario
+        facts = scenario_facts(REPO / balance)
+        experiments.append(f"{balance} ({facts['description']}; {facts['duration']}) "
                            f"{options.repeats} run(s) per policy ({', '.join(balance_policies(options))}), "
                            f"seeds {facts['seed']}..{facts['seed'] + options.repeats - 1} (load balancing)")
     benches = ("microbenchmarks redrawn from their JSON as measured earlier: " + ", ".join(benches_reused)
@@ -312,9 +325,11 @@ def harness_notes(rows: list[dict], scenario: str) -> list[str]:
     return notes
 
 
-def _smoke_fig8(options: Options) -> str:
-    """The smoke UAV runs' index entry: Fig. 8 itself only when no comparable run is made."""
-    return "fig8-smoke" if options.asides else "fig8"
+def _smoke_entry(kind: str, options: Options) -> str:
+    """The index entry of a kind's per-policy runs: its figure, or <figure>-smoke when an aside makes that
+    figure as the paper ran it (the UAV case)."""
+    figure = EXPERIMENTS[kind].figure
+    return f"{figure}-smoke" if options.asides and any(a.figure == figure for a in ASIDES) else figure
 
 
 def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 0, aside: Aside | None = None) -> Step:
@@ -328,8 +343,7 @@ def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 
     distance = aside.distance if aside and aside.distance else facts["distance"]
     override = ["--distance", aside.distance] if aside and aside.distance else []
     step = Step(f"run {scenario} --policy {policy} --seed {seed}" + "".join(f" {a}" for a in override),
-                figures=(aside.figure,) if aside else (_smoke_fig8(options) if kind == "uav-swarm" else "fig9",
-                                                       "violations"))
+                figures=(aside.figure,) if aside else (_smoke_entry(kind, options), "violations"))
     entry = {"workload": kind, "policy": policy, "repeat": repeat, "seed": seed, "distance": distance, "dir": None}
     (state.aside_runs.setdefault(aside.name, []) if aside else state.runs).append(entry)
     if options.reuse_runs:
@@ -353,8 +367,9 @@ def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 
 
 def compare_step(state: State, aside: Aside | None = None) -> Step:
     """The PySpark comparison of the smoke runs into OUT, or of an aside's run into OUT/<aside>/ (its
-    PNGs copied into OUT as fig8|fig9-<aside>.png and ...-p95.png)."""
-    figures = (aside.figure,) if aside else (_smoke_fig8(state.options), "fig9", "violations")
+    PNGs copied into OUT as <figure>-<aside>.png and ...-p95.png)."""
+    figures = (aside.figure,) if aside else (*(_smoke_entry(k, state.options) for k in SCALES[state.options.scale]),
+                                             "violations")
     step = Step(f"PySpark comparison of {'the ' + aside.name + ' run' if aside else 'the runs'} ({', '.join(figures)})",
                 figures=figures)
     from analysis.compare_runs import compare_runs
@@ -367,10 +382,10 @@ def compare_step(state: State, aside: Aside | None = None) -> Step:
     if aside:
         out = state.options.out / aside.name
         state.asides[aside.name] = result = compare_runs(spark, state.aside_runs.get(aside.name, []), out)
-        drawn_as = "fig8" if aside.kind == "uav-swarm" else "fig9"
-        for suffix in (".png", "-p95.png"):
-            if (out / f"{drawn_as}{suffix}").exists():
-                shutil.copy2(out / f"{drawn_as}{suffix}", state.options.out / f"{drawn_as}-{aside.name}{suffix}")
+        figure = EXPERIMENTS[aside.kind].figure
+        for drawn, copy in zip(experiment_images(figure), experiment_images(figure, aside.name)):
+            if (out / drawn).exists():
+                shutil.copy2(out / drawn, state.options.out / copy)
     else:
         state.comparison = result = compare_runs(spark, state.runs, state.options.out)
     drawn = sorted(result["figures"])
@@ -383,13 +398,13 @@ def compare_step(state: State, aside: Aside | None = None) -> Step:
 
 def balance_step(state: State) -> Step:
     """Load balancing (analysis.balance): over time per scenario (the first repeat of each of
-    BALANCE_POLICIES: balance.png for the hot spot, balance-<workload>.png for UAV and MMOG) and the
+    BALANCE_POLICIES: balance.png for the balance experiment, balance-<workload>.png for the others) and the
     side-by-side table and figure (balance-compare.png) over every repeat."""
     from analysis import balance
 
     step = Step("load balancing (analysis.balance)", figures=("load-balancing",))
     out, wanted = state.options.out, balance_policies(state.options)
-    entries = [e for e in state.runs + state.aside_runs.get("hotspot", []) if e["policy"] in wanted and e.get("dir")]
+    entries = [e for e in state.runs + state.aside_runs.get(BALANCE_KIND, []) if e["policy"] in wanted and e.get("dir")]
     runs, missing = [], []
     for e in entries:
         try:
@@ -397,7 +412,7 @@ def balance_step(state: State) -> Step:
         except balance.BadRun as error:
             missing.append(str(error))
     drawn = []
-    for workload, name in (("hotspot", "balance.png"), ("uav-swarm", "balance-uav-swarm.png"), ("mmog", "balance-mmog.png")):
+    for workload, name in ((BALANCE_KIND, "balance.png"), *((k, f"balance-{k}.png") for k in SCALES[state.options.scale])):
         first = {}
         for run in runs:
             if run["workload"] == workload and run["brokers"]:
@@ -459,15 +474,14 @@ def entries(state: State):
             out.append(entry)
     out += [_system_bench_entry(b, failed) for b in system if b.bench.paper_runs]
     comparison = state.comparison or {}
-    smoke = {"uav-swarm": _smoke_fig8(state.options), "mmog": "fig9"}
-    for kind, fig in smoke.items():
-        out.append(_experiment_entry(fig, kind, SCALES[state.options.scale][kind], state.comparison, failed,
-                                     images=FIGURE_IMAGES["fig8-smoke" if kind == "uav-swarm" else fig],
-                                     note="" if fig == "fig9" else "mechanism check, not comparable with the paper "
-                                     "(faster flight, shorter run); "))
+    for kind, scenario in SCALES[state.options.scale].items():
+        out.append(_experiment_entry(_smoke_entry(kind, state.options), kind, scenario, state.comparison, failed,
+                                     images=experiment_images(EXPERIMENTS[kind].figure),
+                                     note=EXPERIMENTS[kind].smoke_note))
     for aside in ASIDES if state.options.asides else ():
         out.append(_experiment_entry(aside.figure, aside.kind, aside.scenario, state.asides.get(aside.name), failed,
-                                     images=FIGURE_IMAGES[aside.figure], note=aside.note))
+                                     images=experiment_images(EXPERIMENTS[aside.kind].figure, aside.name),
+                                     note=aside.note))
     entry = Entry("violations", images=FIGURE_IMAGES["violations"], failed=failed.get("violations", []),
                   source=f"{_rel(state.options.out / 'tables' / 'policy_violations.parquet')}, "
                          f"{_rel(state.options.out / 'compare.json')}",
@@ -533,9 +547,10 @@ def _balance_entry(state: State, failed: dict):
     from analysis import balance, headlines
     from analysis.paper_index import Entry
 
-    runs = [e for e in state.runs + state.aside_runs.get("hotspot", []) if e["policy"] in balance_policies(state.options)]
-    entry = Entry("load-balancing", images=FIGURE_IMAGES["load-balancing"], failed=failed.get("load-balancing", []),
-                  scale=f"{state.options.scale} scenarios (UAV, MMOG, {HOTSPOT[state.options.scale]}); policies "
+    runs = [e for e in state.runs + state.aside_runs.get(BALANCE_KIND, []) if e["policy"] in balance_policies(state.options)]
+    compared = ", ".join(EXPERIMENTS[k].title for k in SCALES[state.options.scale])
+    entry = Entry("load-balancing", images=balance_images(), failed=failed.get("load-balancing", []),
+                  scale=f"{state.options.scale} scenarios ({compared}, {balance_aside(state.options).scenario}); policies "
                         f"{', '.join(balance_policies(state.options))}; {state.options.repeats} repeat(s)",
                   source="; ".join(f"{e['workload']} {e['policy']} seed {e.get('seed', '?')}: "
                                    f"{_rel(Path(e['dir'])) if e.get('dir') else e.get('missing', 'no run')}" for e in runs))
@@ -586,15 +601,15 @@ def _first_class(path: Path) -> str | None:
 def plan(options: Options) -> list[tuple[str, Callable[[State], Step]]]:
     out = options.out
     todo = [(f"bench {b.name}", lambda state, b=b: bench_step(b, options, out)) for b in run_benches()]
-    hotspot = hotspot_aside(options)
+    balance = balance_aside(options)
     for repeat in range(options.repeats):  # repeat-major: an interrupted paper still has every policy once
         for kind, scenario in SCALES[options.scale].items():
             for policy in options.policies:
                 todo.append((f"run {scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
                              lambda state, k=kind, s=scenario, p=policy, r=repeat: run_step(k, s, p, state, r)))
         for policy in balance_policies(options):
-            todo.append((f"run {hotspot.scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
-                         lambda state, p=policy, r=repeat: run_step(hotspot.kind, hotspot.scenario, p, state, r, hotspot)))
+            todo.append((f"run {balance.scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
+                         lambda state, p=policy, r=repeat: run_step(balance.kind, balance.scenario, p, state, r, balance)))
     todo.append(("PySpark comparison", compare_step))
     for aside in ASIDES if options.asides else ():
         todo.append((f"run {aside.scenario} --policy epulsar" + (f" --distance {aside.distance}" if aside.distance else ""),

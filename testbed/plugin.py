@@ -26,6 +26,20 @@ FEATURES = ("durable", "tracking")  # what a workload kind may take or refuse, c
 
 
 @dataclass(frozen=True)
+class Experiment:
+    """How `make paper` runs a workload kind as its paper's end-to-end experiment: the scenario per
+    scale, the index entry its runs feed, and what the paper itself ran."""
+
+    figure: str  # the index entry and the figure's stem ("fig8"); "load-balancing" for a balance experiment
+    title: str  # the figure's title ("UAV swarms (Fig. 8)")
+    scenarios: dict[str, str]  # scale ("smoke", "full") -> scenario file, relative to the repository
+    paper_scale: str = ""  # what the paper ran, for the index's scale statement
+    smoke_note: str = ""  # what the index says of its smoke runs against the paper's
+    one_consumer: bool = False  # the figure is one subscriber's view (the representative consumer's AoI)
+    balance: bool = False  # run under the balance policies only, for the load-balancing figures
+
+
+@dataclass(frozen=True)
 class WorkloadKind:
     """One `workload.kind` a system runs, and what the core needs to know about it."""
 
@@ -38,6 +52,7 @@ class WorkloadKind:
     coordinates: bool = True  # runs Serf agents and NC proxies (testbed.roles.coordinates)
     features: tuple[str, ...] = ()  # of FEATURES: what a scenario of this kind may switch on
     refuses: dict[str, str] = field(default_factory=dict)  # feature -> why this kind does not take it
+    experiment: Experiment | None = None  # its runs in `make paper`, if its paper has an end-to-end figure
 
 
 @dataclass(frozen=True)
@@ -154,6 +169,11 @@ def role_classes() -> list[type]:
 def taking(feature: str) -> list[str]:
     """The workload kinds that take `feature` (durable topics, message tracking)."""
     return [name for name, kind in workload_kinds().items() if feature in kind.features]
+
+
+def experiments() -> dict[str, Experiment]:
+    """The workload kinds `make paper` runs end to end, by kind, in registry order."""
+    return {name: kind.experiment for name, kind in workload_kinds().items() if kind.experiment}
 
 
 def benchmarks() -> dict[str, tuple[System, Benchmark]]:

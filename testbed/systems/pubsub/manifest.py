@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from testbed.plugin import Benchmark, System, WorkloadKind
+from testbed.plugin import Benchmark, Experiment, System, WorkloadKind
 from testbed.systems.pubsub.schema import Hotspot, hotspot_topics, needs_rate_and_topics
 
 PUBSUB_FEATURES = ("durable", "tracking")
@@ -15,13 +15,25 @@ SYSTEM = System(
     name="pubsub",
     title="ePulsar's edge-aware topic placement on network coordinates, its baselines and Pulsar's load manager",
     workloads=(
-        WorkloadKind("uav-swarm", validate=needs_rate_and_topics, offered="load:uav", features=PUBSUB_FEATURES),
+        WorkloadKind("uav-swarm", validate=needs_rate_and_topics, offered="load:uav", features=PUBSUB_FEATURES,
+                     experiment=Experiment(
+                         "fig8", "UAV swarms (Fig. 8)",
+                         {"smoke": "scenarios/uav-smoke.yaml", "full": "scenarios/uav.yaml"},
+                         "paper: 4 zones, 8 swarms of 8 UAVs, 200 msg/s of 1 KB each, 50 m/s, 10 min",
+                         smoke_note="mechanism check, not comparable with the paper (faster flight, shorter run); ")),
         WorkloadKind("mmog", validate=needs_rate_and_topics, check="checks:mmog", offered="load:mmog",
                      features=("tracking",),
+                     experiment=Experiment(  # Fig. 9 is one avatar's area of interest (5.8.2), not a game server's
+                         "fig9", "MMOG (Fig. 9)", {"smoke": "scenarios/mmog-smoke.yaml", "full": "scenarios/mmog.yaml"},
+                         "paper: 5 cities, 64 avatars, 300 msg/s of 998 B, group change after U(30 s, 60 s), 10 min",
+                         one_consumer=True),
                      refuses={"durable": "its area-of-interest subscriptions open and close at every group change, "
                                          "and a durable cursor would replay what a player missed meanwhile"}),
         WorkloadKind("hotspot", block="hotspot", block_model=Hotspot, validate=hotspot_topics, check="checks:hotspot",
-                     offered="load:hotspot", features=PUBSUB_FEATURES),
+                     offered="load:hotspot", features=PUBSUB_FEATURES,
+                     experiment=Experiment(  # the paper has no balance figure: ePulsar vs Pulsar's load manager
+                         "load-balancing", "hot spot",
+                         {"smoke": "scenarios/hotspot-smoke.yaml", "full": "scenarios/hotspot.yaml"}, balance=True)),
     ),
     client_roles=("uav-swarm", "game-server", "avatar", "static"),
     agent_roles=("game-server", "static"),
