@@ -372,7 +372,9 @@ def test_a_site_cut_off_stops_what_crosses_it_and_the_clients_come_back_after_th
     # the edge topic delivers on through the cut; across it nothing arrives (past what was in flight)
     assert received("sensor_data-swarm1", cut["time"], healed["time"]) >= 0.9 * received(
         "sensor_data-swarm1", cut["time"] - plan.cut_for, cut["time"]) > 0
-    assert received("follow_leader-swarm1", cut["time"] + 0.2, healed["time"]) == 0
+    # past what was in flight at the cut, which a late event loop stamps later than it arrived
+    assert received("follow_leader-swarm1", cut["time"] + 0.2 + run.slack(cut["time"], cut["time"] + 1.0),
+                    healed["time"]) == 0
     back = healed["time"] + BACK_AFTER_HEAL_S
     assert received("follow_leader-swarm1", back, back + 2.0) > 0  # and after the heal again
     (cost,) = run.summary["site_cuts"]

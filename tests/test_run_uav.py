@@ -19,7 +19,7 @@ from testbed import topology
 from testbed.scenario.loader import load
 from tests import uav_run
 from tests.needs import FULL_SYSTEM
-from tests.spans import clean_seconds, detection_window
+from tests.spans import clean_seconds, detection_window, slack_s
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = FULL_SYSTEM
@@ -129,7 +129,8 @@ def test_topics_start_at_their_swarm_and_follow_it_within_the_detection_window(u
             came = {e["topic"]: e["time"] - t0 for e in moved if e["topic"] in topics and low <= e["time"] - t0 < high
                     and e["to_broker"] in best(site_now, e["time"])}
             if low + window <= end:
-                assert set(came) == topics and max(came.values()) <= low + window, (swarm, site_now, low, came)
+                late = slack_s(uav.out, low, low + window)  # the harness's own lateness and steal in the window
+                assert set(came) == topics and max(came.values()) <= low + window + late, (swarm, site_now, low, came)
         for e in moved:
             if e["topic"] in topics:
                 (where,) = [s for s, low, high in visits if low <= e["time"] - t0 < high]

@@ -160,7 +160,9 @@ def test_probe_across_three_servers_holds_the_configured_rtts(servers):
     across = [p for p in result["pairs"] if p["servers"].split("-")[0] != p["servers"].split("-")[1]]
     assert len(across) >= 5, result["pairs"]
     assert set(result["clock_offsets"]) == set(servers)
-    assert all(abs(c["offset_ms"]) < 1.0 for c in result["clock_offsets"].values())
+    # namespace-servers share this machine's clock: the offset is the estimate's own error, which a
+    # stalled round trip widens (and which the run records beside it)
+    assert all(abs(c["offset_ms"]) < 1.0 + c["error_ms"] for c in result["clock_offsets"].values())
 
 
 def test_a_run_over_three_servers_relinks_across_them_and_delivers_everything(servers, tmp_path):
