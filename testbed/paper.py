@@ -141,9 +141,21 @@ class SystemBench:
     def module(self, ref: str) -> str:
         return f"{self.package}.{ref}"
 
+    @property
+    def entries(self) -> tuple[str, ...]:
+        return tuple(f.entry for f in self.bench.shows)
+
     def as_microbenchmark(self) -> Microbenchmark:
         b = self.bench
-        return Microbenchmark(b.name, self.module(b.program), (b.entry,), b.images, b.redraw, b.quick)
+        images = tuple(image for f in b.shows for image in f.images)
+        return Microbenchmark(b.name, self.module(b.program), self.entries, images, b.redraw, b.quick)
+
+    def judge(self, entry: str):
+        """The figures module's headline function for `entry`."""
+        import importlib
+
+        figures = importlib.import_module(self.module(self.bench.figures))
+        return (getattr(figures, "HEADLINES", None) or {entry: figures.headline})[entry]
 
 
 def system_benches() -> list[SystemBench]:
@@ -472,7 +484,7 @@ def entries(state: State):
                 except (headlines.MissingInput, KeyError, TypeError, ValueError) as error:
                     entry.missing.append(f"{_rel(bench.json)}: {error}")
             out.append(entry)
-    out += [_system_bench_entry(b, failed) for b in system if b.bench.paper_runs]
+    out += [e for b in system if b.bench.paper_runs for e in _system_bench_entries(b, failed)]
     comparison = state.comparison or {}
     for kind, scenario in SCALES[state.options.scale].items():
         out.append(_experiment_entry(_smoke_entry(kind, state.options), kind, scenario, state.comparison, failed,
@@ -493,7 +505,7 @@ def entries(state: State):
     out.append(entry)
     if balance_policies(state.options):
         out.append(_balance_entry(state, failed))
-    out += [_system_bench_entry(b, failed) for b in system if not b.bench.paper_runs]
+    out += [e for b in system if not b.bench.paper_runs for e in _system_bench_entries(b, failed)]
     return out
 
 
@@ -507,18 +519,18 @@ def read_bench_step(sb: SystemBench, state: State) -> Step:
     import importlib
     import json
 
-    step = Step(f"{sb.bench.name} figures ({sb.module(sb.bench.figures)})", figures=(sb.bench.entry,))
+    step = Step(f"{sb.bench.name} figures ({sb.module(sb.bench.figures)})", figures=sb.entries)
     if not sb.json.exists():
         step.status, step.detail = "skipped", f"{_rel(sb.json)} missing ({sb.make}, ~{sb.bench.minutes:g} min)"
         return step
     figures = importlib.import_module(sb.module(sb.bench.figures))
-    drawn = figures.draw(json.loads(sb.json.read_text()), state.options.out, sb.bench.entry)
+    drawn = figures.draw(json.loads(sb.json.read_text()), state.options.out, sb.bench.name)
     step.status, step.detail = "ok", "; ".join(drawn) or "drew nothing"
     return step
 
 
-def _system_bench_entry(sb: SystemBench, failed: dict):
-    """A system benchmark's index entry: its paper's claim, its rules' verdict, its table, what is missing."""
+def _system_bench_entries(sb: SystemBench, failed: dict) -> list:
+    """A system benchmark's index entries: each figure's claim, its rule's verdict, the table, what is missing."""
     import importlib
     import json
 
@@ -527,19 +539,24 @@ def _system_bench_entry(sb: SystemBench, failed: dict):
 
     b = sb.bench
     result = json.loads(sb.json.read_text()) if sb.json.exists() else None
-    entry = Entry(b.entry, images=list(b.images), failed=failed.get(b.entry, []), source=_source(sb.json, result),
-                  scale=b.scale, claim=headlines.Claim(b.section, b.title, b.paper), rule=b.rule)
-    if result is None:
-        entry.missing.append(f"{_rel(sb.json)} ({sb.make})")
-        return entry
-    figures = importlib.import_module(sb.module(b.figures))
-    try:
-        entry.table = figures.markdown_table(result)
-        entry.notes += getattr(figures, "notes", lambda _: [])(result)
-        entry.headline = figures.headline(result, entry.scale)
-    except (headlines.MissingInput, KeyError, TypeError, ValueError) as error:
-        entry.missing.append(f"{_rel(sb.json)}: {error}")
-    return entry
+    figures = importlib.import_module(sb.module(b.figures)) if result is not None else None
+    out = []
+    for figure in b.shows:
+        entry = Entry(figure.entry, images=list(figure.images), failed=failed.get(figure.entry, []),
+                      source=_source(sb.json, result), scale=b.scale, rule=figure.rule,
+                      claim=headlines.Claim(figure.section, figure.title, figure.paper))
+        out.append(entry)
+        if result is None:
+            entry.missing.append(f"{_rel(sb.json)} ({sb.make})")
+            continue
+        try:
+            if len(b.shows) == 1:
+                entry.table = getattr(figures, "markdown_table", lambda _: [])(result)
+                entry.notes += getattr(figures, "notes", lambda _: [])(result)
+            entry.headline = sb.judge(figure.entry)(result, entry.scale)
+        except (headlines.MissingInput, KeyError, TypeError, ValueError) as error:
+            entry.missing.append(f"{_rel(sb.json)}: {error}")
+    return out
 
 
 def _balance_entry(state: State, failed: dict):

@@ -56,25 +56,33 @@ class WorkloadKind:
 
 
 @dataclass(frozen=True)
-class Benchmark:
-    """A benchmark a system brings: `make bench-<name>` runs its program (`testbed bench <name>`), and
-    `make paper` shows its figures beside its paper's claim. A quick one (`paper_runs`) is run by `make
-    paper` (with --quick under `paper --quick`, `redraw` with --reuse); a long one is read when its JSON
-    exists. Its `figures` module draws the JSON and judges the claims: headline(result, scale) ->
-    analysis.headlines.Headline, markdown_table(result) -> lines, draw(result, out, stem) -> lines said,
-    and optionally notes(result) -> lines for the index."""
+class Figure:
+    """One entry of `make paper`'s index: the paper's claim, and the rule our number is judged by."""
 
-    name: str  # `make bench-<name>`; it writes results/bench/<name>.json
-    program: str  # the module run as `python -m`, relative to the system's package
-    figures: str  # the module drawing and judging it, relative to the system's package
-    about: str  # one line: what it measures and how long it takes (`testbed bench` lists it)
-    entry: str  # the index's entry (its anchor) and the key of its claim
-    images: tuple[str, ...]  # the PNGs of the entry, in the index's order
-    section: str  # the claim the index shows beside our number: its paper and section,
+    entry: str  # the index's entry (its anchor), e.g. "fig4"
+    images: tuple[str, ...]  # its PNGs, in the index's order
+    section: str  # the claim: its paper and section,
     title: str  # what the figure shows,
     paper: str  # and what the paper says
     rule: str  # the rule our verdict applies, in words (each part could fail)
-    scale: str  # the scale it runs at, in words
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """A benchmark a system brings: `make bench-<name>` runs its program (`testbed bench <name>`), and
+    `make paper` shows its figures beside their paper's claims. A quick one (`paper_runs`) is run by
+    `make paper` (with `quick` under `paper --quick`, `redraw` with --reuse), its program drawing its
+    PNGs; a long one is read when its JSON exists and drawn by its figures module. That module judges:
+    headline(result, scale) -> analysis.headlines.Headline, or HEADLINES = {entry: headline} for a
+    benchmark of several figures; optionally markdown_table(result) -> lines and notes(result) ->
+    lines for the index, and draw(result, out, stem) -> lines said, for a long one."""
+
+    name: str  # `make bench-<name>`; it writes results/bench/<name>.json
+    program: str  # the module run as `python -m`, relative to the system's package
+    figures: str  # the module judging (and drawing) it, relative to the system's package
+    about: str  # one line: what it measures and what it writes (`testbed bench` lists it)
+    shows: tuple[Figure, ...]  # the index entries it feeds
+    scale: str = ""  # the scale it runs at, in words ("": the headline says)
     minutes: float = 20  # how long a default run takes on the reference VM
     paper_runs: bool = False  # `make paper` runs it (quick enough); else reads its JSON when present
     quick: tuple[str, ...] = ("--quick",)  # its flags under `paper --quick`

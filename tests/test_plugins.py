@@ -89,7 +89,7 @@ def test_the_name_scan_finds_a_branch_on_a_system(tmp_path):
 TOY_MANIFEST = '''
 from pydantic import Field
 
-from testbed.plugin import Benchmark, System, WorkloadKind
+from testbed.plugin import Benchmark, Figure, System, WorkloadKind
 from testbed.scenario.fields import Count, Strict
 
 
@@ -108,9 +108,9 @@ SYSTEM = System(name="toyecho", title="a toy echo service",
                 workloads=(WorkloadKind("echo", block="echo", block_model=Echo, validate=one_class,
                                         check="checks:needs_echo_nodes", offered="load:offered"),),
                 client_roles=("echoer",), agent_roles=("echoer",),
-                benchmarks=(Benchmark("echo-fanout", program="bench", figures="figures", entry="echo", images=(),
-                                      about="readers reached per message", section="Echo, 1", title="Echo fanout",
-                                      paper="every message reaches 3 readers", rule="fanout >= 3",
+                benchmarks=(Benchmark("echo-fanout", program="bench", figures="figures", about="readers reached per message",
+                                      shows=(Figure("echo", images=(), section="Echo, 1", title="Echo fanout",
+                                                    paper="every message reaches 3 readers", rule="fanout >= 3"),),
                                       scale="one echo node"),))
 '''
 TOY_BENCH = '''
@@ -242,7 +242,9 @@ def test_every_system_benchmark_is_a_make_target_with_modules_that_resolve():
         assert dry.stdout.splitlines()[-1].endswith(f"testbed bench {name} --quick"), dry.stdout + dry.stderr
         assert importlib.util.find_spec(f"{system.package}.{bench.program}") is not None, name
         figures = importlib.import_module(f"{system.package}.{bench.figures}")
-        assert all(callable(getattr(figures, f, None)) for f in ("headline", "markdown_table", "draw")), name
+        judges = getattr(figures, "HEADLINES", None) or {f.entry: getattr(figures, "headline", None) for f in bench.shows}
+        assert set(judges) == {f.entry for f in bench.shows} and all(map(callable, judges.values())), name
+        assert bench.paper_runs or callable(getattr(figures, "draw", None)), name  # a long one is drawn from its JSON
 
 
 def test_a_toy_system_s_schema_and_checks_name_file_line_and_field(toy_system):

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field
 
-from testbed.plugin import Benchmark, Experiment, System, WorkloadKind
+from testbed.plugin import Benchmark, Figure, Experiment, System, WorkloadKind
 from testbed.systems.pubsub.schema import Hotspot, hotspot_topics, needs_rate_and_topics
 
 PUBSUB_FEATURES = ("durable", "tracking")
@@ -28,7 +28,7 @@ SYSTEM = System(
                          "paper: 5 cities, 64 avatars, 300 msg/s of 998 B, group change after U(30 s, 60 s), 10 min",
                          one_consumer=True),
                      refuses={"durable": "its area-of-interest subscriptions open and close at every group change, "
-                                         "and a durable cursor would replay what a player missed meanwhile"}),
+                                    "and a durable cursor would replay what a player missed meanwhile"}),
         WorkloadKind("hotspot", block="hotspot", block_model=Hotspot, validate=hotspot_topics, check="checks:hotspot",
                      offered="load:hotspot", features=PUBSUB_FEATURES,
                      experiment=Experiment(  # the paper has no balance figure: ePulsar vs Pulsar's load manager
@@ -42,35 +42,41 @@ SYSTEM = System(
     roles=("role:PubSubRole", "workload_role:PubSubWorkload"),
     benchmarks=(
         Benchmark(
-            "tracking", program="bench.tracking", figures="bench.tracking_figures", entry="tracking", minutes=23,
+            "tracking",
+            program="bench.tracking",
+            figures="bench.tracking_figures",
+            minutes=23,
             about="message tracking (Jun and Astley): Table 2's storage at the paper's load replayed, latency per "
                   "strategy live, traceback vs the traces -> results/bench/tracking.json, tracking-fig3/4/5, "
                   "tracking-fp.png (--quick: 5.5 min)",
-            images=("tracking-fig3.png", "tracking-fig4.png", "tracking-fig5.png", "tracking-fp.png"),
-            section="Jun and Astley, 5.3", title="Message tracking: Bloom-filter histories vs a log vs none (Fig. 3-5)",
-            paper="with 10K buffers Bloom filters cost little latency over no tracking while the log is significantly "
-                  "slower (Fig. 3); filters do not compress, logs do (Fig. 4-5); partially full filters (a small T_p) "
-                  "cost Bloom filters storage; efpp = 1 - (1 - fpp)^|M| (eq. 2)",
-            rule="every testable rule of bench/tracking_figures.py holds: Fig. 3 on runs the harness held, each "
-                 "strategy against NULL's run of the same round (close: 0.1 ms or 5 %); full filters keep >= 90 % "
-                 "under gzip, logs <= 60 %; T_p 1 s stores >= 3x T_p 8 s; Table 2's full-filter column; no false "
-                 "negative and false positives within eq. 2's expectation + 4 sigma",
             scale="live: one broker at 300 msg/s (scenarios/bench/tracking.yaml); storage: the paper's 5,000 msg/s "
-                  "replayed through the same recorder; accuracy: scenarios/tracking-smoke.yaml"),
+                  "replayed through the same recorder; accuracy: scenarios/tracking-smoke.yaml",
+            shows=(Figure("tracking", images=("tracking-fig3.png", "tracking-fig4.png", "tracking-fig5.png", "tracking-fp.png"),
+                       section="Jun and Astley, 5.3", title="Message tracking: Bloom-filter histories vs a log vs none (Fig. 3-5)",
+                       paper="with 10K buffers Bloom filters cost little latency over no tracking while the log is significantly "
+                             "slower (Fig. 3); filters do not compress, logs do (Fig. 4-5); partially full filters (a small T_p) "
+                             "cost Bloom filters storage; efpp = 1 - (1 - fpp)^|M| (eq. 2)",
+                       rule="every testable rule of bench/tracking_figures.py holds: Fig. 3 on runs the harness held, each "
+                            "strategy against NULL's run of the same round (close: 0.1 ms or 5 %); full filters keep >= 90 % "
+                            "under gzip, logs <= 60 %; T_p 1 s stores >= 3x T_p 8 s; Table 2's full-filter column; no false "
+                            "negative and false positives within eq. 2's expectation + 4 sigma"),)),
         Benchmark(
-            "durable", program="bench.durable", figures="bench.durable_figures", entry="durable", minutes=20,
+            "durable",
+            program="bench.durable",
+            figures="bench.durable_figures",
+            minutes=20,
             about="durable topics (ePulsar 3.5) live: ack and E2E latency by storage placement and replicas, storage "
                   "traffic and CPU, zero loss across migrations and crashes -> results/bench/durable.json, "
                   "durable-latency/cost.png (--only loss-r3-enhanced --reuse runs some)",
-            images=("durable-latency.png", "durable-cost.png"),
-            section="3.5", title="Durable topics: storage nodes on the broker's own edge site (live, no figure in the paper)",
-            paper="a persistent topic is acknowledged once stored on one or more storage nodes; ePulsar picks them on "
-                  "the broker's own site, on distinct racks, so no remote round trip sits in the critical path",
-            rule="every testable rule of bench/durable_figures.py holds: cloud R3's ack p50 exceeds site-local R3's by "
-                 ">= 80 % of the cloud RTT; 0 acknowledged messages lost with 3 replicas across a broker and a "
-                 "storage-node kill, both workflows; site-local streams move with their topic; R3 > 1.5x R1's storage "
-                 "traffic (a saturated run is named beside the verdict)",
             scale="live: scenarios/uav-smoke.yaml per storage placement and replica count (3 storage racks per site "
-                  "and in the cloud); zero loss: the same runs with a broker and a storage node killed, per workflow"),
+                  "and in the cloud); zero loss: the same runs with a broker and a storage node killed, per workflow",
+            shows=(Figure("durable", images=("durable-latency.png", "durable-cost.png"),
+                       section="3.5", title="Durable topics: storage nodes on the broker's own edge site (live, no figure in the paper)",
+                       paper="a persistent topic is acknowledged once stored on one or more storage nodes; ePulsar picks them on "
+                             "the broker's own site, on distinct racks, so no remote round trip sits in the critical path",
+                       rule="every testable rule of bench/durable_figures.py holds: cloud R3's ack p50 exceeds site-local R3's by "
+                            ">= 80 % of the cloud RTT; 0 acknowledged messages lost with 3 replicas across a broker and a "
+                            "storage-node kill, both workflows; site-local streams move with their topic; R3 > 1.5x R1's storage "
+                            "traffic (a saturated run is named beside the verdict)"),)),
     ),
 )
