@@ -12,7 +12,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt venv scenario test test-long figures paper images clean lint docs bench-emulation bench-shaper bench-nc bench-migration doctor containernet-deps bench-analysis bench-monitoring bench-placement bench-overload bench-client bench-capacity bench-soak bench-servers bench-efficiency benches
+.PHONY: setup apt venv scenario test test-long figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers benches
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -92,15 +92,6 @@ bench-nc: setup  ## Serf coordinate accuracy and overhead (paper 5.3) -> results
 bench-analysis: setup  ## PySpark reduction of 250k/500k/1M synthetic trace rows -> results/bench/analysis.json (ANALYSIS_ARGS="--sizes 1000000,10000000,30000000,100000000 --repeats 1 --cluster 2 --no-convert": scaling, local vs a 2-worker standalone cluster, ~15 min)
 	$(BIN)/python -m analysis.bench $(ANALYSIS_ARGS)
 
-bench-migration: setup  ## topic migration overheads, enhanced vs baseline (paper 5.7) -> results/bench/migration.json, fig7a/b.png
-	$(BIN)/python -m testbed.bench.migration
-
-bench-placement: setup  ## broker selection policies over 1000 random placements (paper 5.5) -> results/bench/placement.json, fig4/fig5.png
-	$(BIN)/python -m testbed.bench.placement $(PLACEMENT_ARGS)
-
-bench-monitoring: setup  ## monitoring traffic of one broker to ZooKeeper, ePulsar vs AllPairs (paper 5.6) -> results/bench/monitoring.json, fig6.png
-	$(BIN)/python -m testbed.bench.monitoring
-
 bench-client: setup  ## client library CPU per message, one swarm against nats-server on loopback -> results/bench/client.json
 	$(BIN)/python -m testbed.bench.client $(CLIENT_ARGS)
 
@@ -109,12 +100,6 @@ bench-overload: setup  ## nats-server output rate vs p95 latency, the Rth_out kn
 
 bench-soak: setup  ## 30 min of uav-smoke with a broker crashed and restarted every 5 min: memory and open files per process class must not grow past a bound -> results/bench/soak.json, soak.png (SOAK_ARGS=--minutes 10 ...)
 	$(BIN)/python -m testbed.bench.soak $(SOAK_ARGS)
-
-bench-efficiency: setup  ## CPU-us per delivered message by process class at fractions of the paper's UAV load and MMOG points, the per-link delay line and the shared one alternating run by run -> results/bench/efficiency.json, efficiency.png (EFFICIENCY_ARGS=--quick ...)
-	$(BIN)/python -m testbed.bench.efficiency $(EFFICIENCY_ARGS)
-
-bench-capacity: setup  ## load the harness carries within its error budget: UAV and MMOG knees vs the paper's load, nats-server and the delay line alone -> results/bench/capacity.json, capacity.png (CAPACITY_ARGS=--quick ...)
-	$(BIN)/python -m testbed.bench.capacity $(CAPACITY_ARGS)
 
 benches: venv  ## the benchmarks each system brings (testbed/systems/*/manifest.py): name, system, length, what it writes
 	@$(BIN)/testbed bench

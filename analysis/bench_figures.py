@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 
 import matplotlib
@@ -33,8 +32,6 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from analysis import figures, stats  # noqa: E402
-from analysis.headlines import PLACEMENT_THRESHOLD_S  # noqa: E402
-from testbed.policies import DEFAULT_DISTANCE, DISTANCES, POLICIES  # noqa: E402
 
 OUT = Path("results/bench")
 
@@ -280,7 +277,7 @@ def overload(data: dict, out: Path) -> dict:
 # ------------------------------------------------------------------------------------------ capacity
 
 def capacity(data: dict, out: Path) -> dict:
-    """`make bench-capacity` (testbed.bench.capacity): left, the harness's overhead over the
+    """`make bench-capacity` (testbed.systems.pubsub.bench.capacity): left, the harness's overhead over the
     configured path (p50 solid, p99 dashed) against offered deliveries/s per case and axis, saturated
     points crossed, the knee rule's limits and the paper's loads; right, CPU by process class per point."""
     rows = [r for r in data["rows"] if r.get("overhead_p50_ms") is not None]
@@ -329,7 +326,7 @@ def capacity(data: dict, out: Path) -> dict:
 # ------------------------------------------------------------------------------------------ efficiency
 
 def efficiency(data: dict, out: Path) -> dict:
-    """`make bench-efficiency` (testbed.bench.efficiency): CPU-us per delivered message stacked by
+    """`make bench-efficiency` (testbed.systems.pubsub.bench.efficiency): CPU-us per delivered message stacked by
     process class, one bar per run, the shapers side by side at each load; steal hatched on top (the
     hypervisor's, not a process's); the line is what the paper's load on two cores allows."""
     rows = sorted((r for r in data["rows"] if r.get("total_us_per_delivery") is not None),
@@ -359,74 +356,6 @@ def efficiency(data: dict, out: Path) -> dict:
 
 
 # ------------------------------------------------------------------------------------------ by name
-
-# -- Fig. 4 and 5: the placement assessment (paper 5.5), from testbed.bench.assessment's summary rows --
-def _reading(row: dict) -> str:
-    return row.get("distance") or DEFAULT_DISTANCE  # rows from before readings were recorded
-
-
-def placement(summary: Iterable[dict], kind: str, path: str | Path, evaluated_on: str = "estimate") -> Path:
-    """Per reading of d (one row of panels each, side by side: `one_way` and `rtt`), two panels: (a)
-    worst-case E2E latency (p95 over placements, solid; max, dashed) and (b) mean violation ratio,
-    against the number of cities (MMOG, Fig. 4) or MEC zones (UAV, Fig. 5), one line per policy,
-    with the threshold as a horizontal line."""
-    rows = [r for r in summary if r["kind"] == kind and r["evaluated_on"] == evaluated_on]
-    if not rows:
-        raise ValueError(f"no {kind} rows evaluated on {evaluated_on!r} to plot")
-    readings = [d for d in DISTANCES if any(_reading(r) == d for r in rows)]
-    threshold_ms = PLACEMENT_THRESHOLD_S[kind] * 1e3
-    xlabel = "number of cities" if kind == "mmog" else "number of MEC zones"
-    ticks = sorted({int(r["size"]) for r in rows})
-    fig, axes = plt.subplots(len(readings), 2, figsize=(10, 4 * len(readings)), squeeze=False)
-    for reading, (ax_lat, ax_vio) in zip(readings, axes):
-        mine_all = [r for r in rows if _reading(r) == reading]
-        for policy in [p for p in reversed(POLICIES) if any(r["policy"] == p for r in mine_all)]:  # baselines first
-            label = POLICIES[policy].label
-            color, marker = figures.POLICY_COLORS.get(policy), figures.POLICY_MARKERS.get(policy, "x")
-            mine = sorted((r for r in mine_all if r["policy"] == policy), key=lambda r: int(r["size"]))
-            sizes = [int(r["size"]) for r in mine]
-            ax_lat.plot(sizes, [float(r["worst_p95_s"]) * 1e3 for r in mine], color=color, marker=marker,
-                        label=f"{label} (p95)")
-            ax_lat.plot(sizes, [float(r["worst_max_s"]) * 1e3 for r in mine], color=color, marker=marker,
-                        linestyle="--", alpha=0.6, label=f"{label} (max)")
-            spans = [stats.mean_ci_from(float(r["violation_ratio_mean"]), r.get("violation_ratio_std"),
-                                        int(r.get("placements") or 0)) for r in mine]
-            ax_vio.errorbar(sizes, [100 * i.value for i in spans], color=color, marker=marker, capsize=3, label=label,
-                            yerr=[[100 * (i.value - i.low) if i.has_interval else 0 for i in spans],
-                                  [100 * (i.high - i.value) if i.has_interval else 0 for i in spans]])
-        ax_lat.axhline(threshold_ms, color="black", linestyle=":", label=f"threshold {threshold_ms:g} ms")
-        ax_lat.set_xlabel(xlabel)
-        ax_lat.set_ylabel(f"worst-case E2E latency (ms, d = {reading})")
-        ax_lat.set_title(f"(a) worst-case E2E latency, d = {reading}")
-        ax_lat.set_ylim(bottom=0)
-        ax_lat.legend(fontsize=7)
-        ax_vio.set_xlabel(xlabel)
-        ax_vio.set_ylabel("violation ratio (% of pairs)")
-        ax_vio.set_title(f"(b) violation ratio (mean over placements, 95 % CI), d = {reading}", fontsize=10)
-        ax_vio.set_ylim(bottom=0)
-        ax_vio.legend(fontsize=7)
-        for ax in (ax_lat, ax_vio):
-            ax.grid(alpha=0.3)
-            ax.set_xticks(ticks)
-    where = "coordinate estimates" if evaluated_on == "estimate" else "configured latencies"
-    fig.suptitle(f"Fig. {4 if kind == 'mmog' else 5}: {'MMOG' if kind == 'mmog' else 'UAV swarms'}, broker selection policies ({where})")
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
-    return path
-
-
-def fig4(summary: Iterable[dict], path: str | Path, evaluated_on: str = "estimate") -> Path:
-    """Fig. 4: MMOG, against the number of cities, 100 ms threshold."""
-    return placement(summary, "mmog", path, evaluated_on)
-
-
-def fig5(summary: Iterable[dict], path: str | Path, evaluated_on: str = "estimate") -> Path:
-    """Fig. 5: UAV swarms, against the number of MEC zones, 40 ms threshold."""
-    return placement(summary, "uav", path, evaluated_on)
-
 
 FIGURES = {"nc": lambda data, d, name: [fig3b(data, d / "fig3b.png")],
            "monitoring": lambda data, d, name: [fig6(data, d / "fig6.png")],

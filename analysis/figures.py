@@ -251,7 +251,7 @@ def fig9(aoi, out, threshold_s: float | None = 0.100, stat: str = "p95_s", consu
     who = f" seen by {consumer}" if consumer else ""
     title = f"Fig. 9: E2E area-of-interest latency{who}" + (f"\n({note})" if note else "")
     ylabel = f"E2E AoI latency, {STAT_NAMES.get(stat, stat)} per {bucket:g} s (ms)"
-    return _finish(fig, ax, out, title, "time since run start (s)", ylabel, labels, legend_title="avatar")
+    return _finish(fig, ax, out, title, "time since run start (s)", ylabel, labels, legend_title="player")
 
 
 # ------------------------------------------------------------------------------------------ Fig. 7
@@ -439,7 +439,7 @@ def fig9_policies(panels: list[dict], out, stat: str = "p95_s") -> dict:
     title = "Fig. 9: E2E area-of-interest latency of one player, per broker selection policy"
     return _panels(sorted(panels, key=lambda p: policy_key(p["policy"])), out, title,
                    lambda bucket: f"E2E AoI latency, {STAT_NAMES.get(stat, stat)}\nper {bucket:g} s (ms)", draw,
-                   legend_title="avatar")
+                   legend_title="player")
 
 
 def policy_over_time(rows, out, title: str, stat: str = "p95_s", topic_class: str | None = None) -> dict:

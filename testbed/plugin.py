@@ -79,9 +79,9 @@ class Benchmark:
 
     name: str  # `make bench-<name>`; it writes results/bench/<name>.json
     program: str  # the module run as `python -m`, relative to the system's package
-    figures: str  # the module judging (and drawing) it, relative to the system's package
     about: str  # one line: what it measures and what it writes (`testbed bench` lists it)
-    shows: tuple[Figure, ...]  # the index entries it feeds
+    figures: str = ""  # the module judging (and drawing) it, relative to the system's package
+    shows: tuple[Figure, ...] = ()  # the index entries it feeds (none: a measurement of the machine)
     scale: str = ""  # the scale it runs at, in words ("": the headline says)
     minutes: float = 20  # how long a default run takes on the reference VM
     paper_runs: bool = False  # `make paper` runs it (quick enough); else reads its JSON when present

@@ -22,9 +22,9 @@ import time
 import pytest
 
 from testbed.nc.coordinate import Coordinate
-from analysis import bench_figures
-from testbed.bench import assessment
-from testbed.bench.assessment import (Infrastructure, TopicSpec, assess, evaluate, infrastructure, load_inputs,
+from testbed.systems.pubsub.bench import figures as micro
+from testbed.systems.pubsub.bench import assessment
+from testbed.systems.pubsub.bench.assessment import (Infrastructure, TopicSpec, assess, evaluate, infrastructure, load_inputs,
                                        mmog_topics, per_placement, percentile, summarize, uav_topics)
 from testbed.policies import ONE_WAY, POLICIES, RTT, hash_broker
 from testbed.policies.pulsar_lm.bundles import Bundles
@@ -294,14 +294,14 @@ def test_figures_are_drawn(tmp_path):
                 rows.append({"kind": kind, "topology": f"{kind}{size}", "size": size, "policy": policy,
                              "evaluated_on": "estimate", "placements": 3, "worst_max_s": 0.05 * size,
                              "worst_p95_s": 0.04 * size, "violation_ratio_mean": 0.1})
-    for path in (bench_figures.fig4(rows, tmp_path / "fig4.png"), bench_figures.fig5(rows, tmp_path / "fig5.png")):
+    for path in (micro.fig4(rows, tmp_path / "fig4.png"), micro.fig5(rows, tmp_path / "fig5.png")):
         assert path.exists() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 10_000
     with pytest.raises(ValueError):
-        bench_figures.fig4(rows, tmp_path / "none.png", evaluated_on="configured")
+        micro.fig4(rows, tmp_path / "none.png", evaluated_on="configured")
     # both readings: one row of panels each (rows without a distance are the default reading's)
     both = rows + [{**r, "distance": "rtt", "worst_max_s": 2 * r["worst_max_s"]} for r in rows]
-    single = bench_figures.fig4(rows, tmp_path / "single.png")
-    double = bench_figures.fig4(both, tmp_path / "both.png")
+    single = micro.fig4(rows, tmp_path / "single.png")
+    double = micro.fig4(both, tmp_path / "both.png")
     from PIL import Image
 
     with Image.open(single) as one, Image.open(double) as two:
@@ -361,7 +361,7 @@ def _spark_available():
 @pytest.mark.slow
 @pytest.mark.skipif(_spark_available() is not None, reason=str(_spark_available()))
 def test_spark_job_matches_the_local_reduction(spark, tmp_path):
-    from testbed.bench import assess_spark
+    from testbed.systems.pubsub.bench import assess_spark
 
     infras: list[Infrastructure] = [infrastructure("mmog", *mmog_topology(), threshold=0.045),
                                     infrastructure("uav", *uav_topology())]
@@ -388,6 +388,6 @@ def test_spark_job_matches_the_local_reduction(spark, tmp_path):
     assert by_key[("mmog", "tiny-mmog", 2, "pulsar-hash", "estimate", "one_way")]["worst_max_s"] == pytest.approx(0.070)
     with open(tmp_path / "out" / "summary.csv", newline="") as handle:
         assert len(list(csv.DictReader(handle))) == 2 * len(POLICIES) * 2 * 2
-    from testbed.bench.assess_spark import read_summary
+    from testbed.systems.pubsub.bench.assess_spark import read_summary
     assert read_summary(tmp_path / "out" / "summary.csv")[0]["placements"] == seeds
     print(f"spark job on {seeds} seeds: {elapsed:.1f} s")

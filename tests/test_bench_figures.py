@@ -34,7 +34,7 @@ def monitoring_json():
 
 
 def migration_json(enhanced_topics: int = 128):
-    """Rows as testbed.bench.migration writes them: per configuration the medians with 95 % intervals."""
+    """Rows as testbed.systems.pubsub.bench.migration writes them: per configuration the medians with 95 % intervals."""
     ci = lambda center: median_ci([center * (1 + i / 20) for i in range(-5, 6)]).as_dict()  # noqa: E731
     row = lambda fig, n, wan, wf, ex, **data: {"figure": fig, "topics": n, "wan_ms": wan, "workflow": wf,  # noqa: E731
                                                 "executors": ex, "harness": {"valid": True}, **data}

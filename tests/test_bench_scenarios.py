@@ -34,7 +34,8 @@ def test_every_scenario_passes_testbed_validate():
 
 
 def test_each_benchmark_names_an_existing_file():
-    from testbed.bench import emulation, migration, monitoring, overload
+    from testbed.bench import emulation, overload
+    from testbed.systems.pubsub.bench import migration, monitoring
 
     for path in (overload.SCENARIO, monitoring.SCENARIO, migration.SCENARIO, emulation.ACCURACY, emulation.BRINGUP,
                  emulation.MOBILE):
@@ -42,7 +43,8 @@ def test_each_benchmark_names_an_existing_file():
 
 
 def test_the_bench_nodes_exist_in_their_networks():
-    from testbed.bench import monitoring, overload
+    from testbed.bench import overload
+    from testbed.systems.pubsub.bench import monitoring
 
     assert {overload.BROKER, overload.PUB, overload.SUB} <= set(topology.build(load(overload.SCENARIO)).nodes)
     assert {monitoring.BROKER, monitoring.CLIENTS} <= set(topology.build(load(monitoring.SCENARIO)).nodes)
@@ -59,7 +61,7 @@ def test_accuracy_network_has_three_paths_of_the_asked_rtt(rtt_ms):
 
 
 def test_migration_sweeps_the_wan_latency_only():
-    from testbed.bench.migration import SCENARIO, scenario_at
+    from testbed.systems.pubsub.bench.migration import SCENARIO, scenario_at
 
     base, changed = load(SCENARIO), scenario_at(80)
     assert changed.infrastructure.cloud.one_way == pytest.approx(0.080)
@@ -68,7 +70,7 @@ def test_migration_sweeps_the_wan_latency_only():
 
 @pytest.mark.parametrize("quick", [False, True])
 def test_migration_plan_runs_fig7a_at_the_papers_128_topics(quick):
-    from testbed.bench.migration import plan
+    from testbed.systems.pubsub.bench.migration import plan
 
     configs = plan(quick)
     fig7a = [c for c in configs if c[0] == "7a"]
@@ -95,7 +97,7 @@ def test_nc_star_at_an_rtt_shipped_or_not(nodes):
 def test_migration_clients_are_split_and_their_health_merged_per_second(tmp_path):
     """At most 32 clients share an event loop; the guard reads every process's lateness, second by second."""
     from testbed import health
-    from testbed.bench.migration import _harness, client_shares
+    from testbed.systems.pubsub.bench.migration import _harness, client_shares
 
     assert client_shares(128) == [32, 32, 32, 32] and client_shares(33) == [17, 16] and client_shares(8) == [8]
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from testbed.bench import capacity
-from testbed.bench.capacity import Point
+from testbed.systems.pubsub.bench import capacity
+from testbed.systems.pubsub.bench.capacity import Point
 
 
 def row(offered, p50=0.5, p99=2.0, saturated=False, delivered=None, axis="rate", case="uav-swarm", cpu=None):

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 from analysis.bench_figures import draw
-from testbed.bench import efficiency
-from testbed.bench.capacity import loaded
+from testbed.systems.pubsub.bench import efficiency
+from testbed.systems.pubsub.bench.capacity import loaded
 
 
 def _run_dir(tmp_path: Path) -> Path:

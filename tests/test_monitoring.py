@@ -1,7 +1,7 @@
 """Monitoring for AllPairs (the paper's naive approach, 3.2 and Fig. 6), without a network: a broker
 agent run with --report-clients adds every client's coordinate to its report (which then grows with
 the clients), ePulsar's report does not grow; the topic manager reads the clients back and runs
-AllPairs on them (the live benchmark is testbed.bench.monitoring)."""
+AllPairs on them (the live benchmark is testbed.systems.pubsub.bench.monitoring)."""
 
 from __future__ import annotations
 

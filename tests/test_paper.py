@@ -13,6 +13,8 @@ from typer.testing import CliRunner
 from analysis import experiment_headlines, headlines, traces
 from analysis.paper_index import Entry, write_index
 from testbed import paper
+from testbed.systems.pubsub import claims
+from testbed.systems.pubsub.bench import figures as micro
 from testbed.cli import app, with_policy
 from testbed.scenario.loader import load
 
@@ -54,7 +56,7 @@ def monitoring_json(epulsar_16=5000.0):
 
 
 def migration_json(enhanced_80_ms: float = 59, baseline_80_ms: float = 511):
-    """testbed.bench.migration's rows: medians with 95 % intervals (here +-5 %) per configuration."""
+    """testbed.systems.pubsub.bench.migration's rows: medians with 95 % intervals (here +-5 %) per configuration."""
     ci = lambda v: {"value": v, "low": 0.95 * v, "high": 1.05 * v, "n": 128, "level": 0.95}  # noqa: E731
     rows = [{"figure": "7a", "topics": 128, "executors": 16 if wf == "enhanced" else 1, "wan_ms": w, "workflow": wf,
              "downtime": ci(d / 1000), "reconnect": ci(0.8 * d / 1000), "completion": ci(1.0),
@@ -72,23 +74,23 @@ def test_headlines_from_the_bench_json_shapes():
     assert fig3b.agrees is True and "1.8-2.9 ms for 2-32 nodes" in fig3b.ours and "4.0 % of the RTT" in fig3b.ours
     assert fig3b.numbers["median_error_ms_max"] == 2.9
 
-    fig5 = headlines.ours_fig5(placement_json())
+    fig5 = micro.ours_fig5(placement_json())
     assert fig5.agrees is True and "ePulsar 25 ms" in fig5.ours and "Pulsar (hash) 80.0 %" in fig5.ours
-    assert headlines.ours_fig5(placement_json(epulsar_worst=0.041)).agrees is False  # above the 40 ms threshold
-    fig4 = headlines.ours_fig4(placement_json())
+    assert micro.ours_fig5(placement_json(epulsar_worst=0.041)).agrees is False  # above the 40 ms threshold
+    fig4 = micro.ours_fig4(placement_json())
     assert fig4.agrees is True and "3-12 cities" in fig4.ours and fig4.scale == "2 topologies x 1000 placements"
 
-    fig6 = headlines.ours_fig6(monitoring_json())
+    fig6 = micro.ours_fig6(monitoring_json())
     assert fig6.agrees is True and "ePulsar 2,900/4,950/5,000 B/s" in fig6.ours and "7.9x at 16 clients" in fig6.ours
-    assert headlines.ours_fig6(monitoring_json(epulsar_16=9000.0)).agrees is False  # grows with clients
+    assert micro.ours_fig6(monitoring_json(epulsar_16=9000.0)).agrees is False  # grows with clients
 
-    fig7a = headlines.ours_fig7a(migration_json())
+    fig7a = micro.ours_fig7a(migration_json())
     assert fig7a.agrees is True and "ePulsar 10 ms 51 ms [48, 54] (n=128); 80 ms 59 ms" in fig7a.ours
     assert "to reconnected (paper): ePulsar 10 ms 41 ms" in fig7a.ours and "Pulsar 10 ms 91 ms" in fig7a.ours
     assert fig7a.scale == "128 topics at once (as the paper), 16 executors"
-    assert headlines.ours_fig7a(migration_json(enhanced_80_ms=495)).agrees is False  # intervals overlap at 80 ms
-    assert headlines.ours_fig7a(migration_json(baseline_80_ms=95)).agrees is False  # apart, but the gap shrinks
-    fig7b = headlines.ours_fig7b(migration_json())
+    assert micro.ours_fig7a(migration_json(enhanced_80_ms=495)).agrees is False  # intervals overlap at 80 ms
+    assert micro.ours_fig7a(migration_json(baseline_80_ms=95)).agrees is False  # apart, but the gap shrinks
+    fig7b = micro.ours_fig7b(migration_json())
     assert fig7b.agrees is True and "128 topics" in fig7b.ours and "1.36 s [1.29, 1.43] (n=128) (16 executors)" in fig7b.ours
     assert fig7b.numbers["baseline_s"] == pytest.approx(16.256)
 
@@ -98,38 +100,38 @@ def test_headlines_raise_missing_input_for_empty_json():
         with pytest.raises(headlines.MissingInput):
             extract({})
     with pytest.raises(headlines.MissingInput):
-        headlines.ours_fig7a({"rows": [r for r in migration_json()["rows"] if r["workflow"] == "enhanced"]})
+        micro.ours_fig7a({"rows": [r for r in migration_json()["rows"] if r["workflow"] == "enhanced"]})
 
 
 def test_fig4_rule_passes_fails_and_is_not_testable_below_the_threshold():
     """Hash's violations well above ePulsar's, ePulsar's close to AllPairs' (4b), at the sizes where
     some placement can exceed 100 ms at all."""
-    ok = headlines.ours_fig4(placement_json())
+    ok = micro.ours_fig4(placement_json())
     assert ok.verdict == "yes" and "Pulsar (hash) 35.0 %, AllPairs 0.4 %, ePulsar 1.0 %" in ok.ours
     far = placement_json(mmog={"epulsar": (0.150, 0.200), "allpairs": (0.088, 0.004), "pulsar-hash": (0.160, 0.350)})
-    assert headlines.ours_fig4(far).verdict == "no"  # ePulsar violates 20 points more often than AllPairs
+    assert micro.ours_fig4(far).verdict == "no"  # ePulsar violates 20 points more often than AllPairs
     near = placement_json(mmog={"epulsar": (0.090, 0.010), "allpairs": (0.088, 0.004), "pulsar-hash": (0.160, 0.060)})
-    assert headlines.ours_fig4(near).agrees is False  # hash only 5 points above ePulsar: not "well above"
+    assert micro.ours_fig4(near).agrees is False  # hash only 5 points above ePulsar: not "well above"
     bounded = placement_json(mmog={"epulsar": (0.060, 0.0), "allpairs": (0.058, 0.0), "pulsar-hash": (0.078, 0.0)})
-    fig4 = headlines.ours_fig4(bounded)
+    fig4 = micro.ours_fig4(bounded)
     assert fig4.verdict == "not testable" and fig4.agrees is None and "exceeds 100 ms" in fig4.untestable
     # Both distance readings side by side: the one that can violate decides, the text names both.
     both = placement_json(distance="rtt")
     both["summary"] += placement_json(mmog={"epulsar": (0.06, 0.0), "allpairs": (0.058, 0.0),
                                             "pulsar-hash": (0.078, 0.0)}, distance="one_way")["summary"]
-    fig4 = headlines.ours_fig4(both)
+    fig4 = micro.ours_fig4(both)
     assert fig4.verdict == "yes" and "rtt distances: worst-case" in fig4.ours and "one_way distances:" in fig4.ours
     assert "(not testable there)" in fig4.ours
 
 
 def test_fig5_rule_passes_fails_and_is_not_testable_below_the_threshold():
-    assert headlines.ours_fig5(placement_json()).verdict == "yes"
-    assert headlines.ours_fig5(placement_json(epulsar_worst=0.041)).verdict == "no"
+    assert micro.ours_fig5(placement_json()).verdict == "yes"
+    assert micro.ours_fig5(placement_json(epulsar_worst=0.041)).verdict == "no"
     bounded = placement_json(epulsar_worst=0.030)
     for r in bounded["summary"]:
         if r["kind"] == "uav":
             r.update(worst_max_s=min(r["worst_max_s"], 0.035), violation_ratio_mean=0.0)
-    assert headlines.ours_fig5(bounded).verdict == "not testable"
+    assert micro.ours_fig5(bounded).verdict == "not testable"
 
 
 def comparison(scenario="uav-smoke", cls="follow_leader", threshold=0.04, ep_p95=0.03, bound=0.097, relinks=5,
@@ -223,7 +225,7 @@ def test_every_figure_has_a_rule_and_a_claim():
     for bench in paper.system_benches():  # a system's benchmark brings its own
         for figure in bench.bench.shows:
             assert figure.entry not in headlines.PAPER and figure.rule and figure.paper and figure.section
-    assert "95 %" in headlines.AGREEMENT_RULES["fig8"] and "10 points" in headlines.AGREEMENT_RULES["fig4"]
+    assert "95 %" in headlines.AGREEMENT_RULES["fig8"] and "10 points" in claims.FIG4.rule
 
 
 # ---------------------------------------------------------------------------------------- the index
@@ -372,12 +374,12 @@ def test_bench_headlines_give_their_intervals():
     for r in placement["summary"]:
         r.update(placements=1000, violation_ratio_std=0.1)
     # hash at 12 cities: 35 % +- 1.96 * 10 / sqrt(1000) = 0.62 points
-    assert "Pulsar (hash) 35.0 % [34.4, 35.6] (n=1000)" in headlines.ours_fig4(placement).ours
+    assert "Pulsar (hash) 35.0 % [34.4, 35.6] (n=1000)" in micro.ours_fig4(placement).ours
     monitoring = monitoring_json()
     for r in monitoring["rows"]:
         r["zk_wire_net_Bps_ci"] = mean_ci([r["zk_wire_net_Bps"] - 100, r["zk_wire_net_Bps"] + 100]).as_dict()
     assert "at 16 clients, mean over report periods: ePulsar 5,000 B/s [3,729, 6,271] (n=2)" in \
-        headlines.ours_fig6(monitoring).ours
+        micro.ours_fig6(monitoring).ours
 
 
 def test_runs_under_two_readings_of_d_are_not_pooled():
@@ -395,15 +397,15 @@ def test_runs_under_two_readings_of_d_are_not_pooled():
 def test_fig7_gives_no_verdict_on_saturated_configurations():
     """A latency measured while the harness was saturated is the machine's: Fig. 7's rules say so."""
     data = migration_json()
-    assert headlines.ours_fig7a(data).verdict == "yes"
+    assert micro.ours_fig7a(data).verdict == "yes"
     data["rows"][0]["harness"] = {"valid": False}
-    fig7a = headlines.ours_fig7a(data)
+    fig7a = micro.ours_fig7a(data)
     assert fig7a.verdict == "not testable" and "saturated in 1 of the 4 configurations" in fig7a.untestable
     bad = migration_json()
     for r in bad["rows"]:
         if r["figure"] == "7b" and r["topics"] == 128:
             r["harness"] = {"valid": False}
-    assert headlines.ours_fig7b(bad).verdict == "not testable"
+    assert micro.ours_fig7b(bad).verdict == "not testable"
 
 
 def test_intervals_stay_within_what_the_quantity_can_take():

@@ -11,7 +11,7 @@ from dataclasses import asdict, astuple, fields
 import pytest
 
 from testbed import cli, paper
-from testbed.bench import assessment
+from testbed.systems.pubsub.bench import assessment
 from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DEFAULT_POLICY, DISTANCES, FAMILIES,
                               INITIAL_PLACEMENTS, ONE_WAY, POLICIES, Overload, Policy, get_policy,
                               perform_repartitioning, topic_class, topic_name)

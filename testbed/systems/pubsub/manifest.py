@@ -6,7 +6,8 @@ from typing import Annotated
 
 from pydantic import Field
 
-from testbed.plugin import Benchmark, Figure, Experiment, System, WorkloadKind
+from testbed.plugin import Benchmark, Experiment, Figure, System, WorkloadKind
+from testbed.systems.pubsub.claims import FIG4, FIG5, FIG6, FIG7A, FIG7B
 from testbed.systems.pubsub.schema import Hotspot, hotspot_topics, needs_rate_and_topics
 
 PUBSUB_FEATURES = ("durable", "tracking")
@@ -41,6 +42,27 @@ SYSTEM = System(
                      "groups": (Annotated[int, Field(ge=1, le=10_000)], 1)},  # and the groups they play in
     roles=("role:PubSubRole", "workload_role:PubSubWorkload"),
     benchmarks=(
+        # the ePulsar paper's microbenchmarks (5.5-5.7), each quick enough for `make paper` to run
+        Benchmark("placement", program="bench.placement", figures="bench.figures", minutes=8, paper_runs=True,
+                  about="broker selection policies over 1000 random placements (paper 5.5) -> results/bench/"
+                        "placement.json, fig4/fig5.png (--quick: 200 placements)",
+                  shows=(FIG4, FIG5)),
+        Benchmark("monitoring", program="bench.monitoring", figures="bench.figures", minutes=10, paper_runs=True,
+                  about="monitoring traffic of one broker to ZooKeeper, ePulsar vs AllPairs (paper 5.6) -> "
+                        "results/bench/monitoring.json, fig6.png",
+                  shows=(FIG6,)),
+        Benchmark("migration", program="bench.migration", figures="bench.figures", minutes=10, paper_runs=True,
+                  about="topic migration overheads, enhanced vs baseline (paper 5.7) -> results/bench/migration.json, "
+                        "fig7a/b.png",
+                  shows=(FIG7A, FIG7B)),
+        # this machine's capacity for the UAV and MMOG workloads: `testbed run` warns past it (testbed.load)
+        Benchmark("capacity", program="bench.capacity", minutes=26,
+                  about="load the harness carries within its error budget: UAV and MMOG knees vs the paper's load, "
+                        "nats-server and the delay line alone -> results/bench/capacity.json, capacity.png (--quick)"),
+        Benchmark("efficiency", program="bench.efficiency", minutes=25,
+                  about="CPU-us per delivered message by process class at fractions of the paper's UAV load and MMOG "
+                        "points, the per-link delay line and the shared one alternating run by run -> "
+                        "results/bench/efficiency.json, efficiency.png (--quick)"),
         Benchmark(
             "tracking",
             program="bench.tracking",

@@ -17,7 +17,7 @@ run (A B, then B A at the next repeat) so drift on this noisy VM falls on both a
 Writes results/bench/efficiency.json (--quick: efficiency-quick.json) and efficiency.png (drawn by
 analysis.bench_figures.efficiency), and prints the table.
 
-    python -m testbed.bench.efficiency [--quick] [--shapers delayline,shared] [--repeats 1] [--loads 0.05,0.1]
+    python -m testbed.systems.pubsub.bench.efficiency [--quick] [--shapers delayline,shared] [--repeats 1] [--loads 0.05,0.1]
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 
 from testbed.health import explained_by_steal
-from testbed.bench.capacity import BASES, OUT, Point, _json_lines, migration_windows, offered, run_point
+from testbed.systems.pubsub.bench.capacity import BASES, OUT, Point, _json_lines, migration_windows, offered, run_point
 
 PAPER_UAV_RATE = 200  # msg/s per swarm publisher at 8 swarms: scenarios/uav.yaml, the paper's UAV load
 UAV_LOADS = (0.05, 0.1, 0.25, 0.5, 1.0)
@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                             f"duration {duration}, settle {args.settle}, shapers alternating {shapers}",
                     "per_delivery": "health.jsonl CPU by class over the workload's seconds outside migration windows, "
                                     "over the deliveries received in them; steal apart; context switches machine-wide",
-                    "command": " ".join(["python -m testbed.bench.efficiency", *(sys.argv[1:] if argv is None else argv)])},
+                    "command": " ".join(["python -m testbed.systems.pubsub.bench.efficiency", *(sys.argv[1:] if argv is None else argv)])},
             "rows": []}
     started, runs = time.monotonic(), len(todo) * len(shapers) * args.repeats
     for i, point in enumerate(todo):

@@ -1,9 +1,9 @@
 """The paper's 1000-placement policy assessment (5.5, Fig. 4 and Fig. 5) as a PySpark job.
 
-    python -m testbed.bench.assess_spark --inputs snapshots.json --out results/assessment \\
+    python -m testbed.systems.pubsub.bench.assess_spark --inputs snapshots.json --out results/assessment \\
         [--seeds 1000] [--master local[*]] [--figures results/assessment] [--topic-rows]
 
-`--inputs`: the JSON file of `testbed.bench.assessment.load_inputs` (one entry per emulated
+`--inputs`: the JSON file of `testbed.systems.pubsub.bench.assessment.load_inputs` (one entry per emulated
 topology: its scenario and its coordinate snapshot). The topologies are built on the driver and
 broadcast; `sparkContext.parallelize(range(seeds))` runs `assessment.assess` for every seed and
 topology on the executors, each seed reduced at once to one row per placement (worst pair latency,
@@ -29,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-from analysis import bench_figures
-from testbed.bench import assessment
+from testbed.systems.pubsub.bench import figures as micro
+from testbed.systems.pubsub.bench import assessment
 
 PLACEMENT_COLUMNS = ("kind", "topology", "size", "policy", "seed", "evaluated_on", "distance", "worst_e2e_s", "pairs",
                      "violations", "violation_ratio")
@@ -132,15 +132,15 @@ def figures(rows: list[dict], directory: Path) -> list[Path]:
     drawn = []
     for kind, name in (("mmog", "fig4"), ("uav", "fig5")):
         if any(r["kind"] == kind for r in rows):
-            drawn.append(bench_figures.placement(rows, kind, directory / f"{name}.png", "estimate"))
-            drawn.append(bench_figures.placement(rows, kind, directory / f"{name}_configured.png", "configured"))
+            drawn.append(micro.placement(rows, kind, directory / f"{name}.png", "estimate"))
+            drawn.append(micro.placement(rows, kind, directory / f"{name}_configured.png", "configured"))
     return drawn
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description="ePulsar paper 5.5: assess the broker selection policies over random placements (PySpark).",
-        epilog="example: python -m testbed.bench.assess_spark --inputs snapshots.json --out results/assessment "
+        epilog="example: python -m testbed.systems.pubsub.bench.assess_spark --inputs snapshots.json --out results/assessment "
                "--figures results/assessment")
     parser.add_argument("--inputs", required=True, help="JSON file of topologies and coordinate snapshots")
     parser.add_argument("--out", required=True, help="output directory (Parquet and CSV)")

@@ -22,7 +22,7 @@ ratio of the paper's load. Physical references in the same run: nats-server alon
 Writes results/bench/capacity.json (--quick: capacity-quick.json, never read by `testbed run`) and
 capacity.png (drawn by analysis.bench_figures.capacity), and prints the table and the knees.
 
-    python -m testbed.bench.capacity [--quick] [--cases uav,mmog] [--no-references] [--reanalyse]
+    python -m testbed.systems.pubsub.bench.capacity [--quick] [--cases uav,mmog] [--no-references] [--reanalyse]
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pathlib import Path
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[4]
 OUT = Path("results/bench")
 BASES = {"uav-swarm": REPO / "scenarios" / "uav.yaml", "mmog": REPO / "scenarios" / "mmog.yaml"}
 SHORT = {"uav": "uav-swarm", "mmog": "mmog"}
@@ -506,7 +506,7 @@ def main(argv: list[str] | None = None) -> int:
                     "knee_rule": {"overhead_p50_ms": OVERHEAD_P50_MS, "overhead_p99_ms": OVERHEAD_P99_MS,
                                   "min_delivered": MIN_DELIVERED, "guard": "clean",
                                   "case": "the lowest knee over the case's axes"},
-                    "command": " ".join(["python -m testbed.bench.capacity", *(sys.argv[1:] if argv is None else argv)])},
+                    "command": " ".join(["python -m testbed.systems.pubsub.bench.capacity", *(sys.argv[1:] if argv is None else argv)])},
             "references": {}, "rows": []}
     if not args.no_references:
         console.print("reference: nats-server alone (clients in the broker's node, no links)")

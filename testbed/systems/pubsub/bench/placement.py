@@ -2,7 +2,7 @@
 
 For each topology size, an emulated network with real Serf agents, run until the coordinates
 converge; the coordinate snapshot then feeds the PySpark assessment of random placements
-(testbed.bench.assess_spark) for Pulsar's hash, AllPairs and ePulsar:
+(testbed.systems.pubsub.bench.assess_spark) for Pulsar's hash, AllPairs and ePulsar:
 
 - MMOG (Fig. 4): the first N WonderProxy cities (nyc, atl, chi, dal, lax, sfo, ...), cloud in nyc,
   one broker and one game server per city (game servers are the clients' places), no NC proxies.
@@ -22,7 +22,7 @@ results/bench/placement/ (Spark's Parquet/CSV), results/bench/fig4.png, fig4_con
 fig5.png, fig5_configured.png (one row of panels per reading) and results/bench/placement.json;
 prints the tables.
 
-    python -m testbed.bench.placement [--quick] [--seeds N] [--cities 3,5,8,12,16] [--zones 2,4,6,8]
+    python -m testbed.systems.pubsub.bench.placement [--quick] [--seeds N] [--cities 3,5,8,12,16] [--zones 2,4,6,8]
                                       [--max-wait S] [--reuse-inputs] [--figures-only]
 """
 
@@ -41,7 +41,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from testbed.bench.assessment import reading_of
+from testbed.systems.pubsub.bench.assessment import reading_of
 from testbed.policies import DISTANCES, AllPairs, EPulsar, PulsarHash
 from testbed.scenario.cities import CITY_CODES
 from testbed.scenario.loader import load
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--figures-only", action="store_true", help="redraw the figures from placement.json")
     parser.add_argument("--master", default="local[*]")
     args = parser.parse_args(argv)
-    from testbed.bench import assess_spark, assessment
+    from testbed.systems.pubsub.bench import assess_spark, assessment
 
     if args.figures_only:
         rows = json.loads((OUT / "placement.json").read_text())["summary"]

@@ -23,8 +23,8 @@ The network is scenarios/bench/monitoring.yaml; the system is assembled by `PubS
 Writes results/bench/monitoring.json and prints the table; `analysis.bench_figures.fig6` draws
 fig6.png from it (`--figures-only` redraws it).
 
-    python -m testbed.bench.monitoring [--quick] [--figures-only]
-    python -m testbed.bench.monitoring clients ...   (the client process, run inside the client node)
+    python -m testbed.systems.pubsub.bench.monitoring [--quick] [--figures-only]
+    python -m testbed.systems.pubsub.bench.monitoring clients ...   (the client process, run inside the client node)
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 OUT = Path("results/bench")
-SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "bench" / "monitoring.yaml"
+SCENARIO = Path(__file__).resolve().parents[4] / "scenarios" / "bench" / "monitoring.yaml"
 HEADER_BYTES = 66  # Ethernet 14 + IPv4 20 + TCP 20 + timestamps 12, per segment
 BROKER, CLIENTS = "bzone1", "cl1"  # nodes of SCENARIO
 
@@ -192,7 +192,7 @@ def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, p
             say(f"  {policy}: idle agent -> ZooKeeper {idle['zk_wire_Bps']:.0f} B/s on the wire "
                 f"(report {idle_report} B), interface tx {idle['iface_tx_Bps']:.0f} B/s")
             for index, (topics, per_topic) in enumerate(configs):
-                argv = [network.python, "-m", "testbed.bench.monitoring", "clients", "--topics", str(topics),
+                argv = [network.python, "-m", "testbed.systems.pubsub.bench.monitoring", "clients", "--topics", str(topics),
                         "--per-topic", str(per_topic), "--prefix", f"m{index}t", "--lookup", system.lookup_url,
                         "--nc-period", f"{period:g}", "--seed", str(index)]
                 client = network.popen(CLIENTS, argv, stdout=subprocess.PIPE,
@@ -257,7 +257,7 @@ def table(rows: list[dict]):
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["clients"]:
-        parser = argparse.ArgumentParser(prog="testbed.bench.monitoring clients")
+        parser = argparse.ArgumentParser(prog="testbed.systems.pubsub.bench.monitoring clients")
         parser.add_argument("--topics", type=int, required=True)
         parser.add_argument("--per-topic", type=int, required=True)
         parser.add_argument("--prefix", default="mon")

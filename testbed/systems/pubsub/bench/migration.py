@@ -21,7 +21,7 @@ downtime) and prints the table; `analysis.bench_figures` draws fig7a.png and fig
 (`--figures-only` redraws them). `--quick` (what `make paper` runs, ~5 min on the 2-core VM) keeps
 128 topics for Fig. 7a at two WAN latencies, one round each.
 
-    python -m testbed.bench.migration [--quick] [--figures-only]
+    python -m testbed.systems.pubsub.bench.migration [--quick] [--figures-only]
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ from testbed.systems.pubsub.role import ManagerOptions, PubSubSystem
 from testbed.scenario.loader import load
 
 OUT = Path("results/bench")
-SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "bench" / "migration.yaml"
+SCENARIO = Path(__file__).resolve().parents[4] / "scenarios" / "bench" / "migration.yaml"
 console = Console()
 
 
