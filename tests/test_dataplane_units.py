@@ -139,6 +139,7 @@ def test_fast_trace_rows_and_headers_match_json_dumps(tmp_path):
     import json
 
     from testbed.systems.pubsub.client import Publisher, TraceWriter
+    from testbed.systems.pubsub.tracking_client import TrackedPublishing
 
     publisher = Publisher("t1", "sw1-u2", 10.0, size=300, owner=("b", "nats://x:1"), site="zone1")
     data = publisher.payload(17, 1795438137.1234567)
@@ -146,7 +147,8 @@ def test_fast_trace_rows_and_headers_match_json_dumps(tmp_path):
     assert head == json.dumps({"id": "sw1-u2:17", "seq": 17, "t": 1795438137.1234567, "p": "sw1-u2", "s": "zone1"},
                               separators=(",", ":")).encode()
     assert len(data) == 300
-    tracked = Publisher("t1", "sw1-u2", 10.0, size=300, owner=("b", "nats://x:1"), site="zone1", track=True)
+    tracked = Publisher("t1", "sw1-u2", 10.0, size=300, owner=("b", "nats://x:1"), site="zone1",
+                        features=[TrackedPublishing()])
     head = json.loads(tracked.payload(17, 1795438137.1234567, "bzone1").split(b"\n", 1)[0])
     assert len(head.pop("r")) == 32 and head == json.loads(data.split(b"\n", 1)[0])  # seed 002's id, hex
     writer = TraceWriter(tmp_path / "a.jsonl")

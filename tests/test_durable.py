@@ -115,6 +115,7 @@ def test_acknowledged_messages_reach_the_subscriber_once_and_a_resend_is_dropped
     """R3 at the broker's site: every message is acknowledged, stored on the three zone1 racks, and
     delivered once; the same message id sent again is stored once (a duplicate)."""
     from testbed.systems.pubsub.client import Publisher, Subscriber
+    from testbed.systems.pubsub.durable_client import DurablePublishing, DurableSubscription
 
     async def scenario():
         agent, durable = await _broker({"ack": DurableSpec(3, "site-local")}, [0, 1, 2])
@@ -122,12 +123,12 @@ def test_acknowledged_messages_reach_the_subscriber_once_and_a_resend_is_dropped
         await durable.ensure_stream("ack-a", owner=True)
         info = await durable.js.stream_info("T_ack-a")
         placed = {info.cluster.leader, *(r.name for r in info.cluster.replicas)}
-        sub = Subscriber("ack-a", "sub1", owner=owner, durable=True)
+        sub = Subscriber("ack-a", "sub1", owner=owner, features=[DurableSubscription()])
         await sub.start()
-        pub = Publisher("ack-a", "pub1", 200, 200, owner=owner, durable=True, precise_s=0.0)
+        pub = Publisher("ack-a", "pub1", 200, 200, owner=owner, features=[DurablePublishing()], precise_s=0.0)
         await pub.start()
         await pub.run(count=100)
-        await _wait(lambda: pub.acked == 100 and sub.received == 100)
+        await _wait(lambda: pub.feature(DurablePublishing).acked == 100 and sub.received == 100)
         published = pub.summary()
         await pub._publish(pub.current, 5, time.time())  # a resend of an acknowledged message
         await _wait(lambda: durable.counters["duplicates"] == 1)
@@ -147,26 +148,27 @@ def test_a_subscriber_resumes_from_its_acknowledged_position_at_another_broker(c
     """A subscriber leaves (its broker stops delivering) while messages go on being stored; when it
     attaches again, through a second broker agent, it gets every message it had not acknowledged."""
     from testbed.systems.pubsub.client import Publisher, Subscriber
+    from testbed.systems.pubsub.durable_client import DurablePublishing, DurableSubscription
 
     async def scenario():
         classes = {"res": DurableSpec(3, "site-local")}
         agent, durable = await _broker(classes, [0, 1, 2])
         owner = ("bzone1", BROKER)
-        pub = Publisher("res-a", "pub1", 100, 200, owner=owner, durable=True, precise_s=0.0)
-        first = Subscriber("res-a", "sub1", owner=owner, durable=True)
+        pub = Publisher("res-a", "pub1", 100, 200, owner=owner, features=[DurablePublishing()], precise_s=0.0)
+        first = Subscriber("res-a", "sub1", owner=owner, features=[DurableSubscription()])
         await first.start()
         await pub.start()
         await pub.run(count=50)
         await _wait(lambda: first.received == 50)
         await first.close()
-        durable.stop("res-a")  # the topic left this broker
+        durable.released("res-a")  # the topic left this broker
         await pub.run(count=50, start=time.time() - 0.0)  # seq 0..49 again: duplicates, dropped by id
-        pub2 = Publisher("res-a", "pub2", 100, 200, owner=owner, durable=True, precise_s=0.0)
+        pub2 = Publisher("res-a", "pub2", 100, 200, owner=owner, features=[DurablePublishing()], precise_s=0.0)
         await pub2.start()
         await pub2.run(count=40)
-        await _wait(lambda: pub2.acked == 40)
+        await _wait(lambda: pub2.feature(DurablePublishing).acked == 40)
         agent2, durable2 = await _broker(classes, [1, 2, 3])
-        second = Subscriber("res-a", "sub1", owner=owner, durable=True)
+        second = Subscriber("res-a", "sub1", owner=owner, features=[DurableSubscription()])
         await second.start()
         await _wait(lambda: second.received >= 40, timeout=15)
         await asyncio.sleep(0.5)
@@ -224,13 +226,14 @@ def test_with_three_replicas_a_killed_storage_node_loses_nothing_acknowledged(cl
     """R3 on zone1's racks; one rack's node is killed mid-stream. The publisher resends what was not
     acknowledged; every acknowledged message is delivered (the node comes back for later tests)."""
     from testbed.systems.pubsub.client import Publisher, Subscriber
+    from testbed.systems.pubsub.durable_client import DurablePublishing, DurableSubscription
 
     async def scenario():
         agent, durable = await _broker({"kl": DurableSpec(3, "site-local")}, [0, 1, 2])
         owner = ("bzone1", BROKER)
-        sub = Subscriber("kl-a", "sub1", owner=owner, durable=True)
+        sub = Subscriber("kl-a", "sub1", owner=owner, features=[DurableSubscription()])
         await sub.start()
-        pub = Publisher("kl-a", "pub1", 100, 200, owner=owner, durable=True, precise_s=0.0)
+        pub = Publisher("kl-a", "pub1", 100, 200, owner=owner, features=[DurablePublishing()], precise_s=0.0)
         await pub.start()
         running = asyncio.create_task(pub.run(count=600))
         await asyncio.sleep(2)
@@ -238,13 +241,13 @@ def test_with_three_replicas_a_killed_storage_node_loses_nothing_acknowledged(cl
         victim = next(i for i, (site, rack) in enumerate(NODES) if f"s{rack}{site}" == info.cluster.leader)
         cluster.kill(victim)  # the stream's leader: the worst case (a new leader is elected)
         await running
-        await _wait(lambda: pub.acked == 600, timeout=40)
+        await _wait(lambda: pub.feature(DurablePublishing).acked == 600, timeout=40)
         await _wait(lambda: sub.received == 600, timeout=20)
         summary = sub.summary()
         for closing in (pub.close(), sub.close(), durable.close(), agent.nc.close()):
             await closing
         cluster.start_node(victim)
-        return summary, pub.resent
+        return summary, pub.feature(DurablePublishing).resent
 
     summary, resent = asyncio.run(scenario())
     assert summary["received"] == 600 and summary["lost"] == 0

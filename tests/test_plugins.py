@@ -17,6 +17,7 @@ import pytest
 from testbed import plugin
 from testbed.roles import classes as role_classes
 from testbed.systems import SYSTEMS
+from testbed.systems.pubsub.trace_schema import FIELDS as TRACE_FIELDS
 
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEMS_DIR = ROOT / "testbed" / "systems"
@@ -71,6 +72,37 @@ def test_the_core_names_no_registered_system():
     assert not unplugged, f"the core names a system (derive it from testbed.plugin instead): {unplugged}"
     grown = {p: len(hits) for p, hits in found.items() if len(hits) > NOT_YET_PLUGGED[p]}
     assert not grown, f"more system names than before in {grown}: derive them from testbed.plugin"
+
+
+def _feature_branches(path: Path, words: tuple[str, ...]) -> list[int]:
+    """Lines of `if`s and conditional expressions whose test names one of `words` (a word of a name, an
+    attribute or a string; a trace column's name is the trace's, not a feature's)."""
+    tree = ast.parse(path.read_text())
+
+    def named(node) -> bool:
+        for part in ast.walk(node):
+            text = (part.id if isinstance(part, ast.Name) else part.attr if isinstance(part, ast.Attribute)
+                    else part.value if isinstance(part, ast.Constant) and isinstance(part.value, str) else "")
+            if text not in TRACE_FIELDS and set(text.lower().split("_")) & set(words):
+                return True
+        return False
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, (ast.If, ast.IfExp, ast.While)) and named(node.test)]
+
+
+def test_the_pubsub_client_and_broker_branch_on_no_feature():
+    """Durable topics and message tracking plug into the pub/sub client and broker through the hooks
+    of `feature.py`: neither tests for a feature anywhere (the scan's words: the features' names and
+    their parts' words)."""
+    words = (*plugin.FEATURES, "track", "acks", "acked", "unacked", "ids")
+    for module in ("client.py", "broker.py"):
+        assert _feature_branches(SYSTEMS_DIR / "pubsub" / module, words) == [], module
+
+
+def test_the_feature_scan_finds_a_branch(tmp_path):
+    module = tmp_path / "client.py"
+    module.write_text("def f(self):\n    if self.durable:\n        pass\n    return 1 if self.ids is None else 2\n")
+    assert _feature_branches(module, ("durable", "ids")) == [2, 4]
 
 
 def test_the_name_scan_finds_a_branch_on_a_system(tmp_path):

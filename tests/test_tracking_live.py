@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from testbed.systems.pubsub.client import Publisher, Subscriber
+from testbed.systems.pubsub.tracking_client import TrackedPublishing, TrackedSubscription
 from testbed.tracking.config import TrackingConfig
 from testbed.tracking.bloom import Filter
 from testbed.tracking.msgid import parse
@@ -52,10 +53,12 @@ def test_every_delivered_message_is_traced_to_its_publisher_and_subscribers(tmp_
         tracker = _start_tracker(tmp_path, url, config)
 
         async def run():
-            common = {"owner": ("b1", url), "track": True}
-            pubs = [Publisher("x", "p1", 100, 200, precise_s=0.0, **common),
-                    Publisher("x", "p2", 100, 200, precise_s=0.0, clock_offset_s=2.0, **common)]
-            subs = {name: Subscriber("x", name, trace=tmp_path / f"{name}.jsonl", keep_latencies=False, **common)
+            common = {"owner": ("b1", url)}
+            skewed = TrackedPublishing(clock_offset_s=2.0)
+            pubs = [Publisher("x", "p1", 100, 200, precise_s=0.0, features=[TrackedPublishing()], **common),
+                    Publisher("x", "p2", 100, 200, precise_s=0.0, features=[skewed], **common)]
+            subs = {name: Subscriber("x", name, trace=tmp_path / f"{name}.jsonl", keep_latencies=False,
+                                     features=[TrackedSubscription()], **common)
                     for name in ("s1", "s2", "s3")}
             await subs["s1"].start()
             await subs["s2"].start()
@@ -74,7 +77,7 @@ def test_every_delivered_message_is_traced_to_its_publisher_and_subscribers(tmp_
             await asyncio.sleep(0.3)
             for c in [*pubs, *subs.values()]:
                 await c.close()
-            return pubs[1].ids.delta_ms, attaching, detached
+            return skewed.ids.delta_ms, attaching, detached
         delta, attaching, detached = asyncio.run(run())
         tracker.send_signal(signal.SIGTERM)
         assert tracker.wait(10) == 0

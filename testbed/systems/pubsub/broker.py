@@ -95,7 +95,8 @@ class BrokerAgent:
         self.nc = None
         classes = parse_classes(getattr(args, "durable", None))
         storage = [u for u in (getattr(args, "storage", None) or "").split(",") if u]
-        self.durable = DurableTopics(self, storage, classes, getattr(args, "cloud_site", "")) if classes and storage else None
+        # What a topic feature adds to a broker (`feature.BrokerFeature`): durable topics' storage.
+        self.features = [DurableTopics(self, storage, classes, getattr(args, "cloud_site", ""))] if classes and storage else []
 
     # -- plumbing ---------------------------------------------------------------------------------
     def event(self, kind: str, **data) -> None:
@@ -145,10 +146,8 @@ class BrokerAgent:
             self.event("adopted", topic=topic)
         await self.nc.subscribe(f"_ep.cmd.{self.name}", cb=self._on_cmd)
         await self.nc.subscribe("_ep.nc.>", cb=self._on_nc)
-        if self.durable:
-            await self.durable.start()
-            for topic in [t for t in self.owned if self.durable.spec(t)]:
-                self.spawn(self._place_stream(topic))
+        for feature in self.features:
+            await feature.start(list(self.owned))
         await self.nc.flush()
         self.event("broker_registered", address=self.address, site=self.site, cloud=self.cloud)
         print("ready", flush=True)
@@ -156,8 +155,8 @@ class BrokerAgent:
         reporter = asyncio.create_task(self._report_loop())
         await stop.wait()
         reporter.cancel()
-        if self.durable:
-            await self.durable.close()
+        for feature in self.features:
+            await feature.close()
         await self.peers.close()
         try:
             await self.nc.close()
@@ -199,8 +198,8 @@ class BrokerAgent:
         grace = self.grace.pop(topic, None)  # the topic came back: no more forwarding
         if grace:
             await self._end_grace(topic, grace)
-        if self.durable and self.durable.spec(topic):
-            self.spawn(self._place_stream(topic))
+        for feature in self.features:
+            feature.acquired(topic)
         self.event("acquired", topic=topic, zk_s=round(time.time() - started, 6))
         return {"ok": True, "op": "acquired", "topic": topic, "broker": self.name, "address": self.address}
 
@@ -219,8 +218,8 @@ class BrokerAgent:
         grace = self.grace[topic]
         self.owned.pop(topic, None)
         grace.released = True
-        if self.durable:
-            self.durable.stop(topic)
+        for feature in self.features:
+            feature.released(topic)
         t1 = time.time()
         control = ({"op": "redirect", "topic": topic, "broker": to, "address": address} if target
                    else {"op": "disconnect", "topic": topic})
@@ -248,13 +247,6 @@ class BrokerAgent:
             answer["bridge_error"] = f"{type(setup).__name__}: {setup}"
         return answer
 
-    async def _place_stream(self, topic: str) -> None:
-        """A durable topic this broker now owns has its stream at the storage policy's site for it."""
-        try:
-            await self.durable.ensure_stream(topic, owner=True)
-        except Exception as error:  # noqa: BLE001 - the next publish tries again
-            self.event("stream_place_failed", topic=topic, error=f"{type(error).__name__}: {error}")
-
     def status(self) -> dict:
         session_id, password = self.meta.session
         return {"ok": True, "op": "status", "broker": self.name, "address": self.address, "owned": sorted(self.owned),
@@ -262,7 +254,7 @@ class BrokerAgent:
                               "bridged": g.bridged, "left_s": round(g.until - time.time(), 3)}
                           for t, g in self.grace.items()},
                 "clients": {t: len(o.clients) for t, o in self.owned.items()}, "counters": dict(self.counters),
-                "durable": dict(self.durable.counters) if self.durable else None,
+                **{feature.name: feature.status() for feature in self.features},
                 "zk_session": {"id": session_id, "password": password.hex()}, "last_report": self.last_report}
 
     # -- grace: forwarding what still arrives for a released topic --------------------------------

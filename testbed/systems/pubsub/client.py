@@ -42,10 +42,9 @@ import nats
 
 from testbed.procs import percentile
 from testbed.systems.pubsub import trace_schema
-from testbed.systems.pubsub.durable import ACK, ACK_HEADER, ATTACH, DELIVER, MSG_ID_HEADER, PUBLISH
+from testbed.systems.pubsub.feature import ClientFeature
 from testbed.systems.pubsub.metadata import check_topic
 from testbed.policies.snapshot import coord_from_dict, coord_to_dict
-from testbed.tracking.msgid import IdClock
 
 _json_str = json.encoder.encode_basestring_ascii  # a str as json.dumps writes it (the C encoder)
 FLUSH_EVERY_S = 1.0
@@ -59,13 +58,8 @@ RELOOKUP_PAUSE_MAX_S = 0.5
 # in the dropped connection's buffer and is never answered, so after a site's cut heals a client
 # would wait out the whole wait (a site-cut run: 10 s, all but 4 s of them after the heal).
 LOOKUP_ATTEMPT_S = 3.0
-RESEND_S = 3.0  # a durable message not acknowledged this long is sent again (to the broker in use)
 PING_INTERVAL_S = 1.0  # nats-py's default is 2 minutes: a paused broker would hold its clients that long
 MAX_PINGS_OUT = 2      # unanswered pings before the connection counts as dropped (~2-3 s)
-# Message tracking (Jun and Astley): a subscriber tells its broker's tracker when it attaches and leaves, and
-# the tracker tells a publisher its clock's correction (testbed.systems.pubsub.tracker).
-TRACK_ATTACH, TRACK_DETACH, TRACK_SKEW, TRACK_TIME = ("_ep.track.attach", "_ep.track.detach", "_ep.track.skew",
-                                                     "_ep.track.time")
 
 
 def run_precise(coro):
@@ -156,10 +150,13 @@ class TopicClient:
 
     def __init__(self, topic: str, name: str, lookup_url: str | None = None, owner: tuple[str, str] | None = None,
                  site: str = "", run_id: str = "", coord=None, nc_period: float = 5.0, events: EventLog | None = None,
-                 track: bool = False, durable: bool = False):
+                 features: list[ClientFeature] | tuple = ()):
+        """`features`: what a topic feature adds to this client (durable topics, message tracking:
+        `feature.ClientFeature`), one object per client, its hooks called in this order."""
         self.topic, self.name, self.site, self.run_id = check_topic(topic), name, site, run_id
-        self.durable = durable  # a persistent topic (paper 3.5): stored before acknowledged (pubsub.durable)
-        self.track = track  # message tracking (Jun and Astley): ids on messages, attachments told to its tracker
+        self.features = list(features)
+        for feature in self.features:
+            feature.bind(self)
         self.lookup_url, self.owner = lookup_url, owner
         if not lookup_url and not owner:
             raise ValueError("a client needs a lookup address or the owner's (broker, address)")
@@ -172,11 +169,17 @@ class TopicClient:
         self._move_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
 
+    def feature(self, kind: type) -> ClientFeature | None:
+        """This client's feature of class `kind`, if it has one."""
+        return next((f for f in self.features if isinstance(f, kind)), None)
+
     # -- attachment -------------------------------------------------------------------------------
     async def start(self) -> None:
         broker, address = self.owner or await self._lookup(first=True)
         self.current = await self._attach(broker, address)
         self._spawn(self._report_loop())
+        for feature in self.features:
+            await feature.started(self)
 
     async def _lookup(self, first: bool = False, lost: str | None = None) -> tuple[str, str]:
         """The topic's broker. The first lookup says who asks and from where (the coordinate the client
@@ -217,6 +220,8 @@ class TopicClient:
     async def _detach(self, ep: Endpoint | None) -> None:
         if ep is None:
             return
+        for feature in self.features:
+            await feature.detach(self, ep)
         try:
             await asyncio.wait_for(ep.nc.drain(), 5.0)
         except Exception:  # noqa: BLE001 - the old broker may be gone
@@ -377,21 +382,19 @@ class TopicClient:
                     await nc.close()
                 except Exception:  # noqa: BLE001
                     pass
+        for feature in self.features:
+            feature.close()
 
 
 class Publisher(TopicClient):
     role = "producer"
 
     def __init__(self, topic: str, name: str, rate: float, size: int = 1000, precise_s: float = 0.0015,
-                 health=None, clock_offset_s: float = 0.0, acks: Path | None = None, **kwargs):
+                 health=None, **kwargs):
         """`precise_s`: the last stretch before a message is due is slept blocking (the kernel's timer
         is ~50 us late, asyncio's ~0.5 ms); use 0 when many publishers share one event loop.
-        `health` (a ClientHealth) is told how late each message leaves, for the saturation guard.
-        `clock_offset_s`: with tracking, how far this publisher's id clock is off the broker's (a test's
-        injected skew, which the broker's tracker corrects).
-        `acks`: with a durable topic, one CSV row per acknowledged message (seq, sent, acked)."""
+        `health` (a ClientHealth) is told how late each message leaves, for the saturation guard."""
         super().__init__(topic, name, **kwargs)
-        self.ids = IdClock(name, clock_offset_s) if self.track else None
         self.health = health
         if rate <= 0:
             raise ValueError("rate must be positive")
@@ -400,13 +403,11 @@ class Publisher(TopicClient):
         self._id_prefix = _json_str(f"{self.name}:")[:-1]  # '"name:' without the closing quote
         self.sent = 0
         self.held: deque[tuple[int, float]] = deque()  # (seq, due) produced while disconnected (baseline), sent on reattach
-        # durable: (due, first sent, last sent) of every message not acknowledged yet; resent until it is
-        self.unacked: dict[int, list[float]] = {}
-        self.acked = self.resent = 0
-        self.last_acked = -1
-        self.ack_latencies: list[float] = []
-        self._ack_inbox = f"_INBOX.ack.{random.getrandbits(64):016x}"
-        self._acks_file = acks.open("a") if (acks and self.durable) else None
+        # A feature that changes how messages leave (durable: stored, then acknowledged) or what their
+        # header carries (tracking: an id) is chosen here once, not asked per message.
+        sending = next((f.publish for f in self.features if f.publish is not None), None)
+        self._publish = functools.partial(sending, self) if sending else self._publish_plain
+        self._message_fields = [f.message_field for f in self.features if f.message_field is not None]
 
     def rate(self) -> float:
         return self.rate_value
@@ -415,12 +416,12 @@ class Publisher(TopicClient):
         return self.rate_value * self.size
 
     def payload(self, seq: int, due: float, broker: str = "") -> bytes:
-        """The message: a JSON header line ({"id","seq","t","p","s"}, what `json.dumps` writes; with
-        tracking also "r", the tracking id as the message leaves through `broker`) padded to `size`.
-        Formatted directly: this runs for every message of the run."""
-        track = f',"r":"{self.ids.next(broker, time.time()).hex()}"' if self.ids is not None else ""
+        """The message: a JSON header line ({"id","seq","t","p","s"}, what `json.dumps` writes, and
+        the members its features add, e.g. tracking's id as the message leaves through `broker`)
+        padded to `size`. Formatted directly: this runs for every message of the run."""
+        extra = "".join(field(broker) for field in self._message_fields) if self._message_fields else ""
         head = (f'{{"id":{self._id_prefix}{seq}","seq":{seq},"t":{due!r},"p":{self._name_json},'
-                f'"s":{self._site_json}{track}}}\n')
+                f'"s":{self._site_json}{extra}}}\n')
         data = head.encode()
         return data + b"x" * (self.size - len(data)) if len(data) < self.size else data
 
@@ -432,86 +433,21 @@ class Publisher(TopicClient):
         await self._publish(ep, seq, due)
         self._through(ep)
 
-    async def _publish(self, ep: Endpoint, seq: int, due: float) -> None:
-        if not self.durable:
-            await ep.nc.publish(f"t.{self.topic}", self.payload(seq, due, ep.broker))
-            return
-        now = time.time()
-        entry = self.unacked.get(seq)
-        if entry is None:
-            self.unacked[seq] = [due, now, now]
-        else:
-            entry[2] = now
-            self.resent += 1
-        await ep.nc.publish(f"{PUBLISH}.{self.topic}", self.payload(seq, due, ep.broker),
-                            reply=f"{self._ack_inbox}.{seq}", headers={MSG_ID_HEADER: f"{self.name}:{seq}"})
-
-    async def _on_ack(self, msg) -> None:
-        """The broker stored message `seq` (a quorum of its stream's replicas hold it)."""
-        try:
-            seq = int(msg.subject.rsplit(".", 1)[1])
-        except ValueError:
-            return
-        entry = self.unacked.pop(seq, None)
-        if entry is None:
-            return  # a resend's second acknowledgement
-        now = time.time()
-        self.acked += 1
-        self.last_acked = max(self.last_acked, seq)
-        self.ack_latencies.append(now - entry[1])
-        if self._acks_file is not None:
-            self._acks_file.write(f"{self.topic},{self.name},{seq},{entry[1]!r},{now!r}\n")
-
-    async def _resend_loop(self) -> None:
-        """What the broker has not acknowledged within `RESEND_S` is sent again (the broker died, or
-        the acknowledgement was lost); the stream drops the copies it already has."""
-        while True:
-            await asyncio.sleep(RESEND_S / 2)
-            ep, now = self.current, time.time()
-            if ep is None:
-                continue
-            for seq, (due, _first, last) in sorted(self.unacked.items()):
-                if now - last > RESEND_S:
-                    try:
-                        await self._publish(ep, seq, due)
-                    except Exception:  # noqa: BLE001 - a closing connection: the next broker gets them
-                        break
-
-    async def start(self) -> None:
-        await super().start()
-        if self.durable:
-            self._spawn(self._resend_loop())
+    async def _publish_plain(self, ep: Endpoint, seq: int, due: float) -> None:
+        await ep.nc.publish(f"t.{self.topic}", self.payload(seq, due, ep.broker))
 
     async def _on_attach(self, ep: Endpoint) -> None:
-        if self.durable:
-            ep.subs.append(await ep.nc.subscribe(f"{self._ack_inbox}.*", cb=self._on_ack))
-        if self.ids is None:
-            return
-        # The skew adjustment (Jun and Astley, 3.2): initialised from the broker's clock at connection time,
-        # then corrected by the broker's tracker whenever a timestamp is out of its tolerance.
-        ep.subs.append(await ep.nc.subscribe(f"{TRACK_SKEW}.{self.name}", cb=self._on_skew))
-        try:
-            asked = time.time()
-            reply = await ep.nc.request(TRACK_TIME, b"", timeout=1.0)
-            self.ids.sync(float(json.loads(reply.data)["t_ms"]), (asked + time.time()) / 2)
-        except Exception as error:  # noqa: BLE001 - no tracker answered: corrections will come per message
-            self.events.add("clock_sync_failed", client=self.name, broker=ep.broker, error=type(error).__name__)
-
-    async def _on_skew(self, msg) -> None:
-        try:
-            self.ids.adjust(int(json.loads(msg.data)["adjust_ms"]))
-        except (ValueError, KeyError, TypeError):
-            return
-        self.events.add("skew_corrected", client=self.name, delta_ms=self.ids.delta_ms)
+        for feature in self.features:
+            await feature.attach(self, ep)
 
     async def _before_detach(self, old: Endpoint, new: Endpoint) -> None:
         """What was held goes to `new`, then a flush: once the new broker answers it has every held
         message, and the downtime ends, at once in both workflows (the enhanced client, which holds
         nothing, does not wait for its next due message). Until `new` becomes current, what the open
         loop produces keeps joining the queue: drain it all, also what arrived during the flush.
-        A durable topic's messages not acknowledged yet go to `new` first (the stream drops copies)."""
-        for seq, (due, _first, _last) in sorted(self.unacked.items()):
-            await self._publish(new, seq, due)
+        What a feature still owes goes first (a durable topic's unacknowledged messages)."""
+        for feature in self.features:
+            await feature.handover(self, old, new)
         while self.held:
             await self._publish(new, *self.held.popleft())
         try:
@@ -549,19 +485,12 @@ class Publisher(TopicClient):
             await self.current.nc.flush()
         return seq
 
-    async def close(self) -> None:
-        await super().close()
-        if self._acks_file is not None:
-            self._acks_file.close()
-
     def summary(self) -> dict:
         found = {"role": self.role, "client": self.name, "topic": self.topic, "sent": self.sent, "held": len(self.held),
                  "broker": self.current and self.current.broker,
                  "downtimes": [e for e in self.events.items if e["type"] == "downtime"]}
-        if self.durable:
-            found.update(acked=self.acked, unacked=len(self.unacked), resent=self.resent,
-                         ack_p50_s=percentile(self.ack_latencies, 0.5, "higher"),
-                         ack_p99_s=percentile(self.ack_latencies, 0.99, "higher"))
+        for feature in self.features:
+            found.update(feature.summary())
         return found
 
 
@@ -666,7 +595,6 @@ class Subscriber(TopicClient):
         self._window = (time.monotonic(), 0)
         self.received_bytes = 0
         self._byte_window = (time.monotonic(), 0)
-        self.acks_sent = 0
 
     async def start(self) -> None:
         await super().start()
@@ -674,43 +602,17 @@ class Subscriber(TopicClient):
             self._spawn(self._flush_loop())
 
     async def _on_attach(self, ep: Endpoint) -> None:
-        if self.track:  # told before subscribing: the tracker learns of us before any message reaches us
-            await ep.nc.publish(TRACK_ATTACH, self._attachment)
-            await ep.nc.flush()
-        if not self.durable:
-            ep.subs.append(await ep.nc.subscribe(f"t.{self.topic}", cb=functools.partial(self._on_msg, ep)))
-            return
-        # A durable topic: the broker delivers from this consumer's cursor once asked (pubsub.durable).
-        ep.subs.append(await ep.nc.subscribe(f"{DELIVER}.{self.topic}.{self.name}",
-                                             cb=functools.partial(self._on_msg, ep)))
-        try:
-            reply = await ep.nc.request(f"{ATTACH}.{self.topic}", json.dumps({"consumer": self.name}).encode(),
-                                        timeout=5.0)
-            if not json.loads(reply.data).get("ok"):
-                raise ValueError(reply.data.decode(errors="replace"))
-        except Exception as error:  # noqa: BLE001 - recorded; the next attachment asks again
-            self.events.add("durable_attach_failed", topic=self.topic, client=self.name, broker=ep.broker,
-                            error=f"{type(error).__name__}: {error}")
-
-    async def _detach(self, ep: Endpoint | None) -> None:
-        if ep is not None and self.track:  # told after unsubscribing: no message reaches us after it
-            try:
-                await ep.subs[-1].unsubscribe()
-                await ep.nc.flush(timeout=5)
-                await ep.nc.publish(TRACK_DETACH, self._attachment)
-            except Exception:  # noqa: BLE001 - the old broker may be gone; its map keeps us (a superset)
-                pass
-        await super()._detach(ep)
-
-    @property
-    def _attachment(self) -> bytes:
-        return json.dumps({"subscriber": self.name, "topic": self.topic}).encode()
+        for feature in self.features:
+            await feature.attach(self, ep)
+        subject, deliver = f"t.{self.topic}", functools.partial(self._on_msg, ep)
+        for feature in self.features:  # a durable topic's messages come from this consumer's cursor
+            subject, deliver = feature.subscription(self, ep) or (subject, deliver)
+        ep.subs.append(await ep.nc.subscribe(subject, cb=deliver))
+        for feature in self.features:
+            await feature.subscribed(self, ep)
 
     async def _on_msg(self, ep: Endpoint, msg) -> None:
         now = time.time()
-        if self.durable and msg.headers and msg.headers.get(ACK_HEADER):  # acknowledged whatever it holds
-            self.acks_sent += 1
-            await ep.nc.publish(f"{ACK}.{self.topic}", msg.headers[ACK_HEADER].encode())
         try:
             head = json.loads(msg.data.split(b"\n", 1)[0])
             producer, seq, sent = str(head["p"]), int(head["seq"]), float(head["t"])
@@ -736,16 +638,6 @@ class Subscriber(TopicClient):
                     self.run_id, self.topic, self.name, ep.broker, site, self.site)
             self.trace.write_delivery(affixes[0], producer, str(head.get("id", f"{producer}:{seq}")), seq, sent, now,
                                       affixes[1], head.get("r"))
-
-    def owes(self, publisher: Publisher) -> bool:
-        """Whether an acknowledged message of `publisher` (same topic, same process) has not reached
-        this durable subscriber yet: the end of a run waits for these (`workloads.drain`)."""
-        stats = self.stats.get(publisher.name)
-        if publisher.last_acked < 0 or stats is None:
-            return False  # nothing acknowledged, or nothing of it ever owed here (subscribed after)
-        if stats.last < publisher.last_acked:
-            return True
-        return any(seq not in publisher.unacked for seq in stats.missing if seq <= publisher.last_acked)
 
     def rate(self) -> float:
         started, count = self._window

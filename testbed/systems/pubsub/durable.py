@@ -32,6 +32,7 @@ from nats.js.api import (AckPolicy, ConsumerConfig, DeliverPolicy, Placement, St
 from nats.js.errors import NotFoundError
 
 from testbed.policies.topics import topic_class
+from testbed.systems.pubsub.feature import BrokerFeature
 
 PUBLISH = "p"  # p.<topic>: a producer's durable message, answered once stored
 STORED = "s"  # s.<topic>: the subject the topic's stream captures
@@ -119,9 +120,11 @@ async def wait_ready(urls: list[str], timeout: float = 60.0) -> float:
             await asyncio.sleep(0.2)
 
 
-class DurableTopics:
+class DurableTopics(BrokerFeature):
     """The broker agent's part for durable topics: stores what producers publish, places and moves
     streams by the storage policy, delivers to consumers from their cursors and relays their acks."""
+
+    name = "durable"
 
     def __init__(self, agent, storage_urls: list[str], classes: dict[str, DurableSpec], cloud_site: str):
         self.agent, self.urls, self.classes, self.cloud_site = agent, storage_urls, classes, cloud_site
@@ -138,7 +141,8 @@ class DurableTopics:
     def spec(self, topic: str) -> DurableSpec | None:
         return self.classes.get(topic_class(topic))
 
-    async def start(self) -> None:
+    async def start(self, owned: list[str] = ()) -> None:
+        """Connected to the storage cluster; a durable topic the broker adopted gets its stream placed."""
         self.nc = await nats.connect(servers=self.urls, name=f"storage-{self.agent.name}", connect_timeout=2,
                                      max_reconnect_attempts=-1, reconnect_time_wait=0.2)
         self.js = self.nc.jetstream(timeout=5)
@@ -146,6 +150,22 @@ class DurableTopics:
         await local.subscribe(f"{PUBLISH}.*", cb=self._on_publish)
         await local.subscribe(f"{ATTACH}.*", cb=self._on_attach)
         await local.subscribe(f"{ACK}.*", cb=self._on_ack)
+        for topic in owned:
+            self.acquired(topic)
+
+    def acquired(self, topic: str) -> None:
+        if self.spec(topic):
+            self.agent.spawn(self._place_stream(topic))
+
+    async def _place_stream(self, topic: str) -> None:
+        """A durable topic this broker now owns has its stream at the storage policy's site for it."""
+        try:
+            await self.ensure_stream(topic, owner=True)
+        except Exception as error:  # noqa: BLE001 - the next publish tries again
+            self.agent.event("stream_place_failed", topic=topic, error=f"{type(error).__name__}: {error}")
+
+    def status(self) -> dict:
+        return dict(self.counters)
 
     async def close(self) -> None:
         self.agent.event("durable_counters", **self.counters)
@@ -310,7 +330,7 @@ class DurableTopics:
                 await self.agent.nc.publish(subject, m.data, headers={ACK_HEADER: m.reply})
             self.counters["delivered"] += len(messages)
 
-    def stop(self, topic: str) -> None:
+    def released(self, topic: str) -> None:
         """The topic left this broker: stop delivering it (what was not acknowledged comes again
         from the next broker)."""
         for key in [k for k in self.pullers if k[0] == topic]:

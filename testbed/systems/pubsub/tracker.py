@@ -28,7 +28,7 @@ from pathlib import Path
 import nats
 
 from testbed.systems.pubsub.broker import FWD_HEADER
-from testbed.systems.pubsub.client import TRACK_ATTACH, TRACK_DETACH, TRACK_SKEW, TRACK_TIME
+from testbed.systems.pubsub.tracking_client import TRACK_ATTACH, TRACK_DETACH, TRACK_SKEW, TRACK_TIME
 from testbed.tracking.config import TrackingConfig
 from testbed.tracking.msgid import node_id
 from testbed.tracking.recorder import Recorder

@@ -44,27 +44,36 @@ from testbed.policies.topics import topic_class
 from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source, run_precise, shared_query
 from testbed.systems.pubsub.clienthealth import ClientHealth
 from testbed.systems.pubsub.durable import ACKS_DIR, parse_classes
+from testbed.systems.pubsub.durable_client import DurablePublishing, DurableSubscription, owes
+from testbed.systems.pubsub.tracking_client import TrackedPublishing, TrackedSubscription
 
 DRAIN_MIN_S, DRAIN_MAX_S = 3.0, 10.0  # the end of a run with durable topics (drain)
 
 
-def persistence(args, topic: str, client: str, producer: bool = False) -> dict:
-    """A client's durability settings: its topic's class is durable or not; a durable producer
-    records its acknowledgements in `<run>/acks/`."""
-    durable = topic_class(topic) in parse_classes(args.durable)
-    if not (durable and producer):
-        return {"durable": durable}
-    acks = Path(args.trace_dir).parent / ACKS_DIR
-    acks.mkdir(parents=True, exist_ok=True)
-    return {"durable": True, "acks": acks / f"{topic}.{client}.csv"}
+def client_features(args, topic: str, client: str, producer: bool = False) -> dict:
+    """A client's topic features (`feature.ClientFeature`), as this process was started: message
+    tracking for every client when tracking is on; durable topics for a client of a durable class,
+    whose producer records its acknowledgements in `<run>/acks/`."""
+    features = []
+    if topic_class(topic) in parse_classes(args.durable):
+        if producer:
+            acks = Path(args.trace_dir).parent / ACKS_DIR
+            acks.mkdir(parents=True, exist_ok=True)
+            features.append(DurablePublishing(acks / f"{topic}.{client}.csv"))
+        else:
+            features.append(DurableSubscription())
+    if args.track:
+        features.append(TrackedPublishing() if producer else TrackedSubscription())
+    return {"features": features}
 
 
 def durable_counts(publishers: list[Publisher], subscribers: list[Subscriber]) -> dict:
     """A process's durable-topic counters for its summary line (none without durable topics)."""
-    if not any(c.durable for c in [*publishers, *subscribers]):
+    producing = [f for f in (p.feature(DurablePublishing) for p in publishers) if f]
+    if not producing and not any(s.feature(DurableSubscription) for s in subscribers):
         return {}
-    return {"acked": sum(p.acked for p in publishers), "unacked": sum(len(p.unacked) for p in publishers),
-            "resent": sum(p.resent for p in publishers),
+    return {"acked": sum(f.acked for f in producing), "unacked": sum(len(f.unacked) for f in producing),
+            "resent": sum(f.resent for f in producing),
             "duplicates": sum(sum(st.duplicates for st in s.stats.values()) for s in subscribers)}
 
 
@@ -73,14 +82,14 @@ async def drain(publishers: list[Publisher], subscribers: list[Subscriber]) -> N
     that is every message acknowledged to a producer of this process reaching this process's
     subscribers of its topic (a redelivery after a move waits out the consumer's ack wait), at
     least `DRAIN_MIN_S` (for subscribers of other processes' producers) and at most `DRAIN_MAX_S`."""
-    durable = [s for s in subscribers if s.durable]
+    durable = [s for s in subscribers if s.feature(DurableSubscription)]
     if not durable:
         await asyncio.sleep(0.5)
         return
     began = time.monotonic()
-    pairs = [(s, p) for s in durable for p in publishers if p.topic == s.topic and p.durable]
+    pairs = [(s, p) for s in durable for p in publishers if p.topic == s.topic and p.feature(DurablePublishing)]
     while time.monotonic() - began < DRAIN_MAX_S:
-        if time.monotonic() - began >= DRAIN_MIN_S and not any(s.owes(p) for s, p in pairs):
+        if time.monotonic() - began >= DRAIN_MIN_S and not any(owes(s, p) for s, p in pairs):
             return
         await asyncio.sleep(0.1)
 
@@ -88,19 +97,19 @@ async def drain(publishers: list[Publisher], subscribers: list[Subscriber]) -> N
 def uav_clients(args, events: EventLog, health: ClientHealth | None = None) -> tuple[list[Publisher], list[Subscriber]]:
     swarm, trace_dir = args.node, Path(args.trace_dir)
     common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
-              "coord": coordinate_source(args.coord, swarm), "nc_period": args.nc_period, "track": args.track}
+              "coord": coordinate_source(args.coord, swarm), "nc_period": args.nc_period}
     leader, followers = f"{swarm}-u1", [f"{swarm}-u{i}" for i in range(2, args.members + 1)]
     follow, sensor = f"follow_leader-{swarm}", f"sensor_data-{swarm}"
     publishers = [Publisher(follow, leader, args.rate, args.size, precise_s=0.0, health=health, **common,
-                            **persistence(args, follow, leader, producer=True))]
+                            **client_features(args, follow, leader, producer=True))]
     publishers += [Publisher(sensor, f, args.rate, args.size, precise_s=0.0, health=health, **common,
-                             **persistence(args, sensor, f, producer=True))
+                             **client_features(args, sensor, f, producer=True))
                    for f in followers]
     subscribers = [Subscriber(follow, f, trace=trace_dir / f"{follow}.{f}.jsonl", keep_latencies=False, **common,
-                              **persistence(args, follow, f))
+                              **client_features(args, follow, f))
                    for f in followers]
     subscribers.append(Subscriber(sensor, leader, trace=trace_dir / f"{sensor}.{leader}.jsonl", keep_latencies=False,
-                                  **common, **persistence(args, sensor, leader)))
+                                  **common, **client_features(args, sensor, leader)))
     return publishers, subscribers
 
 
@@ -204,7 +213,7 @@ class MmogClient:
         self.args, self.events, self.plan = args, events, plan
         self.node, self.trace_dir = args.node, Path(args.trace_dir)
         self.common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
-                       "coord": coord, "nc_period": args.nc_period, "track": args.track}
+                       "coord": coord, "nc_period": args.nc_period}
         self.players = plan["players"]
         self.avatar = self.players.index(self.node) if self.node in self.players else None
         if self.avatar is None and self.node not in plan["servers"]:
@@ -212,7 +221,7 @@ class MmogClient:
         self.groups = list(plan["groups"])
         self.publishers = ([Publisher(avatar_topic(self.node), self.node, args.rate, args.size, precise_s=0.0,
                                       health=health, **self.common,
-                                      **persistence(args, avatar_topic(self.node), self.node, producer=True))]
+                                      **client_features(args, avatar_topic(self.node), self.node, producer=True))]
                            if self.avatar is not None else [])
         self.subscribers: dict[int, Subscriber] = {}
         self.opened: dict[int, float] = {}  # avatar -> when its current subscription was ready
@@ -226,7 +235,7 @@ class MmogClient:
     async def subscribe(self, avatar: int) -> None:
         topic = avatar_topic(self.players[avatar])
         sub = Subscriber(topic, self.node, trace=self.trace_dir / f"{topic}.{self.node}.jsonl", keep_latencies=False,
-                         **self.common, **persistence(self.args, topic, self.node))
+                         **self.common, **client_features(self.args, topic, self.node))
         self.subscribers[avatar] = sub
         await sub.start()
         self.opened[avatar] = time.time()
@@ -416,12 +425,12 @@ async def _main_hotspot(args) -> int:
     plan = json.loads(Path(args.plan).read_text())
     health = ClientHealth(args.health)
     common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
-              "coord": coordinate_source(args.coord, args.node), "nc_period": args.nc_period, "track": args.track}
+              "coord": coordinate_source(args.coord, args.node), "nc_period": args.nc_period}
     subscribers = [Subscriber(s["topic"], s["client"], trace=Path(args.trace_dir) / f"{s['topic']}.{s['client']}.jsonl",
-                              keep_latencies=False, **common, **persistence(args, s["topic"], s["client"]))
+                              keep_latencies=False, **common, **client_features(args, s["topic"], s["client"]))
                    for s in plan["subscribers"] if s["node"] == args.node]
     publishers = [(Publisher(p["topic"], p["client"], p["rate"], args.size, precise_s=0.0, health=health, **common,
-                             **persistence(args, p["topic"], p["client"], producer=True)), p)
+                             **client_features(args, p["topic"], p["client"], producer=True)), p)
                   for p in plan["publishers"] if p["node"] == args.node]
     first = [(pub, p) for pub, p in publishers if p["at"] <= 0]
     later = [(pub, p) for pub, p in publishers if p["at"] > 0]
