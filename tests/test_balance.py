@@ -121,3 +121,24 @@ def test_draw_runs_skips_runs_without_loads(tmp_path):
     names = sorted(p.name for p in (tmp_path / "figs").iterdir())
     assert names == ["balance-compare.png", "balance-hot-hot-ep.png", "balance-hot-hot-lm.png", "balance-hot.png"]
     assert len(drawn) == 4 and skipped == []
+
+
+def test_a_topic_shed_every_round_that_never_moves_says_why():
+    """The end screen names a topic ePulsar's overload branch kept shedding without moving it, with why
+    each candidate refused (as the round reported it); a topic that moved once is not listed."""
+    from testbed.systems.pubsub.balance import end_screen, summarize
+
+    refused = [{"broker": "bzone1", "refused": "output rate 2100 msg/s > Rth_out 2000"},
+               {"broker": "bzone2", "refused": "cpu 0.91 > 0.85"}]
+    shed = [{"type": "overload_shed", "round": r, "broker": "bzone1", "topics": ["hot-1", "hot-2"],
+             "moved": {"hot-1": None, "hot-2": "bzone3" if r == 2 else None},
+             "candidates": {"hot-1": refused, "hot-2": []}} for r in range(1, 4)]
+    loads = [{"type": "loads", "round": r, "imbalance": 0.5, "brokers": {"bzone1": {"network_out": 0.2}}}
+             for r in range(1, 4)]
+    balance = summarize([*loads, *shed])
+    assert balance["shed_never_moved"] == {"hot-1": {"rounds": 3, "why": "bzone1: output rate 2100 msg/s > Rth_out "
+                                                                          "2000; bzone2: cpu 0.91 > 0.85"}}
+    assert ("load balance: hot-1 shed in 3 rounds, never moved: bzone1: output rate 2100 msg/s > Rth_out 2000; "
+            "bzone2: cpu 0.91 > 0.85") in end_screen(balance)
+    unranked = summarize([*loads, {**shed[0], "moved": {"hot-2": None}, "topics": ["hot-2"]}])
+    assert unranked["shed_never_moved"]["hot-2"]["why"] == "the policy ranked no broker for it"

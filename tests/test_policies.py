@@ -19,7 +19,7 @@ from testbed.policies import latency
 from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES, ONE_WAY, RTT, get_distance
 from testbed.policies.latency import centroid
 from testbed.policies.snapshot import (BrokerReport, ClientNC, Migration, Snapshot, TopicClients, TopicReport)
-from testbed.policies import (POLICIES, AllPairs, EPulsar, Overload, Policy, PulsarHash, can_host,
+from testbed.policies import (POLICIES, AllPairs, EPulsar, Overload, Policy, PulsarHash, can_host, host_refusal,
                                      choose_brokers, get_policy, hash_broker, hash_slot, latency_violated,
                                      overloaded_brokers, perform_repartitioning, place_topics, topics_to_shed)
 
@@ -364,6 +364,23 @@ def test_a_topic_no_candidate_can_host_stays():
     snap = _cluster(bb_rate_out=1000.0)
     # T -> bb (1000 + 20 = 1020); t2 -> ba (2000) no, bb (1020 + 900) no; bc (180 ms) not feasible: stays
     assert perform_repartitioning(snap, POLICIES["epulsar"], LIMITS) == [Migration("T", "bc", "bb")]
+
+
+def test_a_shed_topic_that_stays_says_why_every_candidate_refused():
+    """ePulsar's overload branch reports each shed topic's candidates in the policy's order, each
+    with why it could not host (the numbers of `test_a_topic_no_candidate_can_host_stays`)."""
+    from testbed.policies.control import Algorithm1, ControlOptions
+
+    decision = Algorithm1(POLICIES["epulsar"], ControlOptions(overload=LIMITS)).round(_cluster(bb_rate_out=1000.0), 0.0)
+    assert decision.migrations == [Migration("T", "bc", "bb")]
+    (shed,) = decision.events
+    assert shed["broker"] == "ba" and shed["topics"] == ["t2"] and shed["moved"] == {"t2": None}
+    assert shed["candidates"] == {"t2": [{"broker": "ba", "refused": "output rate 2000 msg/s > Rth_out 1500"},
+                                         {"broker": "bb", "refused": "output rate 1920 msg/s > Rth_out 1500"}]}
+    moving = Algorithm1(POLICIES["epulsar"], ControlOptions(overload=LIMITS)).round(_cluster(), 0.0).events[0]
+    assert moving["moved"] == {"t2": "bb"} and moving["candidates"]["t2"][-1] == {"broker": "bb", "refused": None}
+    snap = _cluster(bb_rate_out=1000.0)  # bb's CPU with t2: 0.0955 (`test_can_host_projects_rate_and_resources`)
+    assert host_refusal("bb", "t2", dict(snap.placement), snap, Overload(cpu=0.09, output_rate=1e9)) == "cpu 0.10 > 0.09"
 
 
 def test_pulsar_hash_ignores_latency_but_sheds_load():

@@ -28,8 +28,8 @@ from testbed.policies.base import Policy
 from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES, ONE_WAY, RTT, Distance, get_distance
 from testbed.policies.epulsar import EPulsar
 from testbed.policies.initial import DEFAULT_INITIAL_PLACEMENT, INITIAL_PLACEMENTS, asker_clients, unowned_broker
-from testbed.policies.overload import (NATS_OUTPUT_RATE_THRESHOLD, RESOURCES, Overload, can_host, overloaded_brokers,
-                                       topics_to_shed)
+from testbed.policies.overload import (NATS_OUTPUT_RATE_THRESHOLD, RESOURCES, Overload, can_host, host_refusal,
+                                       overloaded_brokers, topics_to_shed)
 from testbed.policies.pulsar_hash import PulsarHash, hash_broker, hash_slot
 from testbed.policies.registry import DEFAULT_POLICY, FAMILIES, POLICIES, get_policy
 from testbed.policies.repartition import CanHost, latency_violated, perform_repartitioning, place_topics
@@ -38,7 +38,8 @@ from testbed.policies.pulsar_lm import LoadManagerConfig, PulsarLoadManager
 from testbed.policies.topics import topic_class, topic_name
 
 __all__ = ["latency", "Policy", "EPulsar", "AllPairs", "PulsarHash", "hash_broker", "hash_slot", "Overload",
-           "NATS_OUTPUT_RATE_THRESHOLD", "RESOURCES", "overloaded_brokers", "topics_to_shed", "can_host", "CanHost",
+           "NATS_OUTPUT_RATE_THRESHOLD", "RESOURCES", "overloaded_brokers", "topics_to_shed", "can_host", "host_refusal",
+           "CanHost",
            "latency_violated", "place_topics", "perform_repartitioning", "choose_brokers", "POLICIES", "FAMILIES",
            "DEFAULT_POLICY", "get_policy", "topic_class", "topic_name", "Distance", "DISTANCES", "DEFAULT_DISTANCE",
            "ONE_WAY", "RTT", "get_distance", "INITIAL_PLACEMENTS", "DEFAULT_INITIAL_PLACEMENT", "asker_clients",

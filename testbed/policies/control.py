@@ -60,11 +60,21 @@ class Algorithm1:
                               clients=clients, asker=asker)
 
     def round(self, snapshot: Snapshot, now: float, clients: Mapping[str, TopicClients] | None = None) -> Decision:
-        """Algorithm 1; each overloaded broker and the topics it sheds (3.4.3) are reported."""
+        """Algorithm 1; each overloaded broker and the topics it sheds (3.4.3) are reported, each
+        topic with where it goes (None: it stays) and the candidates the policy ranked for it, with
+        why each one before the chosen was refused (a topic shed every round that never moves says
+        why: every candidate over a threshold, or none ranked)."""
         limits = self.options.overload
-        shed = [{"type": "overload_shed", "broker": b, "rate_out": snapshot.brokers[b].rate_out,
-                 "topics": topics_to_shed(b, snapshot, limits)} for b in overloaded_brokers(snapshot, limits)]
-        return Decision(perform_repartitioning(snapshot, self.policy, limits, clients=clients), shed)
+        considered: dict[str, list[dict]] = {}
+        migrations = perform_repartitioning(snapshot, self.policy, limits, clients=clients, considered=considered)
+        moved = {m.topic: m.target for m in migrations}
+        shed = []
+        for b in overloaded_brokers(snapshot, limits):
+            topics = topics_to_shed(b, snapshot, limits)
+            shed.append({"type": "overload_shed", "broker": b, "rate_out": snapshot.brokers[b].rate_out,
+                         "topics": topics, "moved": {t: moved.get(t) for t in topics},
+                         "candidates": {t: considered.get(t, []) for t in topics}})
+        return Decision(migrations, shed)
 
 
 def controller_for(policy: Policy, options: ControlOptions) -> Controller:

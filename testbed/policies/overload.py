@@ -105,10 +105,12 @@ def _resource_cost(snapshot: Snapshot, resource: str) -> float:
     return sum(ratios) / len(ratios) if ratios else 0.0
 
 
-def can_host(broker: str, topic: str, placement: Mapping[str, str], snapshot: Snapshot,
-             thresholds: Overload = Overload()) -> bool:
-    """can_host of Algorithm 1 (line 8): would `broker` stay out of overload with the placement
-    `placement` (P, holding the moves already decided this round) plus `topic`?
+def host_refusal(broker: str, topic: str, placement: Mapping[str, str], snapshot: Snapshot,
+                 thresholds: Overload = Overload()) -> str | None:
+    """Why `broker` cannot host `topic` (can_host of Algorithm 1, line 8: would it stay out of overload
+    with the placement `placement`, P, holding the moves already decided this round, plus `topic`?),
+    or None when it can. The reason names the projected value and its threshold, so a topic that an
+    overloaded broker sheds but that never moves says why in the run's events.
 
     Projected output rate = the part of the broker's reported rate_out that its topic reports do not
     account for + the rate_out of every topic P places on it, `topic` included; it must stay
@@ -124,10 +126,17 @@ def can_host(broker: str, topic: str, placement: Mapping[str, str], snapshot: Sn
     out = unreported_out + sum(reports[t].rate_out for t in here if t in reports)
     load = sum(reports[t].load for t in here if t in reports)
     if out > thresholds.output_rate:
-        return False
+        return f"output rate {out:.0f} msg/s > Rth_out {thresholds.output_rate:.0f}"
     for r in RESOURCES:
         use = getattr(b, r)
         cost = use / b.load if b.load > 0 else _resource_cost(snapshot, r)
-        if use + cost * (load - b.load) > getattr(thresholds, r):
-            return False
-    return True
+        projected = use + cost * (load - b.load)
+        if projected > getattr(thresholds, r):
+            return f"{r} {projected:.2f} > {getattr(thresholds, r):.2f}"
+    return None
+
+
+def can_host(broker: str, topic: str, placement: Mapping[str, str], snapshot: Snapshot,
+             thresholds: Overload = Overload()) -> bool:
+    """can_host of Algorithm 1 (line 8): `host_refusal` finds no reason."""
+    return host_refusal(broker, topic, placement, snapshot, thresholds) is None

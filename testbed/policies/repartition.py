@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from testbed.policies.base import Policy, threshold_of
-from testbed.policies.overload import Overload, can_host, overloaded_brokers, topics_to_shed
+from testbed.policies.overload import Overload, host_refusal, overloaded_brokers, topics_to_shed
 from testbed.policies.snapshot import Migration, Snapshot, TopicClients
 
 CanHost = Callable[[str, str, Mapping[str, str], Snapshot], bool]
@@ -51,11 +51,13 @@ def place_topics(to_migrate: Iterable[str], placement: Mapping[str, str], snapsh
 
 
 def perform_repartitioning(snapshot: Snapshot, policy: Policy, thresholds: Overload = Overload(),
-                           clients: Mapping[str, TopicClients] | None = None) -> list[Migration]:
+                           clients: Mapping[str, TopicClients] | None = None,
+                           considered: dict[str, list[dict]] | None = None) -> list[Migration]:
     """PerformRepartitioning of Algorithm 1 (lines 12-26): topics whose E(t) exceeds Lth(t)
     (latency-aware policies only) plus the topics shed by each overloaded broker, placed by
     `place_topics` with `can_host`; returns one Migration per topic whose broker changed, sorted by
-    topic."""
+    topic. `considered`, when given, gets every candidate asked per topic, in the policy's order:
+    {"broker", "refused": why not (`host_refusal`) or None for the one chosen}."""
     initial = snapshot.placement
     to_migrate: set[str] = set()
     if policy.latency_aware:
@@ -64,7 +66,10 @@ def perform_repartitioning(snapshot: Snapshot, policy: Policy, thresholds: Overl
         to_migrate |= set(topics_to_shed(broker, snapshot, thresholds))
 
     def check(b: str, t: str, p: Mapping[str, str], m: Snapshot) -> bool:
-        return can_host(b, t, p, m, thresholds)
+        refused = host_refusal(b, t, p, m, thresholds)
+        if considered is not None:
+            considered.setdefault(t, []).append({"broker": b, "refused": refused})
+        return refused is None
 
     result = place_topics(sorted(to_migrate), initial, snapshot, policy, check, clients)
     return [Migration(t, initial[t], result[t]) for t in sorted(initial) if result.get(t, initial[t]) != initial[t]]

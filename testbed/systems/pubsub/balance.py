@@ -29,10 +29,30 @@ def summarize(events: list[dict]) -> dict:
         "unloads_by": {by: sum(e.get("by") == by for e in unloads) for by in sorted({e.get("by") for e in unloads})},
         "topics_unloaded": sum(len(e.get("topics", ())) for e in unloads),
         "overload_sheds": sum(len(e.get("topics", ())) for e in events if e.get("type") == "overload_shed"),
+        "shed_never_moved": shed_never_moved(events),
         "downtimes": len(downs),
         "downtime_p50_s": percentile(downs, 0.5),
         "downtime_max_s": downs[-1] if downs else None,
     }
+
+
+def shed_never_moved(events: list[dict]) -> dict:
+    """Topics ePulsar's overload branch shed in some round but never moved in any: {topic: {"rounds",
+    "why"}}, why from the last round (each candidate the policy ranked and why it could not host it,
+    or that it ranked none)."""
+    sheds = [e for e in events if e.get("type") == "overload_shed" and "moved" in e]
+    moved = {t for e in sheds for t, to in e["moved"].items() if to is not None}
+    stuck: dict[str, dict] = {}
+    for e in sheds:
+        for topic in e["topics"]:
+            if topic in moved:
+                continue
+            candidates = e.get("candidates", {}).get(topic) or []
+            why = "; ".join(f"{c['broker']}: {c['refused']}" for c in candidates if c["refused"])
+            entry = stuck.setdefault(topic, {"rounds": 0})
+            entry["rounds"] += 1
+            entry["why"] = why or "the policy ranked no broker for it"
+    return stuck
 
 
 def end_screen(balance: dict) -> list[str]:
@@ -44,7 +64,13 @@ def end_screen(balance: dict) -> list[str]:
              f"{balance['topics_unloaded']} topics), {balance['overload_sheds']} topics shed by ePulsar's overload branch")
     cost = (f"client downtime p50 {balance['downtime_p50_s']:.2f} s, max {balance['downtime_max_s']:.2f} s over "
             f"{balance['downtimes']} moves" if balance["downtimes"] else "no client downtime")
-    return [f"load balance: imbalance (CoV of broker msg rates) mean {balance['imbalance_mean']:.2f}, "
-            f"max {balance['imbalance_max']:.2f}, last 3 rounds {balance['imbalance_end']:.2f}; busiest link "
-            f"{100 * link['use']:.0f} % out ({link['broker']}, round {link['round']})",
-            f"load balance: {moves}; {cost}"]
+    lines = [f"load balance: imbalance (CoV of broker msg rates) mean {balance['imbalance_mean']:.2f}, "
+             f"max {balance['imbalance_max']:.2f}, last 3 rounds {balance['imbalance_end']:.2f}; busiest link "
+             f"{100 * link['use']:.0f} % out ({link['broker']}, round {link['round']})",
+             f"load balance: {moves}; {cost}"]
+    stuck = sorted(balance.get("shed_never_moved", {}).items(), key=lambda item: -item[1]["rounds"])
+    lines += [f"load balance: {topic} shed in {entry['rounds']} rounds, never moved: {entry['why']}"
+              for topic, entry in stuck[:3]]
+    if len(stuck) > 3:
+        lines.append(f"load balance: {len(stuck) - 3} more topics shed and never moved (summary.json: balance)")
+    return lines
