@@ -3,15 +3,14 @@
 so a figure can be redrawn (or restyled) without measuring again.
 
 - nc.json -> fig3b.png: Serf's RTT estimation error vs cluster size and vs the RTT (paper 5.3)
-- monitoring.json -> fig6.png: one broker's monitoring traffic, ePulsar vs AllPairs (paper 5.6)
-- migration.json -> fig7a.png, fig7b.png: the medians with their 95 % intervals per configuration,
-  Fig. 7a with both downtime definitions (to reconnected, the paper's; to traffic through the new
-  broker, ours) (paper 5.7)
 - overload.json -> overload.png: nats-server's output rate vs p95 latency, the Rth_out knee (paper 5.4)
 - capacity.json -> capacity.png: the harness's overhead vs offered load, CPU by process class
 - efficiency.json -> efficiency.png: CPU-us per delivered message by process class, shapers side by side
 
-    python -m analysis.bench_figures [--dir results/bench] [nc monitoring migration overload capacity ...]
+    python -m analysis.bench_figures [--dir results/bench] [nc overload capacity efficiency ...]
+
+ePulsar's Fig. 6 and 7 are drawn in its folder (testbed/systems/pubsub/bench/monitoring_figures.py,
+migration_figures.py).
 
 Each renderer takes the benchmark's JSON (a dict) and where to write, and returns what it drew (path,
 title, axis labels, series), like `analysis.figures`. A name ending in -quick (overload-quick,
@@ -88,133 +87,6 @@ def fig3b(data: dict, out: Path) -> dict:
     fig.suptitle(title)
     return _drawn(fig, out, title, "nodes in the NC cluster; actual RTT (ms)",
                   "RTT estimation error (ms); relative RTT estimation error (%)", series)
-
-
-# ------------------------------------------------------------------------------------------ Fig. 6
-
-def fig6(data: dict, out: Path) -> dict:
-    """Monitoring traffic to ZooKeeper (wire bytes/s minus the idle agent's) vs topics hosted, one
-    line per policy and clients per topic."""
-    rows = data["rows"]
-    fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    styles = {"epulsar": ("-", "o", "ePulsar (aggregates)"), "allpairs": ("--", "s", "AllPairs (every client)")}
-    series = []
-    for policy in ("epulsar", "allpairs"):
-        counts = sorted({r["clients_per_topic"] for r in rows if r["policy"] == policy})
-        for k, per_topic in enumerate(counts):
-            points = sorted((r for r in rows if r["policy"] == policy and r["clients_per_topic"] == per_topic),
-                            key=lambda r: r["topics"])
-            line, marker, label = styles[policy]
-            # hollow markers shrinking with the client count: lines that coincide (ePulsar's) stay visible
-            spans = [stats.from_dict(r.get("zk_wire_net_Bps_ci")) for r in points]
-            low = [r["zk_wire_net_Bps"] - i.low if i and i.has_interval else 0 for r, i in zip(points, spans)]
-            high = [i.high - r["zk_wire_net_Bps"] if i and i.has_interval else 0 for r, i in zip(points, spans)]
-            ax.errorbar([r["topics"] for r in points], [max(1.0, r["zk_wire_net_Bps"]) for r in points],
-                        yerr=[low, high], capsize=3, linestyle=line, marker=marker, markersize=10 - 2.5 * k,
-                        markerfacecolor="none", label=f"{label}, {per_topic} clients/topic")
-            series.append(f"{label}, {per_topic} clients/topic")
-    period = rows[0]["period_s"] if rows else 5
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ticks = sorted({r["topics"] for r in rows})
-    ax.set_xticks(ticks, [str(t) for t in ticks])
-    xlabel = "topics hosted by the broker"
-    ylabel = "monitoring traffic to ZooKeeper (bytes/s, wire,\nminus the idle agent's; bar: 95 % CI over periods)"
-    title = f"Fig. 6: monitoring traffic of one broker (report every {period:g} s)"
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=7)
-    return _drawn(fig, out, title, xlabel, ylabel, series)
-
-
-# ------------------------------------------------------------------------------------------ Fig. 7
-
-DOWNTIME_DEFINITIONS = (  # (row key, legend, marker, line style): Fig. 7a draws both (paper 5.7 and ours)
-    ("reconnect", "until reconnected (paper)", "s", "--"),
-    ("downtime", "until traffic through the new broker (ours)", "o", "-"),
-)
-WORKFLOW_COLORS = {"baseline": "tab:red", "enhanced": "tab:green"}
-
-
-def _errorbar(ax, xs: list, intervals: list, **style) -> None:
-    """Medians with their 95 % intervals (analysis.stats, stored by the benchmark) as error bars, in ms."""
-    values = [1e3 * i.value for i in intervals]
-    low = [1e3 * (i.value - i.low) if i.has_interval else 0.0 for i in intervals]
-    high = [1e3 * (i.high - i.value) if i.has_interval else 0.0 for i in intervals]
-    ax.errorbar(xs, values, yerr=[low, high], capsize=4, linewidth=1.5, **style)
-
-
-def _labelled(fig, ax, out: Path, title: str, xlabel: str, ylabel: str, series: list) -> dict:
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    return _drawn(fig, out, title, xlabel, ylabel, series)
-
-
-def _saturation_note(rows: list[dict]) -> str:
-    bad = [r for r in rows if not (r.get("harness") or {}).get("valid", True)]
-    return f"; harness saturated in {len(bad)} of {len(rows)} configurations" if bad else ""
-
-
-def fig7(data: dict, directory: Path) -> list[dict]:
-    """Fig. 7a (the 7a configurations: 128 topics at once, 16 executors, over the WAN latency) with
-    both downtime definitions, and Fig. 7b (the 7b ones at 40 ms, timed from the round's decision so
-    the executors' effect shows): medians with their 95 % intervals, as migration.json stores them."""
-    rows = [r for r in data.get("rows") or [] if r.get("downtime") or r.get("completion")]
-    if not rows:
-        raise ValueError("this migration.json has no per-configuration intervals (written before they were "
-                         "recorded): run `make bench-migration` again")
-    return [fig7a(rows, directory / "fig7a.png"), fig7b(rows, directory / "fig7b.png")]
-
-
-def fig7a(rows: list[dict], out: Path) -> dict:
-    rows = [r for r in rows if r["figure"] == "7a"]
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    series = []
-    for workflow in ("baseline", "enhanced"):
-        mine = sorted((r for r in rows if r["workflow"] == workflow), key=lambda r: r["wan_ms"])
-        for key, definition, marker, line in DOWNTIME_DEFINITIONS:
-            points = [(r["wan_ms"], stats.from_dict(r[key])) for r in mine if r.get(key)]
-            if not points:
-                continue
-            label = f"{figures.WORKFLOW_NAMES[workflow]}, {definition}"
-            _errorbar(ax, [x for x, _ in points], [i for _, i in points], marker=marker, linestyle=line,
-                      color=WORKFLOW_COLORS[workflow], label=label)
-            series.append(label)
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7)
-    setup = ", ".join(sorted({f"{r['topics']} topics at once" for r in rows}) +
-                      sorted({f"{r['executors']} executors" for r in rows if r["workflow"] == "enhanced"}))
-    title = f"Fig. 7a: Client downtime vs one-way WAN latency\n({setup}{_saturation_note(rows)})"
-    return _labelled(fig, ax, out, title, "one-way WAN latency, broker to topic manager (ms)",
-                     "client downtime, median and 95 % CI (ms)", series)
-
-
-def fig7b(rows: list[dict], out: Path) -> dict:
-    rows = [r for r in rows if r["figure"] == "7b" and r.get("completion")]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    series = []
-    wans = sorted({r["wan_ms"] for r in rows})
-    for workflow, executors in sorted({(r["workflow"], r["executors"]) for r in rows},
-                                      key=lambda k: (k[0] != "baseline", k[1])):
-        points = sorted((r["topics"], stats.from_dict(r["completion"])) for r in rows
-                        if (r["workflow"], r["executors"]) == (workflow, executors))
-        label = figures.WORKFLOW_NAMES[workflow] + (f", {executors} executor{'s' if executors != 1 else ''}"
-                                                    if workflow == "enhanced" else "")
-        _errorbar(ax, [n for n, _ in points], [i for _, i in points], marker="o", label=label)
-        series.append(label)
-    counts = sorted({r["topics"] for r in rows})
-    if counts and counts[-1] >= 8 * counts[0]:
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(counts, [str(n) for n in counts])
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
-    title = (f"Fig. 7b: Median per-topic migration time\n(one-way WAN latency {'/'.join(f'{w:g}' for w in wans)} ms"
-             f"{_saturation_note(rows)})")
-    return _labelled(fig, ax, out, title, "topics migrated at once", "per-topic migration time from the decision,\n"
-                     "incl. waiting for an executor: median and 95 % CI (ms)", series)
 
 
 # ------------------------------------------------------------------------------------------ overload
@@ -358,8 +230,6 @@ def efficiency(data: dict, out: Path) -> dict:
 # ------------------------------------------------------------------------------------------ by name
 
 FIGURES = {"nc": lambda data, d, name: [fig3b(data, d / "fig3b.png")],
-           "monitoring": lambda data, d, name: [fig6(data, d / "fig6.png")],
-           "migration": lambda data, d, name: fig7(data, d),
            "overload": lambda data, d, name: [overload(data, d / f"{name}.png")],
            "capacity": lambda data, d, name: [capacity(data, d / f"{name}.png")],
            "efficiency": lambda data, d, name: [efficiency(data, d / f"{name}.png")]}

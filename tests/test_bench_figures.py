@@ -1,5 +1,6 @@
-"""analysis.bench_figures: every benchmark's figure from the JSON it writes (synthetic here), under the
-file name `make paper` copies, with its figure number, units and reference lines."""
+"""Every microbenchmark's figure from the JSON it writes (synthetic here): analysis.bench_figures (the
+harness's and Fig. 3b) and ePulsar's Fig. 6 and 7 (testbed/systems/pubsub/bench/), under the file
+name `make paper` copies, with its figure number, units and reference lines."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from analysis import bench_figures
+from testbed.systems.pubsub.bench import migration_figures, monitoring_figures
 from analysis.stats import median_ci
 from testbed.bench import overload
 
@@ -75,7 +77,7 @@ def png(info):
 def test_fig3b_6_and_overload_keep_their_names_numbers_and_units(tmp_path):
     (fig3b,) = bench_figures.draw("nc", nc_json(), tmp_path)
     assert png(fig3b) == "fig3b.png" and fig3b["title"].startswith("Fig. 3b") and "(ms)" in fig3b["ylabel"]
-    (fig6,) = bench_figures.draw("monitoring", monitoring_json(), tmp_path)
+    (fig6,) = monitoring_figures.draw(monitoring_json(), tmp_path)
     assert png(fig6) == "fig6.png" and fig6["title"].startswith("Fig. 6") and "bytes/s" in fig6["ylabel"]
     assert len(fig6["series"]) == 6
     (drawn,) = bench_figures.draw("overload-quick", overload_json(), tmp_path)
@@ -84,7 +86,7 @@ def test_fig3b_6_and_overload_keep_their_names_numbers_and_units(tmp_path):
 
 
 def test_fig7_draws_both_downtimes_and_intervals_from_the_rows(tmp_path):
-    fig7a, fig7b = bench_figures.draw("migration", migration_json(), tmp_path)
+    fig7a, fig7b = migration_figures.draw(migration_json(), tmp_path)
     assert png(fig7a) == "fig7a.png" and fig7a["title"].startswith("Fig. 7a")
     assert "128 topics at once, 16 executors" in fig7a["title"] and "saturated" not in fig7a["title"]
     assert fig7a["series"] == ["Pulsar (baseline), until reconnected (paper)",
@@ -100,7 +102,7 @@ def test_fig7_draws_both_downtimes_and_intervals_from_the_rows(tmp_path):
 
 def test_old_json_without_what_the_figure_reads_says_what_to_do(tmp_path):
     with pytest.raises(ValueError, match="bench-migration"):
-        bench_figures.draw("migration", {"rows": []}, tmp_path)
+        migration_figures.draw({"rows": []}, tmp_path)
     old = overload_json()
     del old["how"]["max_foreign_cores"]
     with pytest.raises(ValueError, match="--reanalyse"):
@@ -108,9 +110,9 @@ def test_old_json_without_what_the_figure_reads_says_what_to_do(tmp_path):
 
 
 def test_the_command_redraws_every_json_present(tmp_path):
-    for name, data in (("nc", nc_json()), ("monitoring", monitoring_json()), ("migration", migration_json())):
+    for name, data in (("nc", nc_json()), ("overload-quick", overload_json())):
         (tmp_path / f"{name}.json").write_text(json.dumps(data))
     res = subprocess.run([sys.executable, "-m", "analysis.bench_figures", "--dir", str(tmp_path)], capture_output=True,
                          text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
-    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["fig3b.png", "fig6.png", "fig7a.png", "fig7b.png"]
+    assert sorted(p.name for p in tmp_path.glob("*.png")) == ["fig3b.png", "overload-quick.png"]

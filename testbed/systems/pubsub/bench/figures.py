@@ -1,7 +1,7 @@
 """The ePulsar paper's microbenchmarks judged and drawn (5.5-5.7): each figure's headline from the JSON
 its benchmark writes (`HEADLINES`, read by `make paper`), and Fig. 4 and 5 from the placement
 assessment's summary rows. The rules' numbers are in ../claims.py, beside the words the index uses.
-Fig. 6 and 7 are drawn by analysis.bench_figures with the other microbenchmarks' figures.
+Fig. 6 and 7 are drawn by monitoring_figures.py and migration_figures.py.
 """
 
 from __future__ import annotations

@@ -216,10 +216,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="redraw fig7a.png and fig7b.png from results/bench/migration.json")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
-    from analysis.bench_figures import draw
+    from testbed.systems.pubsub.bench.migration_figures import draw
 
     if args.figures_only:
-        draw("migration", directory=OUT)
+        draw(json.loads((OUT / "migration.json").read_text()), OUT)
         return 0
     if os.geteuid() != 0:
         console.print("bench-migration needs root (network namespaces)")
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": round(time.monotonic() - started, 1), "rows": rows, "migrations": migrations,
             "downtimes": downtimes}
     (OUT / "migration.json").write_text(json.dumps(data, indent=2))
-    draw("migration", data, OUT)
+    draw(data, OUT)
     table = Table("fig", "topics", "WAN ms", "workflow", "executors", "per-topic ms", "from decision ms",
                   "downtime ms (ours)", "to reconnect ms (paper)", "harness",
                   title="Topic migration overheads (paper 5.7), medians [95 % CI]")

@@ -278,11 +278,11 @@ def main(argv: list[str] | None = None) -> int:
                         help="redraw fig6.png from results/bench/monitoring.json")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
-    from analysis.bench_figures import draw
+    from testbed.systems.pubsub.bench.monitoring_figures import draw
 
     if args.figures_only:
         data = json.loads((OUT / "monitoring.json").read_text())
-        draw("monitoring", data, OUT)
+        draw(data, OUT)
         console.print(table(data["rows"]))
         return 0
     if os.geteuid() != 0:
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     data = {"time": time.time(), "took_s": time.monotonic() - started,
             "scenario": str(SCENARIO.relative_to(SCENARIO.parents[2])), "rows": rows}
     (OUT / "monitoring.json").write_text(json.dumps(data, indent=2))
-    draw("monitoring", data, OUT)
+    draw(data, OUT)
     console.print(table(rows))
     console.print(f"written {OUT / 'monitoring.json'}, {OUT / 'fig6.png'} in {time.monotonic() - started:.0f}s")
     return 0
