@@ -14,24 +14,29 @@ one at its own, any broker (cloud included). It is an upper bound of the network
 queueing and processing in brokers, clients and the harness come on top, but those are not what the
 placement rules judge (the saturation guard excludes the harness's own stalls).
 
-The control loop's reaction time is also the scenario's: a client's coordinate reaches its broker
-within one NC report period, the manager acts on it at its next monitoring round (paper 4: both
-every 5 s), so a topic should be back under its threshold within `reaction_s` = the sum.
+The control loop's reaction time is the scenario's and the run's: a client's coordinate reaches its
+broker within one NC report period, the manager acts on it at its next monitoring round (paper 4:
+both every 5 s: `reaction_s`, the sum), and the move itself then takes the run's migration time
+(`migration_s`: from the manager's decision until the topic's clients use the new broker, as that
+run's events measured it). A topic should be back under its threshold within `window_s` = both.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import topology as topology_mod
+from testbed.procs import percentile
 from testbed.scenario.loader import load
 
 BROKER_ROLES = ("cloud", "broker")          # nodes that host topics (testbed.topology roles)
 NOT_CLIENTS = (*BROKER_ROLES, "nc-proxy")    # every other role is a pub/sub client's node
 EDGE_SITES = ("zone", "city")                # where a mobile client can be
 PAPER_REACTION_S = 10.0                      # 5 s coordinate reports + 5 s monitoring rounds (paper 4)
+CLIENT_MOVE_GRACE_S = 2.0                    # a client's downtime that starts this long after its migration ended still belongs to it
 
 
 @dataclass(frozen=True)
@@ -44,10 +49,18 @@ class Bound:
 
 @dataclass(frozen=True)
 class Limits:
-    """What a run's scenario allows: its latency bound (None when unknown) and reaction time."""
+    """What a run allows: its scenario's latency bound (None when unknown) and reaction time, and the
+    run's own migration time (p95 of its moves; None when nothing moved or no events were kept)."""
 
     bound: Bound | None
     reaction_s: float | None
+    migration_s: float | None = None
+
+    @property
+    def window_s(self) -> float | None:
+        """How long a topic may stay over its threshold after its clients moved: the reaction time
+        plus the run's migration time."""
+        return None if self.reaction_s is None else self.reaction_s + (self.migration_s or 0.0)
 
 
 def _one_way(shaping) -> float:
@@ -83,11 +96,42 @@ def _site_jitter(topology, a: str, b: str) -> float:
     return link.shaping.jitter if link is not None else 0.0
 
 
-def run_limits(run_dir: str | os.PathLike) -> Limits:
-    """A run directory's Limits from its scenario.yaml; unknown parts are None (a scenario that does not
-    validate, or none saved)."""
+def migration_times(events: list[dict]) -> list[float]:
+    """Each migration's time as its clients saw it: from the manager's `migration_start` until the
+    later of its `migration_end` and the end of the last client downtime of that topic that began
+    before the migration ended (plus `CLIENT_MOVE_GRACE_S`: a baseline client looks the topic up
+    again only after the old broker dropped it). A migration with no end recorded is left out."""
+    starts: dict[str, float] = {}
+    moves: list[tuple[str, float, float]] = []
+    for e in sorted(events, key=lambda e: e.get("time", 0.0)):
+        kind, topic = e.get("type"), e.get("topic")
+        if kind == "migration_start":
+            starts[topic] = e["time"]
+        elif kind == "migration_end" and topic in starts:
+            moves.append((topic, starts.pop(topic), e["time"]))
+    downs = [e for e in events if e.get("type") == "downtime" and e.get("reason") in ("redirect", "disconnect")]
+    times = []
+    for topic, began, ended in moves:
+        clients = [d["end"] for d in downs
+                   if d.get("topic") == topic and began <= d.get("start", 0.0) <= ended + CLIENT_MOVE_GRACE_S]
+        times.append(max([ended, *clients]) - began)
+    return times
+
+
+def _events(run_dir: Path) -> list[dict]:
     try:
-        scenario = load(Path(run_dir) / "scenario.yaml")  # ScenarioError is a ValueError, a missing file too
+        with (run_dir / "events.jsonl").open() as handle:
+            return [json.loads(line) for line in handle if line.strip()]
+    except (OSError, ValueError):
+        return []
+
+
+def run_limits(run_dir: str | os.PathLike) -> Limits:
+    """A run directory's Limits from its scenario.yaml and events.jsonl; unknown parts are None (a
+    scenario that does not validate, or none saved)."""
+    run_dir = Path(run_dir)
+    try:
+        scenario = load(run_dir / "scenario.yaml")  # ScenarioError is a ValueError, a missing file too
     except ValueError:
         return Limits(None, None)
     control = scenario.control
@@ -95,7 +139,9 @@ def run_limits(run_dir: str | os.PathLike) -> Limits:
         bound = latency_bound(topology_mod.build(scenario))
     except (KeyError, ValueError):
         bound = None
-    return Limits(bound, control.nc_report_period + control.monitoring_period)
+    moved = migration_times(_events(run_dir))
+    return Limits(bound, control.nc_report_period + control.monitoring_period,
+                  percentile(moved, 0.95, "higher") if moved else None)
 
 
-__all__ = ["Bound", "Limits", "latency_bound", "run_limits", "BROKER_ROLES", "PAPER_REACTION_S"]
+__all__ = ["Bound", "Limits", "latency_bound", "migration_times", "run_limits", "BROKER_ROLES", "PAPER_REACTION_S"]

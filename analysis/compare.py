@@ -9,6 +9,8 @@ messages (a ratio over all messages, not a mean of ratios).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -115,18 +117,21 @@ def policy_recovery(traces: DataFrame, events: DataFrame, runs: DataFrame) -> Da
             .orderBy("scenario", "policy"))
 
 
-def policy_handovers(traces: DataFrame, events: DataFrame, runs: DataFrame, max_window_s: float) -> DataFrame:
+def policy_handovers(traces: DataFrame, events: DataFrame, runs: DataFrame,
+                     max_window_s: float | Mapping[str, float]) -> DataFrame:
     """Fig. 8's mechanism per scenario and policy: the post-handover windows and the rest of the run.
 
     A window opens at a relink of a node (a swarm enters another MEC zone) and lasts, per topic of the
     node, until the topic is back under its threshold (`jobs.time_above_threshold_after_relink`); the
     relink's window is its longest topic's. A window is `long` when it lasted more than
-    `max_window_s`, closed or not; `open` when it never closed but was watched for less than that (the
-    next relink or the end of the run came first: undecided). Every message of a topic sent inside
-    one of its windows is left out; the others are the run "outside the windows".
+    `max_window_s` (one for every run, or per run_id: each run's own reaction and migration time,
+    `analysis.bounds.Limits.window_s`), closed or not; `open` when it never closed but was watched for
+    less than that (the next relink or the end of the run came first: undecided). Every message of a
+    topic sent inside one of its windows is left out; the others are the run "outside the windows".
 
-    Columns: scenario, policy, relinks, windows_long, windows_open, longest_window_s, messages_outside,
-    within_outside (at or below the threshold), within_ratio_outside.
+    Columns: scenario, policy, relinks, windows_long, windows_open, longest_window_s, window_limit_s
+    (the longest limit of the scenario's runs under the policy), messages_outside, within_outside (at
+    or below the threshold), within_ratio_outside.
     """
     thresholds = runs.select("run_id", "topic_class", "threshold_s")
     per_topic = jobs.time_above_threshold_after_relink(traces, events, thresholds, by="topic").cache()
@@ -142,21 +147,29 @@ def policy_handovers(traces: DataFrame, events: DataFrame, runs: DataFrame, max_
                .groupBy("scenario", "policy")
                .agg(F.count(F.lit(1)).alias("messages_outside"),
                     F.sum((F.col("latency_s") <= F.col("threshold_s")).cast("long")).alias("within_outside")))
-    limit = F.lit(float(max_window_s))
+    labels = runs.select("run_id", "scenario", "policy").distinct()
+    if isinstance(max_window_s, Mapping):
+        limits = traces.sparkSession.createDataFrame([(str(k), float(v)) for k, v in max_window_s.items()],
+                                                     "run_id string, _limit double")
+        labels = labels.join(F.broadcast(limits), "run_id", "left")
+    else:
+        labels = labels.withColumn("_limit", F.lit(float(max_window_s)))
+    limit = F.col("_limit")
     per_relink = (per_topic.groupBy("run_id", "node", "relink_time")
                   .agg(F.max("time_above_s").alias("window_s"), F.min(F.col("closed").cast("int")).alias("_closed")))
-    labels = runs.select("run_id", "scenario", "policy").distinct()
     relinks = (per_relink.join(F.broadcast(labels), "run_id")
                .groupBy("scenario", "policy")
                .agg(F.count(F.lit(1)).alias("relinks"),
                     F.sum((F.col("window_s") > limit).cast("long")).alias("windows_long"),
                     F.sum(((F.col("_closed") == 0) & (F.col("window_s") <= limit)).cast("long")).alias("windows_open"),
                     F.max("window_s").alias("longest_window_s")))
+    limits_used = labels.groupBy("scenario", "policy").agg(F.max("_limit").alias("window_limit_s"))
     return (outside.join(relinks, ["scenario", "policy"], "left")
+            .join(limits_used, ["scenario", "policy"], "left")
             .fillna(0, ["relinks", "windows_long", "windows_open"])
             .withColumn("within_ratio_outside", F.col("within_outside") / F.col("messages_outside"))
             .select("scenario", "policy", "relinks", "windows_long", "windows_open", "longest_window_s",
-                    "messages_outside", "within_outside", "within_ratio_outside")
+                    "window_limit_s", "messages_outside", "within_outside", "within_ratio_outside")
             .orderBy("scenario", "policy"))
 
 

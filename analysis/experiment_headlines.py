@@ -97,10 +97,13 @@ def ours_fig8(comparison: dict, scenario: str, topic_class: str | None = None, s
     if windows is None or reaction is None:
         return Headline(text + "; ePulsar's handover windows not measured", None, scale, numbers, why)
     numbers["handovers"] = windows
+    limit = windows.get("window_limit_s") or reaction  # reaction plus the runs' migration time (analysis.bounds)
     if windows["relinks"]:
+        how = (f"{reaction:g} s of reports and rounds + {limit - reaction:.1f} s of migration, as the runs measured"
+               if limit > reaction else "reports and rounds")
         text += (f". ePulsar: {windows['relinks']} handovers, longest window {windows['longest_window_s']:.1f} s "
-                 f"({windows['windows_long']} over {reaction:g} s, {windows['windows_open']} cut short before "
-                 f"{reaction:g} s), ")
+                 f"({windows['windows_long']} over {limit:.1f} s = {how}; {windows['windows_open']} cut short before "
+                 f"it), ")
     else:
         text += ". ePulsar: no handover in its runs, "
         why = why or "no handover happened in ePulsar's runs"

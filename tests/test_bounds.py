@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from pathlib import Path
 
 import pytest
@@ -54,3 +56,30 @@ def test_run_limits_read_the_scenario_saved_in_the_run(tmp_path):
     assert bounds.run_limits(tmp_path / "missing") == bounds.Limits(None, None)
     (tmp_path / "scenario.yaml").write_text("name: broken\n")
     assert bounds.run_limits(tmp_path) == bounds.Limits(None, None)
+
+
+def test_a_migration_lasts_until_its_clients_use_the_new_broker():
+    """From the manager's decision to the later of its end and its clients' last downtime; a downtime
+    of another topic, or one that began long after, is not the migration's."""
+    events = [{"type": "migration_start", "time": 100.0, "topic": "a"},
+              {"type": "migration_end", "time": 100.2, "topic": "a"},
+              {"type": "downtime", "time": 100.5, "topic": "a", "reason": "redirect", "start": 100.1, "end": 100.5},
+              {"type": "downtime", "time": 100.9, "topic": "a", "reason": "disconnect", "start": 101.0, "end": 100.9},
+              {"type": "downtime", "time": 150.0, "topic": "a", "reason": "redirect", "start": 149.0, "end": 150.0},
+              {"type": "downtime", "time": 103.0, "topic": "b", "reason": "redirect", "start": 100.1, "end": 103.0},
+              {"type": "migration_start", "time": 200.0, "topic": "b"},
+              {"type": "migration_end", "time": 200.3, "topic": "b"},
+              {"type": "migration_start", "time": 300.0, "topic": "c"}]  # never ended: left out
+    assert bounds.migration_times(events) == pytest.approx([0.9, 0.3])
+
+
+def test_run_limits_add_the_runs_own_migration_time(tmp_path):
+    scenario = load(REPO / "scenarios" / "uav-smoke.yaml")
+    (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+    assert bounds.run_limits(tmp_path).window_s == 10.0  # no events: reports and rounds only
+    moves = [[{"type": "migration_start", "time": 10.0 * i, "topic": f"t{i}"},
+              {"type": "migration_end", "time": 10.0 * i + 0.1 * i, "topic": f"t{i}"}] for i in range(1, 21)]
+    (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for pair in moves for e in pair))
+    limits = bounds.run_limits(tmp_path)
+    assert limits.migration_s == pytest.approx(2.0)  # the p95 of 0.1 .. 2.0 s (the higher rank: 20 of 20)
+    assert limits.window_s == pytest.approx(12.0)

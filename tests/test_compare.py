@@ -97,6 +97,11 @@ def test_policy_handovers_judge_each_window_and_the_messages_outside(spark):
     # A 1.5 s limit makes ePulsar's 2 s window long, and the open 3.9 s one too.
     short = {r["policy"]: r.asDict() for r in compare.policy_handovers(traces, events, runs, 1.5).collect()}
     assert (short["epulsar"]["windows_long"], short["pulsar-hash"]["windows_long"]) == (1, 1)
+    # Each run's own limit (its reaction plus its migration time): only a1's is short.
+    per_run = {r["policy"]: r.asDict() for r in compare.policy_handovers(traces, events, runs,
+                                                                         {"a1": 1.5, "h1": 10.0}).collect()}
+    assert (per_run["epulsar"]["windows_long"], per_run["pulsar-hash"]["windows_long"]) == (1, 0)
+    assert (per_run["epulsar"]["window_limit_s"], per_run["pulsar-hash"]["window_limit_s"]) == (1.5, 10.0)
 
 
 def test_policy_reactions_count_migrations_after_a_change_of_subscribers(spark):
