@@ -2,7 +2,8 @@
 
 Two runs with one seed relink at the same times, and the run can check afterwards that every
 planned handover happened. Random waypoint moves a swarm over the tower area at constant speed;
-a handover is planned whenever the nearest zone site changes (sampled every 100 ms).
+a handover is planned whenever the nearest zone site changes (sampled every 100 ms). Shuttle moves
+each node back and forth between two zones every `dwell` seconds.
 """
 
 from __future__ import annotations
@@ -108,11 +109,34 @@ def group_changes(scenario: Scenario, avatars: int | None = None) -> tuple[list[
     return groups, changes
 
 
+def shuttle(scenario: Scenario, topology: Topology) -> tuple[dict[str, str], list[Handover]]:
+    """Mobile node k shuttles between zone k and zone k + 1 (in name order, wrapping), changing zone
+    every `dwell` seconds: a client on a zone border."""
+    zone_names = sorted(s.name for s in topology.sites.values() if s.kind == "zone")
+    dwell = scenario.mobility.dwell
+    initial: dict[str, str] = {}
+    handovers: list[Handover] = []
+    for k, node in enumerate(sorted(n.name for n in topology.nodes.values() if n.mobile)):
+        here, there = zone_names[k % len(zone_names)], zone_names[(k + 1) % len(zone_names)]
+        initial[node] = here
+        t = dwell
+        while t < scenario.duration:
+            handovers.append(Handover(round(t, 3), node, here, there))
+            here, there = there, here
+            t += dwell
+    handovers.sort(key=lambda h: (h.time, h.node))
+    return initial, handovers
+
+
+MOVERS = {"random-waypoint": random_waypoint, "shuttle": shuttle}  # the models that relink nodes
+
+
 def plan(scenario: Scenario, topology: Topology) -> list[Handover]:
     """Place mobile nodes at their initial sites (mutates the topology) and return the handovers."""
-    if scenario.mobility.model != "random-waypoint":
+    mover = MOVERS.get(scenario.mobility.model)
+    if mover is None:
         return []
-    initial, handovers = random_waypoint(scenario, topology)
+    initial, handovers = mover(scenario, topology)
     for node, site in initial.items():
         topology.nodes[node].site = site
     return handovers

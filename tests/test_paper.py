@@ -279,8 +279,8 @@ def test_entries_mark_absent_bench_json_as_missing(tmp_path, monkeypatch):
     state.steps.append(paper.Step("bench monitoring (fig6)", "failed", detail="exit 1", figures=("fig6",)))
     by_fig = {e.figure: e for e in paper.entries(state)}
     assert list(by_fig) == ["fig3b", "fig4", "fig5", "fig6", "fig7a", "fig7b", "bad-sim", "fig8-smoke", "fig9", "fig8",
-                            "fig9-one_way", "violations", "load-balancing", "tracking", "durable", "bad-live",
-                            "autotune"]  # the systems' long benchmarks last, in registry order
+                            "fig9-one_way", "violations", "load-balancing", "tracking", "handover", "durable",
+                            "bad-live", "autotune"]  # the systems' long benchmarks last, in registry order
     assert by_fig["bad-sim"].missing == [f"{tmp_path / 'bad.json'} (make bench-bad)"]
     assert by_fig["bad-live"].missing == [f"{tmp_path / 'bad-live.json'} (make bench-bad-live)"]
     assert by_fig["tracking"].missing == [f"{tmp_path / 'tracking.json'} (make bench-tracking)"]
@@ -329,9 +329,9 @@ def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat():
     assert len(runs) == 2 * (2 * 2 + 1) and all("(repeat 1/2)" in n for n in runs[:5])
     assert [n for n in runs if "hotspot" in n] == [  # the hot spot under the balance policies asked for
         f"run scenarios/hotspot-smoke.yaml --policy epulsar (repeat {r}/2)" for r in (1, 2)]
-    assert names[-5:] == ["load balancing figures and table", "tracking figures", "durable figures",
-                          "bad-live figures", "autotune figures"]  # the systems' long benchmarks, read when present
-    assert names[-9:-5] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run",
+    assert names[-6:] == ["load balancing figures and table", "tracking figures", "handover figures",
+                          "durable figures", "bad-live figures", "autotune figures"]  # long benchmarks, read when present
+    assert names[-10:-6] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run",
                           "run scenarios/mmog-smoke.yaml --policy epulsar --distance one_way",
                           "PySpark comparison of the one_way run"]
     assert "uav-comparable" not in " ".join(n for n, _ in paper.plan(paper.Options(repeats=1, asides=False)))

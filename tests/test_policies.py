@@ -461,3 +461,36 @@ def test_the_rtt_reading_doubles_every_estimate_and_keeps_the_choices():
     assert latency_violated("T", snapshot(ONE_WAY, one, 0.100)) and latency_violated("T", snapshot(RTT, two, 0.100))
     assert not latency_violated("T", snapshot(ONE_WAY, one, 0.200)) and latency_violated("T", snapshot(RTT, two, 0.200))
     assert Snapshot.from_json(snapshot(RTT, two, 0.1).to_json()).distance is RTT
+
+
+# --- handover-aware placement (beyond the paper) ----------------------------------------------------
+
+
+def test_an_early_round_moves_only_the_concerned_violated_topics_and_holds_recent_moves():
+    from testbed.policies.handover import early_round
+
+    snap = _cluster()  # T on bc violates (E 150 ms > 100); ba is overloaded, t2 would be shed by a full round
+    ep = POLICIES["epulsar"]
+    moves, why = early_round(["T"], snap, ep, {}, now=100.0, hold_s=10.0, thresholds=LIMITS)
+    assert moves == [Migration("T", "bc", "bb")] and why == {}  # t2's overload is the periodic round's
+    moves, why = early_round(["T", "t3", "gone"], snap, ep, {"T": 95.0}, now=100.0, hold_s=10.0, thresholds=LIMITS)
+    assert moves == [] and why == {"T": "held: moved 5.0 s ago (hold 10 s)", "t3": "E(t) within its threshold",
+                                   "gone": "not placed"}
+    assert early_round(["T"], snap, ep, {"T": 89.0}, now=100.0, hold_s=10.0, thresholds=LIMITS)[0]  # hold over
+    full = _cluster(bb_rate_out=1490.0)  # bb cannot take T (1490 + 20 > 1500); ba is full: T stays
+    assert early_round(["T"], full, ep, {}, 100.0, 10.0, LIMITS) == ([], {"T": "no better broker can host it"})
+
+
+def test_a_client_reports_early_when_its_coordinate_moved_at_most_once_per_interval():
+    from testbed.policies.handover import EarlyReports, HandoverTrigger, coordinate_moved
+
+    assert coordinate_moved(c(0), c(12), 0.005, ONE_WAY)       # d = 6 ms > 5 ms
+    assert not coordinate_moved(c(0), c(10), 0.005, ONE_WAY)   # d = 5 ms: not more
+    assert coordinate_moved(c(0), c(6), 0.005, RTT)            # the rtt reading doubles d
+    assert not coordinate_moved(None, c(50), 0.005, ONE_WAY)   # never reported: nothing to compare
+    assert not coordinate_moved(c(0, height_ms=20), c(0, height_ms=20), 0.005, ONE_WAY)  # heights alone: no move
+    assert coordinate_moved(c(0, height_ms=8), c(0, height_ms=20), 0.005, ONE_WAY)       # access 12 ms longer
+    limit = EarlyReports(1.0)
+    assert [limit.allow(t) for t in (0.0, 0.5, 0.99, 1.0, 1.5, 2.1)] == [True, False, False, True, False, True]
+    trigger = HandoverTrigger(True, 0.002, 0.25, 0.5, 8.0)
+    assert HandoverTrigger.from_json(trigger.to_json()) == trigger and HandoverTrigger.from_json(None).enabled is False

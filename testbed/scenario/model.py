@@ -235,10 +235,16 @@ class StayTime(Strict):
 
 
 class Mobility(Strict):
-    model: Literal["none", "random-waypoint", "group-change"] = "none"
+    """How clients move. `random-waypoint`: swarms fly over the towers' area at `speed` (paper 5.1).
+    `group-change`: MMOG avatars change group after `stay` (paper 5.8.2). `shuttle`: mobile node k
+    goes back and forth between zones k and k + 1 (in name order), one handover every `dwell`, as a
+    client on a zone border does (the handover trigger's no-ping-pong test)."""
+
+    model: Literal["none", "random-waypoint", "group-change", "shuttle"] = "none"
     speed: Speed | None = None
     pause: Duration = 0.0
     stay: StayTime | None = None
+    dwell: PositiveDuration | None = None
 
     @model_validator(mode="after")
     def _parameters(self) -> Mobility:
@@ -246,6 +252,8 @@ class Mobility(Strict):
             raise ValueError("random-waypoint needs a speed such as '50m/s'")
         if self.model == "group-change" and self.stay is None:
             raise ValueError("group-change needs stay: {min: 30s, max: 60s}")
+        if (self.model == "shuttle") != (self.dwell is not None):
+            raise ValueError("dwell goes with model: shuttle, and shuttle needs it (time in each zone, e.g. 3s)")
         return self
 
 
@@ -516,8 +524,13 @@ class Scenario(Strict):
                 )
         if self.tracking.strategy != "none" and self.workload.kind not in plugin.taking("tracking"):
             raise ValueError(f"tracking is for the workloads that take it ({', '.join(plugin.taking('tracking'))})")
-        if self.mobility.model == "random-waypoint" and not infra.mec_zones:
-            raise ValueError("random-waypoint mobility needs a mec_zones infrastructure (an area to fly over)")
+        if self.mobility.model in ("random-waypoint", "shuttle") and not infra.mec_zones:
+            raise ValueError(f"{self.mobility.model} mobility needs a mec_zones infrastructure (zones to move between)")
+        if self.mobility.model == "shuttle" and infra.mec_zones.zones < 2:
+            raise ValueError("shuttle mobility needs at least 2 MEC zones to go back and forth between")
+        if self.mobility.model == "shuttle" and self.mobility.dwell >= self.duration:
+            raise ValueError(f"mobility.dwell ({self.mobility.dwell:g}s) is not shorter than the run "
+                             f"({self.duration:g}s): no handover would happen")
         return self
 
     def with_scale(self, scale: float) -> Scenario:

@@ -3,10 +3,34 @@ through the manifest). `report(field path, message)` records a problem at that f
 
 from __future__ import annotations
 
+from testbed.policies import get_policy
+
+
+def handover_trigger(scenario, report) -> None:
+    """`control.handover_trigger` against the rest of the control block: an early report no earlier
+    than the periodic one, or a policy without Algorithm 1's latency rule, would be a trigger that
+    cannot act."""
+    trigger, control, where = scenario.control.handover_trigger, scenario.control, ("control", "handover_trigger")
+    if not trigger.enabled:
+        return
+    if trigger.min_interval > control.nc_report_period:
+        report(where + ("min_interval",), f"{trigger.min_interval:g}s is longer than nc_report_period "
+               f"({control.nc_report_period:g}s): an early report would come no sooner than the periodic one")
+    policy = get_policy(control.policy)
+    if not policy.latency_aware or getattr(policy, "controller", None) is not None:
+        report(where + ("enabled",), f"policy {control.policy!r} does not place by latency with Algorithm 1; the "
+               "early round needs epulsar or allpairs")
+
+
+def uav(scenario, built, report) -> None:
+    """UAV swarms (paper 5.1): the scenario-wide checks every pub/sub workload shares."""
+    handover_trigger(scenario, report)
+
 
 def mmog(scenario, built, report) -> None:
     """The MMOG case (paper 5.8.2) needs players (role avatar), one per avatar, each in a city with
     a game server (an edge site) to attach to."""
+    handover_trigger(scenario, report)
     players = [i for i, g in enumerate(scenario.nodes.clients) if g.role == "avatar"]
     if not players:
         report(("nodes", "clients"), "the mmog workload needs player nodes (role: avatar)")
@@ -25,6 +49,7 @@ def mmog(scenario, built, report) -> None:
 def hotspot(scenario, built, report) -> None:
     """The hot-spot workload runs on static client nodes; its hot site must be an edge
     site with some of them (its topics' clients live there), and its surge within the run."""
+    handover_trigger(scenario, report)
     spec, where = scenario.workload.hotspot, ("workload", "hotspot")
     static = built.placed("static")
     if not static:

@@ -44,6 +44,7 @@ from testbed.procs import percentile
 from testbed.systems.pubsub import trace_schema
 from testbed.systems.pubsub.feature import ClientFeature
 from testbed.systems.pubsub.metadata import check_topic
+from testbed.systems.pubsub.reports import NC_REPORT, NC_REPORT_NOW
 from testbed.policies.snapshot import coord_from_dict, coord_to_dict
 
 _json_str = json.encoder.encode_basestring_ascii  # a str as json.dumps writes it (the C encoder)
@@ -353,13 +354,20 @@ class TopicClient:
             return value and coord_to_dict(coord_from_dict(value))
         return coord_to_dict(value)
 
-    async def _send_report(self, ep: Endpoint) -> None:
+    async def _send_report(self, ep: Endpoint, now: bool = False) -> None:
+        """An NC report; `now`: sent at once after a handover (testbed.policies.handover), so the
+        broker passes it on without waiting for its period."""
         report = {"client": self.name, "role": self.role, "coord": await self._coordinate(), "rate": self.rate(),
                   "bytes": self.byte_rate()}
         try:
-            await ep.nc.publish(f"_ep.nc.{self.topic}", json.dumps(report).encode())
+            await ep.nc.publish(f"{NC_REPORT_NOW if now else NC_REPORT}.{self.topic}", json.dumps(report).encode())
         except Exception:  # noqa: BLE001 - a closing connection; the next period reports again
             pass
+
+    async def report_now(self) -> None:
+        """Report at once (a handover: `handover_watch.HandoverWatch`)."""
+        if self.current is not None:
+            await self._send_report(self.current, now=True)
 
     async def _report_loop(self) -> None:
         # Each client's reports start at its own phase in the period (fixed per client, topic and role): a

@@ -166,6 +166,10 @@ class LookupService:
         if msg.reply:
             await msg.respond(json.dumps(answer).encode())
 
+    def subscriptions(self) -> list[tuple[str, object]]:
+        """What else this service listens to on the cloud's nats-server (the topic manager adds its own)."""
+        return []
+
     async def run(self) -> None:
         stop = self.stopping = asyncio.Event()  # set by SIGTERM: what follows (sessions closing) is on purpose
         loop = asyncio.get_running_loop()
@@ -176,6 +180,8 @@ class LookupService:
         nc = await connect_nats(self.nats_url, name="lookup")
         await nc.subscribe("_ep.lookup", cb=self._on_lookup)
         await nc.subscribe("_ep.lookup.plan", cb=self._on_plan)
+        for subject, callback in self.subscriptions():
+            await nc.subscribe(subject, cb=callback)
         await nc.flush()
         print("ready", flush=True)
         await stop.wait()

@@ -32,12 +32,16 @@ import time
 from kazoo.client import KazooState
 
 from testbed.systems.pubsub.lookup import LookupService
+from testbed.systems.pubsub.metadata import check_topic
+from testbed.systems.pubsub.reports import HANDOVER_SUBJECT
+from testbed.policies.handover import HandoverTrigger, early_round
 from testbed.policies.snapshot import BrokerReport, Migration, Snapshot, TopicClients, TopicReport
 from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DISTANCES, INITIAL_PLACEMENTS, DEFAULT_POLICY,
                                POLICIES, ControlOptions, LoadManagerConfig, Overload, controller_for, get_distance,
                                get_policy)
 
 
+EARLY_ROUND_GATHER_S = 0.1  # an early round waits this long for the other reports of the same handover
 LEADERSHIP_LOST_EXIT = 3  # the exit code of a manager that stepped down (`TopicManager.step_down`)
 
 
@@ -88,6 +92,12 @@ class TopicManager(LookupService):
         self.orphan_locks: dict[str, asyncio.Lock] = {}
         self.in_flight: set[str] = set()
         self.round = 0
+        self.handover = HandoverTrigger.from_json(args.handover_trigger)  # beyond the paper: early rounds
+        self.moved_at: dict[str, float] = {}  # each topic's last migration (an early round holds it)
+        self.handover_topics: set[str] = set()  # topics handovers concern, for the next early round
+        self._early: asyncio.Task | None = None
+        self._leading = False
+        self._round_lock = asyncio.Lock()  # a round, periodic or early, sees the moves of the one before
 
     # -- snapshot ------------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
@@ -179,6 +189,10 @@ class TopicManager(LookupService):
                 emit("round_failed", round=self.round, error=f"{type(error).__name__}: {error}")
 
     async def one_round(self) -> None:
+        async with self._round_lock:
+            await self._one_round()
+
+    async def _one_round(self) -> None:
         await self.warm_peers()
         snapshot, clients = await asyncio.to_thread(self.state)
         await self.replace_orphans(snapshot, clients)
@@ -203,6 +217,37 @@ class TopicManager(LookupService):
              migrations=len(migrations))
         if migrations:
             await self.execute(migrations, snapshot)
+
+    # -- handovers: early rounds (beyond the paper; testbed.policies.handover) --------------------
+    def subscriptions(self) -> list[tuple[str, object]]:
+        return [(HANDOVER_SUBJECT, self._on_handover)] if self.handover.enabled else []
+
+    async def _on_handover(self, msg) -> None:
+        """A broker wrote a report with a handed-over client's new coordinate: an early round for
+        its topics, once the reports of the same handover (a swarm's clients) came in together."""
+        try:
+            topics = [check_topic(t) for t in json.loads(msg.data)["topics"]]
+        except (ValueError, KeyError, TypeError):
+            return
+        self.handover_topics.update(topics)
+        if self._leading and (self._early is None or self._early.done()):
+            self._early = asyncio.get_running_loop().create_task(self.early_round())
+
+    async def early_round(self) -> None:
+        await asyncio.sleep(EARLY_ROUND_GATHER_S)
+        async with self._round_lock:
+            topics, self.handover_topics = sorted(self.handover_topics), set()
+            try:
+                snapshot, clients = await asyncio.to_thread(self.state)
+                migrations, why = early_round(topics, snapshot, self.policy, self.moved_at, time.time(),
+                                              self.handover.hold_s, self.overload, clients)
+            except Exception as error:  # noqa: BLE001 - the periodic round is the backstop
+                emit("early_round_failed", topics=topics, error=f"{type(error).__name__}: {error}")
+                return
+            migrations = [m for m in migrations if m.topic not in self.in_flight]
+            emit("early_round", round=self.round, topics=topics, migrations=len(migrations), kept=why)
+            if migrations:
+                await self.execute(migrations, snapshot)
 
     def emit_loads(self, snapshot: Snapshot) -> None:
         """Every broker's load this round (for the figures of load balancing), and the imbalance: the
@@ -246,6 +291,7 @@ class TopicManager(LookupService):
                 await self.migrate(m, brokers)
 
         self.in_flight |= {m.topic for m in migrations}
+        self.moved_at.update({m.topic: started for m in migrations})
         try:
             await asyncio.gather(*(one(m) for m in migrations))
         finally:
@@ -303,6 +349,7 @@ class TopicManager(LookupService):
             loop.call_soon_threadsafe(lost.set)
         self.meta.on_restored = session_gone  # a new session after the old one expired (metadata's watchdog)
         self.meta.zk.add_listener(lambda state: session_gone() if state == KazooState.LOST else None)
+        self._leading = True
         control = loop.create_task(self.control_loop())
         serving = loop.create_task(super().run())  # serves _ep.lookup until SIGTERM
         try:
@@ -349,6 +396,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--initial-placement", default=DEFAULT_INITIAL_PLACEMENT, choices=list(INITIAL_PLACEMENTS),
                         help="an unowned topic's first broker: from the asking client's coordinate, or the cloud")
     parser.add_argument("--seed", type=int, default=0, help="the scenario's seed (a policy's random ties)")
+    parser.add_argument("--handover-trigger", help="beyond the paper: early rounds on handovers, "
+                        "testbed.policies.handover.HandoverTrigger as JSON (default: off)")
     Overload.add_arguments(parser)
     LoadManagerConfig.add_arguments(parser)
     return parser

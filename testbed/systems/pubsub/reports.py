@@ -19,6 +19,11 @@ from testbed.policies import latency
 from testbed.policies.distance import Distance
 from testbed.policies.snapshot import ClientNC, TopicClients, TopicReport, coord_from_dict
 
+# The NC report subjects: `_ep.nc.<topic>` every period, `_ep.ncnow.<topic>` at once after a handover
+# (the same report; testbed.policies.handover), after which the broker writes its monitoring report
+# and tells the topic manager on HANDOVER_SUBJECT ({"broker", "topics"}).
+NC_REPORT, NC_REPORT_NOW, HANDOVER_SUBJECT = "_ep.nc", "_ep.ncnow", "_ep.handover"
+
 
 def parse_nc_report(data: bytes) -> tuple[str, str, Coordinate | None, float, float]:
     """(client, role, coordinate or None, rate in msg/s, bytes/s) of an NC report; ValueError if malformed."""

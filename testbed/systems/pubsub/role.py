@@ -26,6 +26,7 @@ from testbed.systems.pubsub.durable import CLUSTER_PORT, classes_json, storage_c
 from testbed.tracking.config import TrackingConfig
 from testbed.tracking.store import TRACKING_DIR
 from testbed.tracking.store import summary as tracking_summary
+from testbed.policies.handover import HandoverTrigger
 from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DEFAULT_POLICY, LoadManagerConfig, Overload,
                               get_policy)
 
@@ -48,6 +49,7 @@ class ManagerOptions:
     initial_placement: str = DEFAULT_INITIAL_PLACEMENT  # where unowned topics start (testbed.policies.initial)
     seed: int = 0  # the scenario's: a policy's random ties (Pulsar's placement)
     load_manager: LoadManagerConfig = LoadManagerConfig()  # pulsar-lm's parameters (control.pulsar_lm)
+    handover: HandoverTrigger = HandoverTrigger()  # beyond the paper: early rounds (control.handover_trigger)
 
 
 @dataclass
@@ -209,7 +211,8 @@ class PubSubSystem:
                 "--period", f"{m.period:g}", "--mode", m.mode, "--threshold", f"{m.threshold:g}",
                 "--cpu", f"{cpu:g}", "--memory", f"{memory:g}", "--network", f"{network:g}",
                 "--output-rate", f"{output_rate:g}", "--distance", m.distance, "--initial-placement", m.initial_placement,
-                "--seed", str(m.seed), *m.load_manager.to_argv(), *(["--default", m.default] if m.default else [])]
+                "--seed", str(m.seed), *m.load_manager.to_argv(), *(["--default", m.default] if m.default else []),
+                *(["--handover-trigger", m.handover.to_json()] if m.handover.enabled else [])]
         suffix = "" if node == self.cloud else f"-{node}"
         log = (self.log_dir / f"manager{suffix}.log").open("ab")
         out = (self.log_dir / f"manager{suffix}.jsonl").open("ab")
@@ -333,7 +336,8 @@ class PubSubRole(Role):
                            threshold=min(thresholds),
                            overload=astuple(Overload.from_config(control.overload)),
                            distance=control.distance, initial_placement=control.initial_placement,
-                           seed=run.scenario.seed, load_manager=control.load_manager()),
+                           seed=run.scenario.seed, load_manager=control.load_manager(),
+                           handover=control.handover_trigger.config()),
             monitoring_period=control.monitoring_period, nc_period=control.nc_report_period,
             tracking=run.scenario.tracking.config(), tracking_dir=run.out / TRACKING_DIR,
             durable=classes_json(run.scenario.workload.topics))

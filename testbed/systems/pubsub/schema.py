@@ -11,7 +11,8 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from testbed.scenario.fields import Count, Fraction, Name, PositiveDuration, Strict
+from testbed.policies.handover import POLL_MIN_S, HandoverTrigger as TriggerConfig
+from testbed.scenario.fields import Count, Duration, Fraction, Name, PositiveDuration, Strict
 
 
 class Surge(Strict):
@@ -64,3 +65,31 @@ def hotspot_topics(workload) -> None:
     if HOTSPOT_CLASS not in {t.name for t in workload.topics}:
         raise ValueError(f"hot-spot topics are named {HOTSPOT_CLASS}-<rank>: topics needs "
                          f"{{name: {HOTSPOT_CLASS}, threshold: ...}}")
+
+
+class HandoverTrigger(Strict):
+    """Beyond the paper, off by default (testbed.policies.handover): a client that is handed over
+    (its coordinate moved by more than `min_change`, in the run's reading of d, since it last acted;
+    it looks every `poll`) reports at once, at most once per `min_interval`; its broker writes its
+    report and the topic manager runs an early round for the topics concerned, leaving a topic that
+    moved less than `hold` ago where it is (no ping-pong on a zone border). A subscription an MMOG
+    group change opens reports at once too. The periodic round stays the backstop."""
+
+    enabled: bool = False
+    min_change: PositiveDuration = 0.005
+    poll: PositiveDuration = 0.5
+    min_interval: PositiveDuration = 1.0
+    hold: Duration = 10.0
+
+    @model_validator(mode="after")
+    def _no_storm(self) -> HandoverTrigger:
+        if self.poll < POLL_MIN_S:
+            raise ValueError(f"poll ({1e3 * self.poll:g}ms) below {1e3 * POLL_MIN_S:g}ms would make every client "
+                             "query its NC proxy as a load generator")
+        if self.min_interval < self.poll:
+            raise ValueError(f"min_interval ({self.min_interval:g}s) shorter than poll ({self.poll:g}s): a client "
+                             "can only report as often as it looks")
+        return self
+
+    def config(self) -> TriggerConfig:
+        return TriggerConfig(self.enabled, self.min_change, self.poll, self.min_interval, self.hold)

@@ -136,7 +136,7 @@ class PubSubWorkload(Role):
     def _launch(self, node, kind: str, own: list[str], rate: float) -> None:
         """One workload process in `node` (`python -m testbed.systems.pubsub.workloads <kind>`): its
         own arguments, then what every workload process takes (rate, lookup, traces, events, health)."""
-        logs = self.out / "logs"
+        logs, trigger = self.out / "logs", self.scenario.control.handover_trigger
         argv = [self.network.python, "-m", "testbed.systems.pubsub.workloads", kind, "--node", node.name, *own,
                 "--rate", f"{rate:g}", "--size", f"{self.scenario.workload.message_size:.0f}",
                 "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),
@@ -145,7 +145,8 @@ class PubSubWorkload(Role):
                 "--nc-period", f"{self.scenario.control.nc_report_period:g}",
                 "--health", str(logs / f"health-{node.name}.jsonl"),
                 *(["--track"] if self.scenario.tracking.strategy != "none" else []),
-                "--durable", classes_json(self.scenario.workload.topics)]
+                "--durable", classes_json(self.scenario.workload.topics), "--distance", self.scenario.control.distance,
+                *(["--handover-trigger", trigger.config().to_json()] if trigger.enabled else [])]
         log = (logs / f"workload-{node.name}.log").open("ab")
         self.processes[node.name] = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log, text=True)
 

@@ -45,6 +45,9 @@ from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber, coord
 from testbed.systems.pubsub.clienthealth import ClientHealth
 from testbed.systems.pubsub.durable import ACKS_DIR, parse_classes
 from testbed.systems.pubsub.durable_client import DurablePublishing, DurableSubscription, owes
+from testbed.systems.pubsub.handover_watch import HandoverWatch
+from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES, get_distance
+from testbed.policies.handover import HandoverTrigger
 from testbed.systems.pubsub.tracking_client import TrackedPublishing, TrackedSubscription
 
 DRAIN_MIN_S, DRAIN_MAX_S = 3.0, 10.0  # the end of a run with durable topics (drain)
@@ -120,6 +123,11 @@ async def _main(args) -> int:
     publishers, subscribers = uav_clients(args, events, health)
     for client in subscribers + publishers:  # subscribers first: no message is sent before anyone listens
         await client.start()
+    watch = None
+    if args.handover.enabled:  # the swarm's clients report at once when it enters another zone
+        watch = HandoverWatch(args.node, [*publishers, *subscribers], args.handover, get_distance(args.distance),
+                              events)
+        watch = asyncio.create_task(watch.run())
     print(json.dumps({"ready": True, "publishers": len(publishers), "subscribers": len(subscribers)}), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -131,7 +139,7 @@ async def _main(args) -> int:
             for i, p in enumerate(publishers)]
     waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    for task in [*work, waiter, probe]:
+    for task in [*work, waiter, probe, *([watch] if watch else [])]:
         task.cancel()
     health.close()
     await drain(publishers, subscribers)
@@ -232,12 +240,16 @@ class MmogClient:
     def wanted(self) -> set[int]:
         return area_of_interest(self.avatar, self.groups) if self.avatar is not None else served(self.node, self.plan)
 
-    async def subscribe(self, avatar: int) -> None:
+    async def subscribe(self, avatar: int, changed: bool = False) -> None:
+        """`changed`: opened by a group change; with the handover trigger its first report goes at
+        once (the topic manager learns of the new subscriber without waiting for two periods)."""
         topic = avatar_topic(self.players[avatar])
         sub = Subscriber(topic, self.node, trace=self.trace_dir / f"{topic}.{self.node}.jsonl", keep_latencies=False,
                          **self.common, **client_features(self.args, topic, self.node))
         self.subscribers[avatar] = sub
         await sub.start()
+        if changed and self.args.handover.enabled:
+            await sub.report_now()
         self.opened[avatar] = time.time()
 
     async def unsubscribe(self, avatar: int) -> None:
@@ -266,7 +278,8 @@ class MmogClient:
             self.events.add("aoi_change", client=self.node, avatar=self.players[avatar], planned_at_s=at,
                             subscribed=[avatar_topic(self.players[a]) for a in added],
                             unsubscribed=[avatar_topic(self.players[a]) for a in removed])
-            await asyncio.gather(*(self.unsubscribe(a) for a in removed), *(self.subscribe(a) for a in added))
+            await asyncio.gather(*(self.unsubscribe(a) for a in removed),
+                                 *(self.subscribe(a, changed=True) for a in added))
 
     def phase(self, avatar: int) -> float:
         """Avatar `avatar`'s publisher's offset from the common start (players spread over a period)."""
@@ -488,7 +501,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="mmog, hotspot: wait for the common start time (epoch s) in this file")
     parser.add_argument("--proxy-ip", help="mmog player: its edge site's NC proxy (else --coord)")
     parser.add_argument("--durable", help="durable topic classes as JSON (testbed.systems.pubsub.durable.classes_json)")
+    parser.add_argument("--handover-trigger", help="beyond the paper: report at once after a handover, "
+                        "testbed.policies.handover.HandoverTrigger as JSON (default: off)")
+    parser.add_argument("--distance", default=DEFAULT_DISTANCE, choices=list(DISTANCES),
+                        help="the run's reading of d (the handover trigger compares coordinates with it)")
     args = parser.parse_args(argv)
+    args.handover = HandoverTrigger.from_json(args.handover_trigger)
     if args.kind == "mmog":
         if not args.plan:
             parser.error("mmog needs --plan")

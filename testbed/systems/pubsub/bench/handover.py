@@ -1,0 +1,128 @@
+"""`make bench-handover`: handover-aware placement (beyond the paper: testbed.policies.handover) against
+the paper's periodic control loop, on the same flights.
+
+Each pair of runs is one UAV flight (scenarios/uav-smoke.yaml, same seed) with the handover trigger
+off (the paper: a swarm stays above its threshold until the next NC report, the next monitoring round
+and the migration) and on (the swarm reports at once, its broker writes its report, the topic manager
+runs an early round for its topics). The runs alternate, so the machine's noise falls on both. A
+border flight (scenarios/uav-border.yaml: one swarm changing zone every 4 s) with the trigger on and
+off measures ping-pong: migrations per handover. Per run: the post-handover windows (Fig. 8's, from
+the run's reduced `time_above` table: from a relink until the node's topics are back under their
+threshold), the share of messages over the threshold, migrations, and the monitoring cost (NC reports
+sent at once and monitoring reports written early, against the periodic ones). Result:
+results/bench/handover.json; testbed.systems.pubsub.bench.handover_figures draws and judges it.
+
+    python -m testbed.systems.pubsub.bench.handover [--only trigger-s3,periodic-s3] [--reuse]
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from testbed.bench.runs import chosen_experiments, draw_and_judge, experiment_parser, run_scenario, variant_file
+from testbed.procs import json_lines
+
+OUT = Path("results/bench")
+FLIGHT = Path("scenarios/uav-smoke.yaml")
+BORDER = Path("scenarios/uav-border.yaml")
+SEEDS = (3, 5)
+ON = {"control.handover_trigger": {"enabled": True}}
+OFF = {"control.handover_trigger": {"enabled": False}}
+
+
+def experiments() -> dict[str, tuple[Path, dict]]:
+    """name -> (base scenario, its changes); each flight's periodic run before its triggered one."""
+    found = {}
+    for seed in SEEDS:
+        found[f"periodic-s{seed}"] = (FLIGHT, {"seed": seed, **OFF})
+        found[f"trigger-s{seed}"] = (FLIGHT, {"seed": seed, **ON})
+    found["border-periodic"] = (BORDER, OFF)
+    found["border-trigger"] = (BORDER, ON)
+    return found
+
+
+def windows(run_dir: Path) -> list[dict]:
+    """Fig. 8's post-handover windows of one run: per relink, the longest of its topics' time above
+    the threshold (analysis.jobs.time_above_threshold_after_relink, as `make paper` reduces it)."""
+    from analysis.reduce import reduce_run
+    from analysis.spark import session
+
+    spark = session()
+    reduce_run(spark, str(run_dir))
+    rows = [r.asDict() for r in spark.read.parquet(str(run_dir / "tables" / "time_above.parquet")).collect()]
+    per_relink: dict[tuple, dict] = {}
+    for r in rows:
+        key = (r["node"], r["relink_time"])
+        entry = per_relink.setdefault(key, {"node": r["node"], "t_s": r["t_s"], "window_s": 0.0, "closed": True})
+        entry["window_s"] = max(entry["window_s"], r["time_above_s"] or 0.0)
+        entry["closed"] = entry["closed"] and bool(r["closed"])
+    return sorted(per_relink.values(), key=lambda w: w["t_s"])
+
+
+def monitoring(run_dir: Path) -> dict:
+    """NC reports and monitoring reports, periodic and early, summed over the brokers' counters."""
+    totals: dict[str, int] = {}
+    for path in (run_dir / "logs").glob("broker-*.events.jsonl"):
+        for event in json_lines(path):
+            if event.get("type") == "broker_counters":
+                for key in ("nc_reports", "nc_reports_now", "reports_written", "early_reports"):
+                    totals[key] = totals.get(key, 0) + int(event.get(key, 0))
+    return totals
+
+
+def run_one(path: Path, runs: Path, backend: str) -> dict:
+    run_dir, error = run_scenario(path, runs, backend)
+    if run_dir is None or not (run_dir / "summary.json").exists():
+        return {"ok": False, "error": error or f"{run_dir} has no summary.json"}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    harness = summary.get("harness", {})
+    events = list(json_lines(run_dir / "events.jsonl"))
+    found = windows(run_dir)
+    sizes = [w["window_s"] for w in found]
+    messages = sum(c["messages"] for c in summary.get("classes", {}).values())
+    above = sum(round(c["messages"] * (c["violation_ratio"] or 0.0)) for c in summary.get("classes", {}).values())
+    handovers = sum(e.get("type") == "relink" for e in events)
+    return {"ok": True, "run": str(run_dir), "valid": harness.get("valid"),
+            "saturated_seconds": harness.get("saturated_seconds"), "handovers": handovers,
+            "windows": found, "window_median_s": statistics.median(sizes) if sizes else None,
+            "window_max_s": max(sizes) if sizes else None, "windows_open": sum(not w["closed"] for w in found),
+            "messages": messages, "above": above, "above_ratio": above / messages if messages else None,
+            "migrations": summary.get("migrations"),
+            "migrations_per_handover": (summary.get("migrations") or 0) / handovers if handovers else None,
+            "early_rounds": sum(e.get("type") == "early_round" for e in events),
+            "detected": sum(e.get("type") == "handover_detected" for e in events),
+            "monitoring": monitoring(run_dir)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = experiment_parser(__doc__.splitlines()[0], OUT / "handover.json")
+    args = parser.parse_args(argv)
+    todo = experiments()
+    chosen, results = chosen_experiments(parser, args, todo)
+    work = args.out.parent / "handover"
+    runs = work / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    for k, name in enumerate(chosen, 1):
+        t = time.monotonic()
+        base, changes = todo[name]
+        r = results[name] = run_one(variant_file(base, f"handover-{name}", changes, work), runs, args.backend)
+        if r["ok"]:
+            line = (f"{'valid' if r['valid'] else 'SATURATED ' + str(r['saturated_seconds']) + ' s'}; "
+                    f"{r['handovers']} handovers, windows median {r['window_median_s']} s, max {r['window_max_s']} s; "
+                    f"{r['migrations']} migrations, {r['early_rounds']} early rounds")
+        else:
+            line = f"FAILED: {r['error'][-300:]}"
+        print(f"[{k}/{len(chosen)}] {name}: {line} ({time.monotonic() - t:.0f} s, {time.monotonic() - began:.0f} s in all)",
+              flush=True)
+        args.out.write_text(json.dumps({"time": time.time(), "experiments": results}, indent=1))
+    draw_and_judge(args.out, "testbed.systems.pubsub.bench.handover_figures")
+    return 0 if all(results[n]["ok"] for n in chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
