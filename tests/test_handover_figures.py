@@ -13,7 +13,7 @@ def run(windows, migrations=8, handovers=5, valid=True, early_rounds=0, now=0, e
             "windows": [{"node": "swarm1", "t_s": 10.0 * i, "window_s": w, "closed": True} for i, w in enumerate(windows)],
             "window_median_s": sorted(windows)[len(windows) // 2], "window_max_s": max(windows), "windows_open": 0,
             "messages": 1000, "above": 100, "above_ratio": 0.1, "migrations": migrations,
-            "migrations_per_handover": migrations / handovers, "early_rounds": early_rounds, "detected": early_rounds,
+            "topic_handovers": 2 * handovers, "migrations_per_handover": migrations / (2 * handovers), "early_rounds": early_rounds, "detected": early_rounds,
             "monitoring": {"nc_reports": 400 + now, "nc_reports_now": now, "reports_written": 60, "early_reports": early}}
 
 
@@ -26,10 +26,10 @@ RESULT = {"experiments": {
 def test_the_trigger_rules_hold_fail_and_say_why():
     verdicts = handover_figures.rules(RESULT)
     assert [v["verdict"] for v in verdicts] == ["holds", "holds"]
-    assert "median 1.25 s (target <= 1.5), max 2.20 s" in verdicts[0]["evidence"]
+    assert "4 closed windows: median 1.25 s (target <= 1.5), max 2.20 s" in verdicts[0]["evidence"]
     assert "without it, same flights: median 9.20 s, max 11.20 s" in verdicts[0]["evidence"]
     assert "8.0 % more NC reports, 13.3 % more monitoring reports" in verdicts[0]["evidence"]
-    assert "10 topic migrations over 14 handovers = 0.71 per handover" in verdicts[1]["evidence"]
+    assert "10 topic migrations over 14 handovers of 2 topics each = 0.36 per topic and handover" in verdicts[1]["evidence"]
     slow = copy.deepcopy(RESULT)
     slow["experiments"]["trigger-s3"] = run([1.1, 1.4, 3.5, 0.9], valid=False)
     slow["experiments"]["border-trigger"]["migrations_per_handover"] = 1.5

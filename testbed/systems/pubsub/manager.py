@@ -206,9 +206,10 @@ class TopicManager(LookupService):
                 emit("violation_detected", topic=topic, broker=snapshot.placement[topic], e_s=report.e,
                      threshold_s=snapshot.thresholds[topic])
             decision = self.controller.round(snapshot, time.time(), clients)
+            shed = {t for event in decision.events if event.get("type") == "overload_shed" for t in event["topics"]}
             for event in decision.events:
                 emit(event.pop("type"), round=self.round, **event)
-            migrations = decision.migrations
+            migrations = self.hold(decision.migrations, shed)
             self.emit_loads(snapshot)
             if hasattr(self.controller, "ownership"):
                 await asyncio.to_thread(self.meta.write_ownership, self.controller.ownership())
@@ -219,6 +220,19 @@ class TopicManager(LookupService):
             await self.execute(migrations, snapshot)
 
     # -- handovers: early rounds (beyond the paper; testbed.policies.handover) --------------------
+    def hold(self, migrations: list[Migration], shed: set[str]) -> list[Migration]:
+        """With the handover trigger on, a periodic round does not move a topic back within `hold_s` of
+        its last move either (an overloaded broker's shed topics excepted): a client on a zone border
+        would otherwise have the periodic round bounce what the early rounds hold."""
+        if not self.handover.enabled:
+            return migrations
+        now = time.time()
+        held = [m.topic for m in migrations if m.topic not in shed
+                and now - self.moved_at.get(m.topic, float("-inf")) < self.handover.hold_s]
+        if held:
+            emit("round_held", round=self.round, topics=held, hold_s=self.handover.hold_s)
+        return [m for m in migrations if m.topic not in held]
+
     def subscriptions(self) -> list[tuple[str, object]]:
         return [(HANDOVER_SUBJECT, self._on_handover)] if self.handover.enabled else []
 
