@@ -25,10 +25,12 @@ def test_bench_scenarios_load_and_build(path):
     assert topology.build(scenario).nodes
 
 
-def test_every_scenario_passes_testbed_validate():
-    """The command users run: schema and semantic checks, each error as file:line: field."""
-    res = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", *map(str, EVERY)], capture_output=True,
-                         text=True, cwd=ROOT)
+def test_every_scenario_passes_testbed_validate(tmp_path):
+    """The command users run: schema and semantic checks, each error as file:line: field. Against no
+    capacity measurement: what this machine measured (results/bench/capacity.json) refuses the
+    paper-size scenarios, which is `testbed.load`'s to test, not the scenario files'."""
+    res = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", "--capacity", str(tmp_path / "unmeasured.json"),
+                          *map(str, EVERY)], capture_output=True, text=True, cwd=ROOT)
     assert res.returncode == 0, res.stderr
     assert res.stdout.count(": ok (") == len(EVERY)
 
