@@ -7,6 +7,7 @@ import argparse
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -68,3 +69,28 @@ def draw_and_judge(out: Path, figures: str) -> None:
         print(line)
     for rule in module.rules(result):
         print(f"{rule['verdict']}: {rule['claim']} ({rule['evidence']})")
+
+
+def run_experiments(args, chosen: list[str], results: dict, scenario_of, run_one, describe, figures: str,
+                    extra: dict | None = None) -> int:
+    """A live bench's loop over its named experiments: each one's scenario file (`scenario_of(name,
+    work)`), its run (`run_one(path, runs, backend)` -> a result dict with "ok", "valid" and
+    "saturated_seconds", or "error"), one progress line (`describe(result)` after the harness's
+    verdict), the JSON rewritten after every run (what ran is kept if a later one fails or is
+    stopped), then the figures and verdicts. Returns the exit code: 0 when every run completed."""
+    work = args.out.parent / args.out.stem
+    runs = work / "runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    began = time.monotonic()
+    for k, name in enumerate(chosen, 1):
+        t = time.monotonic()
+        r = results[name] = run_one(scenario_of(name, work), runs, args.backend)
+        if r["ok"]:
+            line = f"{'valid' if r['valid'] else 'SATURATED ' + str(r['saturated_seconds']) + ' s'}; {describe(r)}"
+        else:
+            line = f"FAILED: {r['error'][-300:]}"
+        print(f"[{k}/{len(chosen)}] {name}: {line} ({time.monotonic() - t:.0f} s, {time.monotonic() - began:.0f} s in all)",
+              flush=True)
+        args.out.write_text(json.dumps({"time": time.time(), **(extra or {}), "experiments": results}, indent=1))
+    draw_and_judge(args.out, figures)
+    return 0 if all(results[n]["ok"] for n in chosen) else 1

@@ -23,12 +23,11 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import yaml
 
-from testbed.bench.runs import chosen_experiments, draw_and_judge, experiment_parser, run_scenario, variant_file
+from testbed.bench.runs import chosen_experiments, experiment_parser, run_experiments, run_scenario, variant_file
 from testbed.procs import json_lines, percentile
 from testbed.systems.autotune.sources import TABLE_II
 
@@ -110,34 +109,23 @@ def step_profile(source: dict) -> list[list[float]] | None:
     return [[start * scale, rate] for start, _end, rate in rows] + [[rows[-1][1] * scale, rows[-1][2]]]
 
 
+def _progress(r: dict) -> str:
+    best = min((v for v in r["variants"].values() if v["mean_ms"] is not None), key=lambda v: v["mean_ms"],
+               default=None)
+    return (f"best {'tuned from' if best and best['tuned'] else 'N ='} {best and best['batch']}: "
+            f"{best and best['mean_ms']:.0f} ms; drops {sum(v['dropped'] or 0 for v in r['variants'].values())}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = experiment_parser(__doc__.splitlines()[0], OUT / "autotune.json")
     parser.add_argument("--base", type=Path, default=BASE)
     args = parser.parse_args(argv)
     todo = experiments()
     chosen, results = chosen_experiments(parser, args, todo)
-    work = args.out.parent / "autotune"
-    runs = work / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    began = time.monotonic()
-    for k, name in enumerate(chosen, 1):
-        t = time.monotonic()
-        r = results[name] = run_one(variant_file(args.base, f"autotune-{name.replace('.', '')}", todo[name], work), runs,
-                                        args.backend)
-        if r["ok"]:
-            best = min((v for v in r["variants"].values() if v["mean_ms"] is not None), key=lambda v: v["mean_ms"],
-                       default=None)
-            line = (f"{'valid' if r['valid'] else 'SATURATED ' + str(r['saturated_seconds']) + ' s'}; best "
-                    f"{'tuned from' if best and best['tuned'] else 'N ='} {best and best['batch']}: "
-                    f"{best and best['mean_ms']:.0f} ms; drops {sum(v['dropped'] or 0 for v in r['variants'].values())}")
-        else:
-            line = f"FAILED: {r['error'][-300:]}"
-        print(f"[{k}/{len(chosen)}] {name}: {line} ({time.monotonic() - t:.0f} s, {time.monotonic() - began:.0f} s in all)",
-              flush=True)
-        args.out.write_text(json.dumps({"time": time.time(), "base": str(args.base), "experiments": results}, indent=1))
-    draw_and_judge(args.out, "testbed.systems.autotune.bench.figures")
-    return 0 if all(results[n]["ok"] for n in chosen) else 1
-
+    return run_experiments(
+        args, chosen, results,
+        lambda name, work: variant_file(args.base, f"autotune-{name.replace('.', '')}", todo[name], work),
+        run_one, _progress, "testbed.systems.autotune.bench.figures", extra={"base": str(args.base)})
 
 if __name__ == "__main__":
     sys.exit(main())

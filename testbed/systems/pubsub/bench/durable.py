@@ -31,10 +31,9 @@ import csv
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
-from testbed.bench.runs import chosen_experiments, draw_and_judge, experiment_parser, run_scenario, variant_file
+from testbed.bench.runs import chosen_experiments, experiment_parser, run_experiments, run_scenario, variant_file
 from testbed.procs import json_lines, percentile
 
 OUT = Path("results/bench")
@@ -109,33 +108,21 @@ def run_one(path: Path, runs: Path, backend: str) -> dict:
             "streams_moved": storage.get("streams_moved"), "storage_cores": _storage_cores(run_dir)}
 
 
+def _progress(r: dict) -> str:
+    d = r["durable"] or {}
+    return (f"ack p50 {r['ack']['q50_ms']} ms, e2e p50 {r['e2e']['q50_ms']} ms; "
+            + (f"{d.get('lost')} of {d.get('owed')} acknowledged lost" if d else
+               f"{r['delivered']} of {r['expected']} delivered"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = experiment_parser(__doc__.splitlines()[0], OUT / "durable.json")
     args = parser.parse_args(argv)
     todo = experiments()
     chosen, results = chosen_experiments(parser, args, todo)
-    work = args.out.parent / "durable"
-    runs = work / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    began = time.monotonic()
-    for k, name in enumerate(chosen, 1):
-        t = time.monotonic()
-        base, changes = todo[name]
-        r = results[name] = run_one(variant_file(base, f"durable-{name}", changes, work), runs, args.backend)
-        if r["ok"]:
-            d = r["durable"] or {}
-            line = (f"{'valid' if r['valid'] else 'SATURATED ' + str(r['saturated_seconds']) + ' s'}; ack p50 "
-                    f"{r['ack']['q50_ms']} ms, e2e p50 {r['e2e']['q50_ms']} ms; "
-                    + (f"{d.get('lost')} of {d.get('owed')} acknowledged lost" if d else
-                       f"{r['delivered']} of {r['expected']} delivered"))
-        else:
-            line = f"FAILED: {r['error'][-300:]}"
-        print(f"[{k}/{len(chosen)}] {name}: {line} ({time.monotonic() - t:.0f} s, {time.monotonic() - began:.0f} s in all)",
-              flush=True)
-        args.out.write_text(json.dumps({"time": time.time(), "experiments": results}, indent=1))
-    draw_and_judge(args.out, "testbed.systems.pubsub.bench.durable_figures")
-    return 0 if all(results[n]["ok"] for n in chosen) else 1
-
+    return run_experiments(args, chosen, results,
+                           lambda name, work: variant_file(todo[name][0], f"durable-{name}", todo[name][1], work),
+                           run_one, _progress, "testbed.systems.pubsub.bench.durable_figures")
 
 if __name__ == "__main__":
     sys.exit(main())

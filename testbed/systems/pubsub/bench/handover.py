@@ -20,10 +20,9 @@ from __future__ import annotations
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
-from testbed.bench.runs import chosen_experiments, draw_and_judge, experiment_parser, run_scenario, variant_file
+from testbed.bench.runs import chosen_experiments, experiment_parser, run_experiments, run_scenario, variant_file
 from testbed.procs import json_lines
 
 OUT = Path("results/bench")
@@ -108,26 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     todo = experiments()
     chosen, results = chosen_experiments(parser, args, todo)
-    work = args.out.parent / "handover"
-    runs = work / "runs"
-    runs.mkdir(parents=True, exist_ok=True)
-    began = time.monotonic()
-    for k, name in enumerate(chosen, 1):
-        t = time.monotonic()
-        base, changes = todo[name]
-        r = results[name] = run_one(variant_file(base, f"handover-{name}", changes, work), runs, args.backend)
-        if r["ok"]:
-            line = (f"{'valid' if r['valid'] else 'SATURATED ' + str(r['saturated_seconds']) + ' s'}; "
-                    f"{r['handovers']} handovers, windows median {r['window_median_s']} s, max {r['window_max_s']} s; "
-                    f"{r['migrations']} migrations, {r['early_rounds']} early rounds")
-        else:
-            line = f"FAILED: {r['error'][-300:]}"
-        print(f"[{k}/{len(chosen)}] {name}: {line} ({time.monotonic() - t:.0f} s, {time.monotonic() - began:.0f} s in all)",
-              flush=True)
-        args.out.write_text(json.dumps({"time": time.time(), "experiments": results}, indent=1))
-    draw_and_judge(args.out, "testbed.systems.pubsub.bench.handover_figures")
-    return 0 if all(results[n]["ok"] for n in chosen) else 1
-
+    return run_experiments(
+        args, chosen, results, lambda name, work: variant_file(todo[name][0], f"handover-{name}", todo[name][1], work),
+        run_one, lambda r: (f"{r['handovers']} handovers, windows median {r['window_median_s']} s, max "
+                            f"{r['window_max_s']} s; {r['migrations']} migrations, {r['early_rounds']} early rounds"),
+        "testbed.systems.pubsub.bench.handover_figures")
 
 if __name__ == "__main__":
     sys.exit(main())
