@@ -248,9 +248,9 @@ class MmogClient:
                          **self.common, **client_features(self.args, topic, self.node))
         self.subscribers[avatar] = sub
         await sub.start()
+        self.opened[avatar] = time.time()  # what it owes counts from here: the report below takes a round trip
         if changed and self.args.handover.enabled:
             await sub.report_now()
-        self.opened[avatar] = time.time()
 
     async def unsubscribe(self, avatar: int) -> None:
         sub = self.subscribers.pop(avatar)
