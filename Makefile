@@ -7,12 +7,14 @@ BIN := $(VENV)/bin
 SCENARIO ?= scenarios/uav-smoke.yaml
 APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 psmisc procps python3-venv \
                 serf nats-server zookeeper default-jre-headless openssh-server openssh-client
+# The live view's browser test (tests/test_view_browser.py): headless Chromium driven by Selenium.
+BROWSER_PACKAGES := chromium chromium-driver
 # The containernet backend: the Docker engine, the base image's bootstrap, brctl for Containernet's LinuxBridge.
 IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt venv scenario test test-long figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers benches
+.PHONY: setup apt browser venv scenario test test-long figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers benches
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -22,6 +24,12 @@ apt:
 	  echo "setup: installing $$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	else echo "setup: distribution packages present"; fi
+
+browser:  ## Debian's Chromium and ChromeDriver, for the view's browser tests
+	@missing=$$(for p in $(BROWSER_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "setup: installing $$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 
 venv: $(BIN)/testbed
 
@@ -40,10 +48,10 @@ scenario: setup  ## the default smoke scenario end to end, then its figures (SCE
 # Two workers, whole files each (a file's shared live run stays shared; a live test has the machine
 # to itself: tests/machine.py); TEST_ARGS adds pytest flags.
 PYTEST_WORKERS ?= 2
-test: setup  ## the test suite but its long live runs (namespace tests need root; Containernet tests skip with the reason)
+test: setup browser  ## the test suite but its long live runs (namespace tests need root; Containernet tests skip with the reason)
 	$(BIN)/python -m pytest -q -ra --durations=25 -n $(PYTEST_WORKERS) --dist loadfile -m "not long" $(TEST_ARGS)
 
-test-long: setup  ## the long live runs: failover faults, durable topics, MMOG, runs over namespace-servers, two runs at once, a run past capacity
+test-long: setup browser  ## the long live runs: failover faults, durable topics, MMOG, runs over namespace-servers, two runs at once, a run past capacity
 	$(BIN)/python -m pytest -q -ra --durations=25 -m long $(TEST_ARGS)
 
 figures: venv

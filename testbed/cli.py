@@ -187,6 +187,43 @@ def _impossible(path: Path, verdict: load_mod.Verdict, capacity: Path) -> Scenar
                                     "(--scale), or run it anyway with --over-capacity")])
 
 
+def _view_socket(address: str, port: int):
+    """The view's listening socket, bound now: a port in use is refused before anything starts."""
+    from testbed.view.server import ViewAddressError, bind, exposure_warning
+
+    try:
+        sock = bind(address, port)
+    except ViewAddressError as error:
+        raise _fail_input(error) from None
+    warning = exposure_warning(address)
+    if warning:
+        errors.print(warning, style="yellow", highlight=False, markup=False)
+    return sock
+
+
+@app.command()
+def view(run_dir: Path = typer.Argument(..., help="A run's results folder, e.g. results/uav-smoke-<run id>."),
+         address: str = typer.Option("127.0.0.1", help="Where the page listens (another address than loopback "
+                                     "shows the run to other machines)."),
+         port: int = typer.Option(8765, help="The page's port (0: any free one).")) -> None:
+    """Replay a run in the browser with a time slider (a running run is followed live): the topology,
+    clients moving, topic owners, per-topic latency against its threshold, migrations, faults, the
+    harness guard. Read-only; Ctrl-C stops it.
+
+    Example: testbed view results/uav-smoke-ab12cd
+    """
+    from testbed.view.server import address_of, serve
+    from testbed.view.state import NotARun, RunState
+
+    try:
+        state = RunState(run_dir)
+    except NotARun as error:
+        raise _fail_input(error) from None
+    sock = _view_socket(address, port)
+    console.print(f"view of {run_dir}: {address_of(sock)} (Ctrl-C stops it)", highlight=False, markup=False)
+    serve(state, sock)
+
+
 @app.command()
 def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Report what this machine supports and which backend and shaper `run` would choose.
@@ -277,7 +314,12 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         over_capacity: bool = typer.Option(False, "--over-capacity",
                                            help="Run a load past what this machine can carry at all (to study overload)."),
         capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity)."),
-        servers: Optional[str] = typer.Option(None, help=SERVERS_HELP)
+        servers: Optional[str] = typer.Option(None, help=SERVERS_HELP),
+        view: bool = typer.Option(False, "--view", help="Serve the live view of the run in the browser "
+                                  "(its address is printed at the start)."),
+        view_address: str = typer.Option("127.0.0.1", help="Where the view listens (another address than "
+                                         "loopback shows the run to other machines)."),
+        view_port: int = typer.Option(8765, help="The view's port (0: any free one).")
         ) -> None:
     """Build the emulated network for a scenario, run it, collect results, tear down.
 
@@ -287,11 +329,12 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     deliveries than any measured run delivered, more frames than the delay line moves) is refused
     unless --over-capacity.
 
-    Example: sudo testbed run scenarios/uav-smoke.yaml --policy pulsar-hash
+    Example: sudo testbed run scenarios/uav-smoke.yaml --policy pulsar-hash --view
     """
     from testbed import experiment
 
     scenario, topology = _load(path, scale, seed)
+    view_socket = _view_socket(view_address, view_port) if view else None
     if policy is not None:
         try:
             scenario = with_policy(scenario, policy)
@@ -327,7 +370,7 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         # Absolute: processes in Docker hosts start in the read-only source mount, not in our cwd.
         code = experiment.run(scenario, path, backend=backend, shaper=shaper, interactive=interactive,
                               results_root=results.resolve(), console=console, topology=topology,
-                              servers=_servers(servers, scenario))
+                              servers=_servers(servers, scenario), view=view_socket)
     except experiment.BadRunInput as error:
         raise _fail_input(error) from None
     raise typer.Exit(code)

@@ -211,8 +211,9 @@ def _write_event(handle, **event) -> None:
 
 
 def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: bool, results_root: Path,
-        console, topology: topo_mod.Topology | None = None, servers: list | None = None) -> int:
-    """Run a scenario as far as the built parts go; returns the exit code."""
+        console, topology: topo_mod.Topology | None = None, servers: list | None = None, view=None) -> int:
+    """Run a scenario as far as the built parts go; returns the exit code. `view`: a listening
+    socket (testbed.view.server.bind) to serve the live view on, or None."""
     session = Session(scenario, backend=backend, shaper=shaper, console=console, topology=topology,
                       servers=servers)
     out = results_root / f"{scenario.name}-{session.run_id}"
@@ -225,6 +226,23 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
             "machine": platform.node(), "kernel": platform.release(), "seed": scenario.seed, "scale": scenario.scale,
             "started": time.time(), "complete": False}
     (out / "run.json").write_text(json.dumps(meta, indent=2))
+    live = None
+    if view is not None:
+        from testbed.view.live import LiveView
+
+        live = LiveView(out, view)
+        session.say(f"view: {live.address} (live; afterwards `testbed view {out}` replays the run)")
+    try:
+        code = _run_session(session, scenario, out, meta, interactive)
+    finally:
+        if live is not None:
+            meta["view"] = live.stop()
+            (out / "run.json").write_text(json.dumps(meta, indent=2))
+    return code
+
+
+def _run_session(session: Session, scenario: Scenario, out: Path, meta: dict, interactive: bool) -> int:
+    """The run inside its session, after its folder and run.json exist; writes run.json's end."""
     code = 0
     try:
         check_disk(out)

@@ -124,28 +124,17 @@ class ClientLines:
     """New lines of the clients' per-second health files, merged by second."""
 
     def __init__(self, directory: Path):
-        self.directory = Path(directory)
-        self.offsets: dict[Path, int] = {}
+        self.tail = procs.LineTail(directory, "health-*.jsonl")
 
     def read(self, into: dict[int, dict]) -> None:
-        for path in sorted(self.directory.glob("health-*.jsonl")):
+        for line in self.tail.read_json():
             try:
-                with path.open("rb") as handle:
-                    handle.seek(self.offsets.get(path, 0))
-                    data = handle.read()
-            except OSError:
+                second = int(line["s"])
+            except (KeyError, TypeError, ValueError):
                 continue
-            complete = data[: data.rfind(b"\n") + 1]
-            self.offsets[path] = self.offsets.get(path, 0) + len(complete)
-            for raw in complete.splitlines():
-                try:
-                    line = json.loads(raw)
-                    second = int(line["s"])
-                except (ValueError, KeyError, TypeError):
-                    continue
-                slot = into.setdefault(second, {})
-                slot.setdefault("hist", health.LatenessHistogram()).merge(line.get("hist") or {})
-                slot["loop_lag_max_ms"] = max(slot.get("loop_lag_max_ms", 0.0), float(line.get("loop_lag_max_ms", 0)))
+            slot = into.setdefault(second, {})
+            slot.setdefault("hist", health.LatenessHistogram()).merge(line.get("hist") or {})
+            slot["loop_lag_max_ms"] = max(slot.get("loop_lag_max_ms", 0.0), float(line.get("loop_lag_max_ms", 0)))
 
 
 class HealthMonitor:

@@ -188,31 +188,59 @@ def all_process_stats() -> dict[int, ProcessStat]:
     return found
 
 
+class LineTail:
+    """The complete lines appended to growing files since the last call (files may appear later);
+    a line still being written is held back until its newline arrives, so none is read half or twice."""
+
+    def __init__(self, directory: Path, *patterns: str):
+        self.directory, self.patterns = Path(directory), patterns
+        self.offsets: dict[Path, int] = {}
+        self.partial: dict[Path, bytes] = {}
+
+    def read(self) -> list[bytes]:
+        lines: list[bytes] = []
+        for pattern in self.patterns:
+            for path in sorted(self.directory.glob(pattern)):
+                lines.extend(self._new_lines(path))
+        return lines
+
+    def _new_lines(self, path: Path) -> list[bytes]:
+        try:
+            with path.open("rb") as handle:
+                handle.seek(self.offsets.get(path, 0))
+                data = self.partial.pop(path, b"") + handle.read()
+                self.offsets[path] = handle.tell()
+        except OSError:
+            return []
+        complete, newline, rest = data.rpartition(b"\n")
+        if rest:
+            self.partial[path] = rest
+        return complete.split(b"\n") if newline else []
+
+    def read_json(self) -> list[dict]:
+        """The new lines that are JSON objects (a "ready" line or a cut tail is skipped)."""
+        found = []
+        for line in self.read():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                found.append(row)
+        return found
+
+
 class LineCounter:
     """Counts the lines (or the lines holding `needle`) appended to growing files, reading only
     what is new since the last call: cheap enough for a progress line every few seconds."""
 
     def __init__(self, directory: Path, pattern: str, needle: bytes | None = None):
-        self.directory, self.pattern, self.needle = Path(directory), pattern, needle
-        self.offsets: dict[Path, int] = {}
-        self.partial: dict[Path, bytes] = {}
+        self.tail, self.needle = LineTail(directory, pattern), needle
         self.total = 0
 
     def count(self) -> int:
-        for path in sorted(self.directory.glob(self.pattern)):
-            try:
-                with path.open("rb") as handle:
-                    handle.seek(self.offsets.get(path, 0))
-                    data = self.partial.pop(path, b"") + handle.read()
-                    self.offsets[path] = handle.tell()
-            except OSError:
-                continue
-            complete, _, rest = data.rpartition(b"\n")
-            if rest:
-                self.partial[path] = rest
-            if complete or data.endswith(b"\n"):
-                lines = complete.split(b"\n") if complete else [b""]
-                self.total += sum(self.needle in line for line in lines) if self.needle else len(lines)
+        lines = self.tail.read()
+        self.total += sum(self.needle in line for line in lines) if self.needle else len(lines)
         return self.total
 
 
