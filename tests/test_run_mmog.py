@@ -17,6 +17,7 @@ import pytest
 
 from testbed import topology
 from testbed.policies.distance import get_distance
+from tests import browser
 from tests.live import judged_seconds, run_held, unexplained_seconds
 from tests.needs import full_system
 from tests.spans import clean_seconds, detection_window
@@ -270,3 +271,20 @@ def test_topics_are_placed_where_the_policy_should_put_them(mmog):
             excess.append(judge.excess(row["producer"], row["broker"], sent))
     assert len(excess) >= judge.scenario.workload.rate * len(judge.players), len(excess)  # a second of each, at least
     assert statistics.median(excess) <= 0.0, statistics.median(excess)
+
+
+@pytest.mark.long
+@full_system
+@browser.NEEDS_BROWSER
+def test_the_view_replays_the_mmog_run_with_the_numbers_of_its_summary(mmog, tmp_path):
+    """`testbed view` on the finished MMOG run: players at their cities, topics with their owners,
+    migrations marked, summary.json's numbers; the screenshot stays in the run's folder."""
+    out, _root = mmog
+    summary = json.loads((out / "summary.json").read_text())
+    with browser.replay(out) as address, browser.chromium(tmp_path / "profile") as driver:
+        driver.get(address)
+        browser.wait_until(driver, "return window.tbView && window.tbView.drawn && "
+                                   "document.getElementById('recorded').textContent.startsWith('equal')")
+        page = browser.check_finished_run(driver, out, summary, _events(out))
+        assert page["owners"] == len({e["topic"] for e in _events(out) if e["type"] == "acquired"})
+        driver.save_screenshot(str(out / "view-replay.png"))

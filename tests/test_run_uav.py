@@ -17,7 +17,7 @@ import pytest
 
 from testbed import topology
 from testbed.scenario.loader import load
-from tests import uav_run
+from tests import browser, uav_run
 from tests.needs import FULL_SYSTEM
 from tests.spans import clean_seconds, detection_window, slack_s
 
@@ -243,3 +243,17 @@ def _latencies_at_home(out: Path, events: list[dict]) -> list[tuple[str, float, 
         if broker_site.get(row["broker"]) == site:
             rows.append((row["topic"], sent, 1000 * (float(row["receive_time"]) - sent)))
     return rows
+
+
+@browser.NEEDS_BROWSER
+def test_the_view_replays_the_run_in_chromium_with_the_numbers_of_its_summary(uav, tmp_path):
+    """`testbed view` on the finished run, as a user opens it: the topology, a swarm drawn at its new
+    zone after its first relink, every migration marked, a series per topic, summary.json's numbers."""
+    events = _events(uav.out)
+    with browser.replay(uav.out) as address, browser.chromium(tmp_path / "profile") as driver:
+        driver.get(address)
+        browser.wait_until(driver, "return window.tbView && window.tbView.drawn && "
+                                   "document.getElementById('recorded').textContent.startsWith('equal')")
+        browser.check_finished_run(driver, uav.out, uav.summary, events)
+        browser.check_moves(driver, events)
+        driver.save_screenshot(str(uav.out / "view-replay.png"))

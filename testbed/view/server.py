@@ -64,7 +64,7 @@ def address_of(sock: socket.socket) -> str:
 
 def exposure_warning(host: str) -> str | None:
     """What to say when the view listens beyond this machine: nothing, for a loopback address."""
-    if ipaddress.ip_address(host).is_loopback:
+    if host == "localhost" or ipaddress.ip_address(host).is_loopback:
         return None
     return (f"warning: the view listens on {host}, reachable from other machines: the page is read-only, but it "
             f"shows the whole run to anyone who can reach it")

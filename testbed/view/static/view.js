@@ -116,6 +116,7 @@ function topologyTraces(T) {
 }
 
 function cloudDelays(graph, name) {   // "clouddc · 40 ms one-way": its links' delays, said once
+  if (!graph.sites.some(s => s.name === name && s.kind === "cloud")) return "";
   const delays = [...new Set(graph.links.filter(l => l.kind === "cloud" && (l.a === name || l.b === name)).map(l => l.delay_ms.toFixed(1)))];
   return delays.length ? ` · ${delays.join("/")} ms one-way` : "";
 }
@@ -134,9 +135,16 @@ function drawTopology(T) {
                             {transition: {duration: 700, easing: "cubic-in-out"}, frame: {duration: 700, redraw: false}});
 }
 
+function settled(kind) {        // while the run goes on, its newest second is still filling: not drawn yet
+  const rows = values(kind), meta = one("run", "meta") || {};
+  if (meta.status !== "running" || ended) return rows;
+  const newest = Math.max(...rows.map(r => r[1]));
+  return rows.filter(r => r[1] < newest);
+}
+
 function drawLatency(T) {
   const t0 = origin(), byTopic = {};
-  values("latency").forEach(r => { (byTopic[r[0]] = byTopic[r[0]] || []).push(r); });
+  settled("latency").forEach(r => { (byTopic[r[0]] = byTopic[r[0]] || []).push(r); });
   const topics = Object.keys(byTopic).sort(), traces = [];
   topics.forEach((topic, i) => {
     const rows = byTopic[topic].sort((a, b) => a[1] - b[1]);
@@ -181,7 +189,7 @@ function cursorAt(T) {
 
 function drawLoad(T) {
   const t0 = origin(), byBroker = {};
-  values("load").forEach(r => { (byBroker[r[0]] = byBroker[r[0]] || []).push(r); });
+  settled("load").forEach(r => { (byBroker[r[0]] = byBroker[r[0]] || []).push(r); });
   const traces = Object.keys(byBroker).sort().map((broker, i) => {
     const rows = byBroker[broker].sort((a, b) => a[1] - b[1]);
     return {x: rows.map(r => r[1] + 0.5 - t0), y: rows.map(r => r[2]), mode: "lines", name: broker,
