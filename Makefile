@@ -14,7 +14,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt browser venv scenario test test-long figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers benches
+.PHONY: setup apt browser bench-view venv scenario test test-long figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers benches
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -40,9 +40,9 @@ $(BIN)/testbed: requirements.txt pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(BIN)/testbed
 
-scenario: setup  ## the default smoke scenario end to end, then its figures (SCENARIO=... picks another)
+scenario: setup  ## the default smoke scenario end to end, then its figures (SCENARIO=... picks another; VIEW=1 serves the live view)
 	$(BIN)/testbed validate $(SCENARIO)
-	$(BIN)/testbed run $(SCENARIO)
+	$(BIN)/testbed run $(SCENARIO) $(if $(VIEW),--view)
 	$(BIN)/testbed figures $$(dirname $$(ls -td results/*/run.json | head -1))
 
 # Two workers, whole files each (a file's shared live run stays shared; a live test has the machine
@@ -105,6 +105,9 @@ bench-client: setup  ## client library CPU per message, one swarm against nats-s
 
 bench-overload: setup  ## nats-server output rate vs p95 latency, the Rth_out knee (paper 5.4) -> results/bench/overload.json, overload.png
 	$(BIN)/python -m testbed.bench.overload $(OVERLOAD_ARGS)
+
+bench-view: setup browser  ## what watching costs: uav-smoke with and without the live view (headless Chromium on it), alternating -> results/bench/view.json
+	$(BIN)/python -m testbed.bench.view $(ARGS)
 
 bench-soak: setup  ## 30 min of uav-smoke with a broker crashed and restarted every 5 min: memory and open files per process class must not grow past a bound -> results/bench/soak.json, soak.png (SOAK_ARGS=--minutes 10 ...)
 	$(BIN)/python -m testbed.bench.soak $(SOAK_ARGS)

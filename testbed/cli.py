@@ -197,7 +197,7 @@ def _view_socket(address: str, port: int):
         raise _fail_input(error) from None
     warning = exposure_warning(address)
     if warning:
-        errors.print(warning, style="yellow", highlight=False, markup=False)
+        errors.print(warning, style="yellow", highlight=False, markup=False, soft_wrap=True)
     return sock
 
 
@@ -213,12 +213,15 @@ def view(run_dir: Path = typer.Argument(..., help="A run's results folder, e.g. 
     Example: testbed view results/uav-smoke-ab12cd
     """
     from testbed.view.server import address_of, serve
-    from testbed.view.state import NotARun, RunState
+    from testbed.view.state import NotARun, RunState, folder_note
 
     try:
         state = RunState(run_dir)
     except NotARun as error:
         raise _fail_input(error) from None
+    note = folder_note(run_dir)
+    if note:
+        errors.print(f"{run_dir}: {note}", style="yellow", highlight=False, markup=False, soft_wrap=True)
     sock = _view_socket(address, port)
     console.print(f"view of {run_dir}: {address_of(sock)} (Ctrl-C stops it)", highlight=False, markup=False)
     serve(state, sock)

@@ -12,28 +12,16 @@ from pathlib import Path
 import pytest
 
 from testbed.procs import json_lines
+from testbed.view import browser as view_browser
 
 ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-# As root, on a machine with no internet: no sandbox, and none of Chromium's own connections.
-FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-sync",
-         "--disable-background-networking", "--disable-component-update", "--window-size=1500,1250")
-NEEDS_BROWSER = pytest.mark.skipif(not (Path(CHROMIUM).exists() and Path(DRIVER).exists()),
-                                   reason="needs Debian's chromium and chromium-driver (`make browser` installs them)")
+NEEDS_BROWSER = pytest.mark.skipif(not view_browser.available(), reason=view_browser.MISSING)
 ADDRESS = re.compile(r"(http://127\.0\.0\.1:\d+/)")
 
 
 @contextlib.contextmanager
 def chromium(profile: Path):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.options import Options
-    from selenium.webdriver.chrome.service import Service
-
-    options = Options()
-    options.binary_location = CHROMIUM
-    for flag in (*FLAGS, f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver = view_browser.open_browser(profile)
     try:
         yield driver
     finally:

@@ -250,3 +250,24 @@ def test_the_page_in_chromium_shows_a_recorded_run_and_moves_its_clients_on_the_
         browser.check_moves(driver, events)
         driver.save_screenshot(str(tmp_path / "view.png"))
     assert (tmp_path / "view.png").stat().st_size > 10_000
+
+
+def test_a_run_that_did_not_finish_is_said_in_the_terminal_and_on_the_page(tmp_path):
+    from testbed.view.state import folder_note
+
+    out, _ = make_run(tmp_path, finished=False)  # no end recorded, and no controller alive: killed
+    state = RunState(out)
+    state.refresh()
+    assert state.store.records["run"]["meta"]["status"] == "killed"
+    assert "without recording its end" in folder_note(out)
+    meta = json.loads((out / "run.json").read_text())
+    (out / "run.json").write_text(json.dumps({**meta, "finished": T0 + 5, "interrupted": "SIGINT"}))
+    assert folder_note(out) == "the run ended early (SIGINT): the page shows what it recorded"
+    cli = subprocess.Popen([sys.executable, "-m", "testbed.cli", "view", str(out), "--port", "0"], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        said = cli.stderr.readline()
+    finally:
+        cli.terminate()
+        cli.wait(timeout=10)
+    assert "ended early (SIGINT)" in said

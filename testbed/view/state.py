@@ -16,6 +16,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from testbed import health, mobility, topology
+from testbed.emulation import runstate
 from testbed.policies.topics import topic_class
 from testbed.procs import LineTail, percentile
 from testbed.scenario import loader
@@ -124,7 +125,7 @@ class RunState:
             if name == "summary.json":
                 self.store.put("summary", "recorded", data)
             else:
-                status = ("finished" if data.get("complete") else "ended early") if data.get("finished") else "running"
+                status = run_status(data)
                 self.store.put("run", "meta", {k: data.get(k) for k in ("run_id", "scenario", "backend", "shaper",
                                                                           "started", "finished", "interrupted",
                                                                           "stopped")} | {"status": status})
@@ -215,6 +216,30 @@ class RunState:
                              "violation_ratio": self.over[name] / len(values) if threshold else None}
         self.store.put("totals", "classes", classes)
         self.store.put("totals", "counts", dict(self.counts))
+
+
+def run_status(meta: dict) -> str:
+    """finished | ended early | running | killed: a run.json without its end whose controller is gone
+    (the run was killed before it could write it)."""
+    if meta.get("finished"):
+        return "finished" if meta.get("complete") else "ended early"
+    controller = runstate.known_runs().get(str(meta.get("run_id")), {}).get("pid")
+    return "running" if runstate.pid_alive(controller) else "killed"
+
+
+def folder_note(run_dir: Path) -> str | None:
+    """What the terminal says of a results folder that is not a finished run's, else None."""
+    try:
+        meta = json.loads((Path(run_dir) / "run.json").read_text())
+    except (OSError, ValueError):
+        return "it has no readable run.json: the page shows what the other files recorded"
+    status = run_status(meta)
+    why = meta.get("interrupted") or meta.get("stopped")
+    if status == "finished":
+        return None if (Path(run_dir) / "summary.json").exists() else "the run finished but wrote no summary.json"
+    return {"running": "the run is still going: the page follows it",
+            "killed": "the run ended without recording its end (killed?): the page shows what it recorded",
+            "ended early": f"the run ended early{f' ({why})' if why else ''}: the page shows what it recorded"}[status]
 
 
 def describe(event: dict) -> str:

@@ -96,10 +96,11 @@ def context_switches() -> int:
         return next(int(line.split()[1]) for line in stat if line.startswith("ctxt "))
 
 
-def per_delivery(run_dir: Path) -> dict:
-    """CPU-us per delivery by class over the workload's steady seconds (see the module's doc)."""
+def per_delivery(run_dir: Path, outside_migrations: bool = True) -> dict:
+    """CPU-us per delivery by class over the workload's steady seconds (see the module's doc), or
+    over all its seconds (`outside_migrations=False`: a short run with migrations has few steady ones)."""
     events = _json_lines(run_dir / "events.jsonl")
-    windows = migration_windows(events)
+    windows = migration_windows(events) if outside_migrations else []
     seconds = [h for h in _json_lines(run_dir / "health.jsonl")
                if h.get("elapsed_s", -1) >= 1 and not any(low < h["t"] + 1 and h["t"] < high for low, high in windows)]
     received = sorted(float(r["receive_time"]) for r in _trace_rows(run_dir))
