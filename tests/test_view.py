@@ -197,7 +197,7 @@ def test_the_server_serves_the_page_plotly_from_its_package_and_the_records(tmp_
             first = stream.readline().decode()
         assert first.startswith("data: ") and "topology" in json.loads(first[6:])["records"]
     for name in ("index.html", "view.js", "view.css"):
-        text = (server_mod.STATIC / name).read_text()
+        text = (server_mod.PAGE / name).read_text()
         assert "http://" not in text and "https://" not in text, f"{name} refers to an outside address"
 
 

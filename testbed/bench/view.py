@@ -32,14 +32,16 @@ SCREENSHOT = OUT.parent / "view-live.png"  # the page 20 s into a watched run
 ADDRESS = re.compile(r"view: (http://127\.0\.0\.1:\d+/)")
 
 
-def cpu_s_of(pattern: str) -> float:
-    """CPU seconds (user + system) of every process whose command line holds `pattern`, from /proc."""
+def cpu_s_of(*patterns: str) -> float:
+    """CPU seconds (user + system) of every process whose command line holds every one of `patterns`,
+    from /proc (a command line's arguments are NUL-separated there: give them apart)."""
     total, tick = 0.0, os.sysconf("SC_CLK_TCK")
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            if pattern.encode() not in (entry / "cmdline").read_bytes():
+            cmdline = (entry / "cmdline").read_bytes()
+            if not all(p.encode() in cmdline for p in patterns):
                 continue
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
@@ -59,7 +61,7 @@ def one_run(scenario: Path, view: bool, duration: str, where: Path, say) -> dict
     argv = [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--duration", duration, "--settle", "5s",
             "--results", str(where), *(["--view", "--view-port", "0"] if view else [])]
     profile = where / "profile"
-    server = f"testbed.view.server {where}"
+    server = ("testbed.view.server", str(where))
     driver, at_start, at_end = None, None, None
     busy = busy_s()
     run = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -71,11 +73,11 @@ def one_run(scenario: Path, view: bool, duration: str, where: Path, say) -> dict
             driver = view_browser.open_browser(profile)
             driver.get(found.group(1))
         if "running: " in line and at_start is None:  # the workload begins: CPU from here on is its
-            at_start = (cpu_s_of(server), cpu_s_of(str(profile)))
+            at_start = (cpu_s_of(*server), cpu_s_of(str(profile)))
         if "running:    20s" in line and driver is not None:
             driver.save_screenshot(str(SCREENSHOT))
         if "results in " in line:
-            at_end = (cpu_s_of(server), cpu_s_of(str(profile)))  # the page stayed open to the run's end
+            at_end = (cpu_s_of(*server), cpu_s_of(str(profile)))  # the page stayed open to the run's end
     code = run.wait()
     busy = busy_s() - busy
     if driver is not None:

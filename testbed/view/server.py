@@ -21,7 +21,7 @@ from pathlib import Path
 
 from testbed.view.state import NotARun, RunState
 
-STATIC = Path(__file__).resolve().parent / "static"
+PAGE = Path(__file__).resolve().parent / "page"  # the page, its script and its style
 REFRESH_S = 1.0  # the page's update period (the issue asks for at least once a second)
 DEFAULT_PORT = 8765
 LOOPBACK = "127.0.0.1"
@@ -87,7 +87,7 @@ def build_app(state: RunState):
     script = plotly_js()
 
     async def page(_request):
-        return FileResponse(STATIC / "index.html")
+        return FileResponse(PAGE / "index.html")
 
     async def plotly(_request):
         return FileResponse(script, media_type="text/javascript")
@@ -118,7 +118,7 @@ def build_app(state: RunState):
         return StreamingResponse(changes(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
     app = Starlette(routes=[Route("/", page), Route("/plotly.min.js", plotly), Route("/api/records", records),
-                            Route("/api/stream", stream), Mount("/static", StaticFiles(directory=STATIC))])
+                            Route("/api/stream", stream), Mount("/page", StaticFiles(directory=PAGE))])
     app.state.stopping = lambda: False
     return app
 
