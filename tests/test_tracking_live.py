@@ -154,8 +154,8 @@ def tracked(tmp_path_factory):
 @full_system
 def test_tracking_smoke_traces_back_every_sampled_message_with_no_false_negative(tracked, monkeypatch):
     """The UAV smoke with Bloom histories in every broker and topics migrating: the PySpark check of
-    2,000 sampled deliveries finds no false negative, ever, and false positives within eq. 2's
-    expectation (binomial slack); the run's summary shows what tracking stored."""
+    every delivered message finds no false negative, ever, and false positives within eq. 2's
+    expectation (slack for their clustering by message); the run's summary shows what tracking stored."""
     from analysis.tracking import check_run
     from testbed.scenario.loader import load
     from tests import uav_run
@@ -172,12 +172,15 @@ def test_tracking_smoke_traces_back_every_sampled_message_with_no_false_negative
     uavs = swarms.count * swarms.members
     assert tracking["published"] >= uavs * scenario.workload.rate * (float(uav_run.DURATION.rstrip("s")) - 1.0)
     assert tracking["bytes_stored"] > 0
-    result = check_run(out, sample=2000)
-    assert result["messages"] == 2000 and result["published"] == 2000
+    # Every delivered message, not a sample: a message's negative tests share its id, so false
+    # positives cluster by message, and samples of 2,000 of one run's 4,749 gave 41-92 against 57
+    # expected (sd 1.6x Poisson's over eight seeds) while all of them gave 137 against 135.3.
+    result = check_run(out, sample=1_000_000)
+    assert result["messages"] == result["delivered_messages"] == result["published"] > 2000
     assert result["false_negatives"] == 0
     expected = result["expected_false_positives"]
-    assert result["negative_tests"] > 1000
-    assert result["false_positives"] <= expected + 4 * expected ** 0.5 + 3, result
+    assert result["negative_tests"] > 5000
+    assert result["false_positives"] <= expected + 6 * expected ** 0.5 + 3, result
     # a message's traceback from the command line names the same subscribers as its trace rows
     row = json.loads(next((out / "traces").glob("follow_leader-*.jsonl")).read_text().splitlines()[100])
     shown = subprocess.run([sys.executable, "-m", "testbed.cli", "track", str(out), row["msg_id"], "--json"],
