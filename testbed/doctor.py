@@ -109,6 +109,9 @@ def collect(nodes: int = 0) -> dict:
     add("Open vSwitch", ovs)
     add("serf", _version(["serf", "version"]))
     add("nats-server", _version(["nats-server", "--version"]))
+    nats_c = Path("/usr/include/nats/nats.h").exists()  # the compiled client engine (workload.client_engine)
+    add("NATS C client", (nats_c, "libnats-dev installed: workload.client_engine: compiled can run" if nats_c else
+                          "libnats-dev not installed: workload.client_engine: compiled cannot run (apt-get install libnats-dev)"))
     zk = any(Path(p).exists() for p in ("/usr/share/zookeeper/bin/zkServer.sh", "/usr/bin/zookeeper-server"))
     add("ZooKeeper", (zk, "zookeeper installed" if zk else "zookeeper not installed (apt-get install zookeeper)"))
     add("Java", _version(["java", "-version"]))

@@ -28,6 +28,7 @@ RELAY_NEEDLE = f"/{RELAY_BINARY.parent.name}/{RELAY_BINARY.name} "  # the binary
 CLASSES = (  # (class, substring of the command line); first match wins
     ("relays", RELAY_NEEDLE), ("storage", "/storage-"), ("nats-server", "nats-server"), ("clients", "testbed.systems.pubsub.workloads"),
     ("clients", "testbed.systems.pubsub.client"), ("clients", "testbed.systems.pubsub.multiclient"),
+    ("clients", "/pubsub/_build/engine "),  # the compiled client engine (testbed.systems.pubsub.engine)
     ("broker-agents", "testbed.systems.pubsub.broker"), ("control-plane", "testbed.systems.pubsub.manager"),
     ("control-plane", "testbed.systems.pubsub.lookup"), ("zookeeper", "zookeeper"), ("serf", "serf"),
     ("nc-proxies", "testbed.nc."), ("docker", "containerd"), ("docker", "dockerd"),

@@ -217,22 +217,25 @@ def test_zookeeper_runs_in_the_cloud_and_brokers_register(plane):
 
 
 @pytest.mark.quiet
-def test_e2e_latency_matches_the_configured_path(plane):
+@pytest.mark.parametrize("engine", ["python", "compiled"])
+def test_e2e_latency_matches_the_configured_path(plane, engine):
+    """Through either data plane (nats-py, or the compiled engine whose publishers leave on a 1 ms
+    grid and whose receive times are the kernel's), the same bounds over the configured path."""
     configured = configured_one_way(plane, "cl1", "bzone1", "cl2")
     assert configured == pytest.approx(0.025)
     attempts = iter(range(10))
 
     def measure() -> tuple[dict, dict, list[dict], float]:
-        trace = plane.log_dir / f"trace-e2e-{next(attempts)}.jsonl"
-        sub = plane.client("sub", "cl2", "e2e", "--trace", str(trace))
-        pub = plane.client("pub", "cl1", "e2e", "--rate", "50", "--duration", "5", "--size", "1000")
+        trace = plane.log_dir / f"trace-e2e-{engine}-{next(attempts)}.jsonl"
+        sub = plane.client("sub", "cl2", "e2e", "--trace", str(trace), "--engine", engine)
+        pub = plane.client("pub", "cl1", "e2e", "--rate", "50", "--duration", "5", "--size", "1000", "--engine", engine)
         sent = plane.summary(pub)
         drained(trace, sent["sent"])
         got = plane.summary(sub, stop=True)
         rows = [json.loads(line) for line in trace.open()]
         lat = sorted(float(r["receive_time"]) - float(r["send_time"]) for r in rows)
         p50 = lat[len(lat) // 2]
-        print(f"\nE2E cl1 -> bzone1 -> cl2: configured {configured * 1e3:.2f} ms, measured p50 {p50 * 1e3:.2f} ms, "
+        print(f"\nE2E cl1 -> bzone1 -> cl2 ({engine}): configured {configured * 1e3:.2f} ms, measured p50 {p50 * 1e3:.2f} ms, "
               f"p99 {lat[int(0.99 * len(lat))] * 1e3:.2f} ms over {len(lat)} messages at 50/s")
         return sent, got, rows, p50
 
@@ -248,10 +251,10 @@ def test_e2e_latency_matches_the_configured_path(plane):
     assert report  # the owner reported the topic while its clients were alive
 
 
-def _migrate(plane, topic: str, workflow: str) -> tuple[dict, dict, dict, float]:
+def _migrate(plane, topic: str, workflow: str, engine: str = "python") -> tuple[dict, dict, dict, float]:
     trace = plane.log_dir / f"trace-{topic}.jsonl"
-    sub = plane.client("sub", "cl2", topic, "--trace", str(trace))
-    pub = plane.client("pub", "cl1", topic, "--rate", "100", "--duration", "6")
+    sub = plane.client("sub", "cl2", topic, "--trace", str(trace), "--engine", engine)
+    pub = plane.client("pub", "cl1", topic, "--rate", "100", "--duration", "6", "--engine", engine)
     assert plane.meta.owner(topic)["broker"] == "bzone1"
     assert plane.command("bzone1", op="status")["ok"]  # the manager's connection to bzone1 is up before timing
     time.sleep(2.0)
@@ -267,6 +270,28 @@ def _migrate(plane, topic: str, workflow: str) -> tuple[dict, dict, dict, float]
     got = plane.summary(sub, stop=True)
     STOLEN_MS[workflow] = steal_ms() - stolen_before  # over the migration and the clients' move
     return reply, sent, got, manager_s
+
+
+@pytest.mark.parametrize("workflow", ["enhanced", "baseline"])
+def test_the_compiled_client_engine_moves_with_both_workflows(plane, workflow):
+    """The same moves with the clients' data plane in the compiled engine (control plane in Python):
+    one downtime each, the topic's messages through both brokers, and nothing lost in the enhanced
+    workflow (the baseline's losses, if any, counted)."""
+    topic = f"eng_{workflow[:4]}"
+    reply, sent, got, _ = _migrate(plane, topic, workflow, engine="compiled")
+    reason = "redirect" if workflow == "enhanced" else "disconnect"
+    downs = {s["role"]: [d for d in s["downtimes"] if d["reason"] == reason] for s in (sent, got)}
+    print(f"\n{workflow} through the engine: downtime producer {[round(d['downtime_s'] * 1e3, 1) for d in downs['producer']]}"
+          f" ms, consumer {[round(d['downtime_s'] * 1e3, 1) for d in downs['consumer']]} ms; received {got['received']}/"
+          f"{sent['sent']}, lost {got['lost']}, by broker {got['brokers']}")
+    assert reply["ok"] and reply["workflow"] == workflow and plane.meta.owner(topic)["broker"] == "bzone2"
+    assert got["engine"] is True and sent["sent"] == 600 and sent["broker"] == got["broker"] == "bzone2"
+    assert len(downs["producer"]) == 1 and len(downs["consumer"]) == 1, (sent["downtimes"], got["downtimes"])
+    assert set(got["brokers"]) == {"bzone1", "bzone2"}
+    if workflow == "enhanced":
+        assert got["received"] == 600 and got["lost"] == 0
+    else:
+        assert got["received"] + got["lost"] == 600
 
 
 def test_enhanced_migration_moves_the_topic_without_loss(plane):

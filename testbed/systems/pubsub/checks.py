@@ -22,15 +22,36 @@ def handover_trigger(scenario, report) -> None:
                "early round needs epulsar or allpairs")
 
 
+def client_engine(scenario, report) -> None:
+    """`workload.client_engine: compiled` moves the clients' data plane to the node's engine, which
+    carries plain messages only: message tracking's ids and durable topics' acknowledgements are the
+    Python client's, and so far only the UAV workload's clients have an engine variant."""
+    if scenario.workload.client_engine != "compiled":
+        return
+    where = ("workload", "client_engine")
+    if scenario.workload.kind != "uav-swarm":
+        report(where, f"the compiled client engine runs the uav-swarm workload so far, not {scenario.workload.kind!r}: "
+               "use client_engine: python")
+    if scenario.tracking.strategy != "none":
+        report(where, f"message tracking ({scenario.tracking.strategy}) needs the Python client: "
+               "its ids travel in the messages the engine writes; use client_engine: python")
+    durable = [t.name for t in scenario.workload.topics if t.durable is not None]
+    if durable:
+        report(where, f"durable topic class {durable[0]!r} needs the Python client (its acknowledgements): "
+               "use client_engine: python")
+
+
 def uav(scenario, built, report) -> None:
     """UAV swarms (paper 5.1): the scenario-wide checks every pub/sub workload shares."""
     handover_trigger(scenario, report)
+    client_engine(scenario, report)
 
 
 def mmog(scenario, built, report) -> None:
     """The MMOG case (paper 5.8.2) needs players (role avatar), one per avatar, each in a city with
     a game server (an edge site) to attach to."""
     handover_trigger(scenario, report)
+    client_engine(scenario, report)
     players = [i for i, g in enumerate(scenario.nodes.clients) if g.role == "avatar"]
     if not players:
         report(("nodes", "clients"), "the mmog workload needs player nodes (role: avatar)")
@@ -50,6 +71,7 @@ def hotspot(scenario, built, report) -> None:
     """The hot-spot workload runs on static client nodes; its hot site must be an edge
     site with some of them (its topics' clients live there), and its surge within the run."""
     handover_trigger(scenario, report)
+    client_engine(scenario, report)
     spec, where = scenario.workload.hotspot, ("workload", "hotspot")
     static = built.placed("static")
     if not static:

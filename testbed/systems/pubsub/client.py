@@ -204,7 +204,7 @@ class TopicClient:
             if attached:
                 self._lost(attached[0])
 
-        ep = Endpoint(broker, address, await connect_nats(address, timeout=timeout, disconnected_cb=dropped))
+        ep = Endpoint(broker, address, await self._connect(broker, address, timeout, dropped))
         attached.append(ep)
         if self.downtime is not None and "reconnected" not in self.downtime:
             self.downtime["reconnected"] = time.time()  # the paper's end of the downtime (5.7)
@@ -215,8 +215,21 @@ class TopicClient:
         self._spawn(self._send_report(ep))  # a broker that does not own the topic answers with a redirect
         return ep
 
+    async def _connect(self, broker: str, address: str, timeout: float, dropped):
+        """A connection to a broker (nats-py here; through the node's compiled engine in
+        `engine.EngineClient`): `dropped` is awaited each time it is lost."""
+        return await connect_nats(address, timeout=timeout, disconnected_cb=dropped)
+
     async def _on_attach(self, ep: Endpoint) -> None:
         """Subclasses subscribe to data here."""
+
+    def _use(self, ep: Endpoint | None) -> None:
+        """`ep` becomes the endpoint in use (None: none, while a baseline move looks the topic up)."""
+        self.current = ep
+
+    async def settle(self) -> None:
+        """Called once the run's traffic has stopped: the counts are final after it (a client whose
+        data plane is the compiled engine asks the engine for them)."""
 
     async def _detach(self, ep: Endpoint | None) -> None:
         if ep is None:
@@ -291,7 +304,7 @@ class TopicClient:
         async with self._move_lock:
             if self.current is not old:
                 return
-            self.current = None
+            self._use(None)
             self._spawn(self._detach(old))
             pause = 0.2
             while True:
@@ -314,17 +327,18 @@ class TopicClient:
         their downtimes end by the same event. Pending work moves first (`_before_detach`), while
         `current` still holds what the open loop produces."""
         await self._before_detach(old, new)
-        self.current = new
+        self._use(new)
 
     async def _before_detach(self, old: Endpoint, new: Endpoint) -> None:
         """Subclasses move their pending work to `new` here."""
 
-    def _through(self, ep: Endpoint) -> None:
-        """A message went through `ep`: that closes an open downtime if `ep` is the new broker."""
+    def _through(self, ep: Endpoint, at: float | None = None) -> None:
+        """A message went through `ep` (at `at`, epoch s; default now): that closes an open downtime if
+        `ep` is the new broker."""
         if not ep.used:
             ep.used = True
             if self.downtime is not None and ep is not self.downtime["endpoint"]:
-                now = time.time()
+                now = time.time() if at is None else at
                 start = self.downtime["start"]
                 reconnected = self.downtime.get("reconnected", now)
                 self.events.add("downtime", topic=self.topic, client=self.name, role=self.role,
@@ -738,7 +752,16 @@ async def _main(args) -> int:
     common = {"lookup_url": args.lookup, "owner": (args.owner_broker, args.owner) if args.owner else None,
               "site": args.site, "run_id": args.run_id, "coord": coordinate_source(args.coord, args.name),
               "nc_period": args.nc_period, "events": events}
-    if args.mode == "pub":
+    engine = None
+    if args.engine == "compiled":  # the data plane in the compiled engine (testbed.systems.pubsub.engine)
+        from testbed.systems.pubsub.engine import Engine, EnginePublisher, EngineSubscriber
+
+        engine = await Engine().start()
+        if args.mode == "pub":
+            client = EnginePublisher(args.topic, args.name, args.rate, args.size, engine=engine, **common)
+        else:
+            client = EngineSubscriber(args.topic, args.name, trace=args.trace, engine=engine, **common)
+    elif args.mode == "pub":
         client = Publisher(args.topic, args.name, args.rate, args.size, precise_s=args.precise, **common)
     else:
         client = Subscriber(args.topic, args.name, trace=args.trace, keep_latencies=True, **common)
@@ -756,10 +779,14 @@ async def _main(args) -> int:
     await asyncio.wait({work, waiter}, return_when=asyncio.FIRST_COMPLETED)
     work.cancel()
     waiter.cancel()
+    await asyncio.sleep(0)  # the cancelled publisher's halt goes out before the summary is asked
+    await client.settle()
     summary = client.summary()
     if args.mode == "sub":
         summary.pop("producers") if len(summary["producers"]) > 50 else None
     await client.close()
+    if engine is not None:
+        await engine.stop()
     print(json.dumps(summary), flush=True)
     return 0
 
@@ -787,6 +814,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=Path, help="events as JSON lines")
     parser.add_argument("--coord", default="none", help="none | serf | proxy | json:{...}")
     parser.add_argument("--nc-period", type=float, default=5.0)
+    parser.add_argument("--engine", choices=("python", "compiled"), default="python",
+                        help="the data plane: nats-py, or the compiled client engine")
     args = parser.parse_args(argv)
     if not args.lookup and not args.owner:
         parser.error("give --lookup or --owner")

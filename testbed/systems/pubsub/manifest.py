@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -40,7 +40,9 @@ SYSTEM = System(
     client_roles=("uav-swarm", "game-server", "avatar", "static"),
     agent_roles=("game-server", "static"),
     workload_fields={"avatars": (Annotated[int, Field(ge=1, le=100_000)], 1),  # the MMOG's avatars, one per player
-                     "groups": (Annotated[int, Field(ge=1, le=10_000)], 1)},  # and the groups they play in
+                     "groups": (Annotated[int, Field(ge=1, le=10_000)], 1),  # and the groups they play in
+                     # the clients' data plane: nats-py, or the node's compiled engine (engine.py)
+                     "client_engine": (Literal["python", "compiled"], "python")},
     roles=("role:PubSubRole", "workload_role:PubSubWorkload"),
     control={"handover_trigger": (HandoverTrigger, HandoverTrigger(),
                                   "beyond the paper: early reports and rounds on handovers (testbed.policies.handover)")},

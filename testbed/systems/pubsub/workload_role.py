@@ -11,7 +11,7 @@ from pathlib import Path
 
 from testbed.policies.topics import topic_class
 from testbed.procs import LineCounter, json_lines, percentile, read_line
-from testbed.systems.pubsub import durability
+from testbed.systems.pubsub import durability, engine
 from testbed.roles.base import Role, RunContext, newly_dead
 from testbed.systems.pubsub.role import WORKLOADS, PubSubRole, PubSubSystem
 from testbed.systems.pubsub.durable import classes_json
@@ -74,12 +74,15 @@ class PubSubWorkload(Role):
             return
         scenario = self.scenario
         rate = scenario.workload.rate * scenario.scale
+        if scenario.workload.client_engine == "compiled":
+            engine.ensure_built()  # here, once, and with its reason if it cannot be (not in every swarm)
         for node in self.topology.nodes.values():
             if node.role != "uav-swarm":
                 continue
             self._launch(node, "uav", ["--members", str(node.members)], rate)
         self._wait_attached()
-        self.say(f"workload: {len(self.processes)} swarm processes publishing at {rate:g} msg/s per UAV")
+        self.say(f"workload: {len(self.processes)} swarm processes publishing at {rate:g} msg/s per UAV"
+                 + (" (compiled client engine)" if scenario.workload.client_engine == "compiled" else ""))
 
     def _start_mmog(self) -> None:
         """One process per player and per game server (paper 5.8.2); they share a plan (each player's
@@ -144,6 +147,7 @@ class PubSubWorkload(Role):
                 "--site", node.site, "--coord", "proxy" if node.mobile else "serf",
                 "--nc-period", f"{self.scenario.control.nc_report_period:g}",
                 "--health", str(logs / f"health-{node.name}.jsonl"),
+                "--client-engine", self.scenario.workload.client_engine,
                 *(["--track"] if self.scenario.tracking.strategy != "none" else []),
                 "--durable", classes_json(self.scenario.workload.topics), "--distance", self.scenario.control.distance,
                 *(["--handover-trigger", trigger.config().to_json()] if trigger.enabled else [])]

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gc
 import json
 import math
@@ -44,6 +45,7 @@ from testbed.policies.topics import topic_class
 from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source, run_precise, shared_query
 from testbed.systems.pubsub.clienthealth import ClientHealth
 from testbed.systems.pubsub.durable import ACKS_DIR, parse_classes
+from testbed.systems.pubsub.engine import Engine, EnginePublisher, EngineSubscriber
 from testbed.systems.pubsub.durable_client import DurablePublishing, DurableSubscription, owes
 from testbed.systems.pubsub.handover_watch import HandoverWatch
 from testbed.policies.distance import DEFAULT_DISTANCE, DISTANCES, get_distance
@@ -97,22 +99,28 @@ async def drain(publishers: list[Publisher], subscribers: list[Subscriber]) -> N
         await asyncio.sleep(0.1)
 
 
-def uav_clients(args, events: EventLog, health: ClientHealth | None = None) -> tuple[list[Publisher], list[Subscriber]]:
+def uav_clients(args, events: EventLog, health: ClientHealth | None = None,
+                engine: Engine | None = None) -> tuple[list[Publisher], list[Subscriber]]:
+    """The swarm's clients; with `engine`, their data plane is the node's compiled engine."""
     swarm, trace_dir = args.node, Path(args.trace_dir)
     common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
               "coord": coordinate_source(args.coord, swarm), "nc_period": args.nc_period}
+    if engine is None:
+        pub, sub = functools.partial(Publisher, health=health), Subscriber
+    else:
+        pub, sub = functools.partial(EnginePublisher, engine=engine), functools.partial(EngineSubscriber, engine=engine)
     leader, followers = f"{swarm}-u1", [f"{swarm}-u{i}" for i in range(2, args.members + 1)]
     follow, sensor = f"follow_leader-{swarm}", f"sensor_data-{swarm}"
-    publishers = [Publisher(follow, leader, args.rate, args.size, precise_s=0.0, health=health, **common,
-                            **client_features(args, follow, leader, producer=True))]
-    publishers += [Publisher(sensor, f, args.rate, args.size, precise_s=0.0, health=health, **common,
-                             **client_features(args, sensor, f, producer=True))
+    publishers = [pub(follow, leader, args.rate, args.size, precise_s=0.0, **common,
+                      **client_features(args, follow, leader, producer=True))]
+    publishers += [pub(sensor, f, args.rate, args.size, precise_s=0.0, **common,
+                       **client_features(args, sensor, f, producer=True))
                    for f in followers]
-    subscribers = [Subscriber(follow, f, trace=trace_dir / f"{follow}.{f}.jsonl", keep_latencies=False, **common,
-                              **client_features(args, follow, f))
+    subscribers = [sub(follow, f, trace=trace_dir / f"{follow}.{f}.jsonl", keep_latencies=False, **common,
+                       **client_features(args, follow, f))
                    for f in followers]
-    subscribers.append(Subscriber(sensor, leader, trace=trace_dir / f"{sensor}.{leader}.jsonl", keep_latencies=False,
-                                  **common, **client_features(args, sensor, leader)))
+    subscribers.append(sub(sensor, leader, trace=trace_dir / f"{sensor}.{leader}.jsonl", keep_latencies=False,
+                           **common, **client_features(args, sensor, leader)))
     return publishers, subscribers
 
 
@@ -120,7 +128,8 @@ async def _main(args) -> int:
     Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     events = EventLog(args.events)
     health = ClientHealth(args.health)
-    publishers, subscribers = uav_clients(args, events, health)
+    engine = await Engine(args.health).start() if args.client_engine == "compiled" else None
+    publishers, subscribers = uav_clients(args, events, health, engine)
     for client in subscribers + publishers:  # subscribers first: no message is sent before anyone listens
         await client.start()
     watch = None
@@ -143,6 +152,8 @@ async def _main(args) -> int:
         task.cancel()
     health.close()
     await drain(publishers, subscribers)
+    for client in publishers + subscribers:
+        await client.settle()
     readers = {}
     for s in subscribers:
         readers[s.topic] = readers.get(s.topic, 0) + 1
@@ -151,6 +162,8 @@ async def _main(args) -> int:
                "received": sum(s.received for s in subscribers), **durable_counts(publishers, subscribers)}
     for client in publishers + subscribers:
         await client.close()
+    if engine is not None:
+        await engine.stop()
     print(json.dumps(summary), flush=True)
     return 0
 
@@ -494,6 +507,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--coord", default="proxy")
     parser.add_argument("--nc-period", type=float, default=5.0)
     parser.add_argument("--health", type=Path, help="per-second publisher lateness and loop lag, JSON lines")
+    parser.add_argument("--client-engine", choices=("python", "compiled"), default="python",
+                        help="the clients' data plane: nats-py, or the node's compiled engine (uav)")
     parser.add_argument("--track", action="store_true", help="message tracking (Jun and Astley): ids on messages, "
                         "attachments told to the broker's tracker")
     parser.add_argument("--plan", type=Path, help="mmog, hotspot: the run's plan as JSON")

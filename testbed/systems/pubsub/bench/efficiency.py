@@ -18,6 +18,7 @@ Writes results/bench/efficiency.json (--quick: efficiency-quick.json) and effici
 analysis.bench_figures.efficiency), and prints the table.
 
     python -m testbed.systems.pubsub.bench.efficiency [--quick] [--shapers delayline,shared] [--repeats 1] [--loads 0.05,0.1]
+    python -m testbed.systems.pubsub.bench.efficiency --shapers shared --clients python,compiled --loads 0.25,0.5
 """
 
 from __future__ import annotations
@@ -49,16 +50,18 @@ def points(loads: tuple[float, ...], mmog: bool) -> list[Point]:
     return uav + ([Point("mmog", "rate", 2, r) for r in MMOG_RATES] if mmog else [])
 
 
-def scenario_copy(point: Point, shaper: str, duration: str, settle: str, directory: Path) -> Path:
-    """The base scenario at the point's size with `shaper`, a short duration and settle."""
+def scenario_copy(point: Point, shaper: str, duration: str, settle: str, directory: Path, clients: str = "python") -> Path:
+    """The base scenario at the point's size with `shaper` and the `clients`' data plane (nats-py or
+    the compiled engine), a short duration and settle."""
     data = yaml.safe_load(BASES[point.case].read_text())
-    name = f"eff-{'uav' if point.case == 'uav-swarm' else 'mmog'}-r{point.rate}-{shaper}"
+    name = f"eff-{'uav' if point.case == 'uav-swarm' else 'mmog'}-r{point.rate}-{shaper}-{clients}"
     data.update(name=name, duration=duration,
                 description=f"bench-efficiency point from {BASES[point.case].name} through the {shaper} shaper")
     data["control"]["settle"] = settle
     data["workload"]["rate"] = f"{point.rate}/s"
     data["nodes"]["clients"][0]["count"] = point.count
     data.setdefault("emulation", {})["shaper"] = shaper
+    data["workload"]["client_engine"] = clients
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -128,13 +131,15 @@ def _trace_rows(run_dir: Path):
     return trace_rows(run_dir / "traces")
 
 
-def measure(point: Point, shaper: str, directory: Path, duration: str, settle: str, say, backend: str) -> dict:
-    path = scenario_copy(point, shaper, duration, settle, directory)
+def measure(point: Point, shaper: str, directory: Path, duration: str, settle: str, say, backend: str,
+            clients: str = "python", label: str | None = None) -> dict:
+    """One run at `point`; its row names the configuration `label` (default: the shaper)."""
+    path = scenario_copy(point, shaper, duration, settle, directory, clients)
     wakeup = wakeup_cost_us()
     switches = context_switches()
     run_dir = run_point(path, directory / path.stem / str(time.time_ns()), say, backend)
     switches = context_switches() - switches
-    row = {"case": point.case, "rate": point.rate, "count": point.count, "shaper": shaper,
+    row = {"case": point.case, "rate": point.rate, "count": point.count, "shaper": label or shaper, "clients": clients,
            "offered_per_s": offered(path), "wakeup_us": wakeup}
     if run_dir is None or not (run_dir / "summary.json").exists():
         return {**row, "error": f"no summary.json (see {directory / path.stem})"}
@@ -187,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"UAV at {QUICK_LOADS} of the paper's load, no MMOG")
     parser.add_argument("--shapers", default="delayline,shared", help="the shapers compared, alternating")
+    parser.add_argument("--clients", default="python",
+                        help="the clients' data planes compared (python, compiled: workload.client_engine), alternating")
     parser.add_argument("--loads", default=None, help="fractions of the paper's UAV load (default 0.05,0.1,0.25,0.5,1)")
     parser.add_argument("--no-mmog", action="store_true", help="UAV points only")
     parser.add_argument("--repeats", type=int, default=1, help="alternating pairs per point")
@@ -203,8 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     if not shapers or any(s not in SHAPERS for s in shapers):
         console.print(f"--shapers: {args.shapers!r}; known: {', '.join(SHAPERS)}")
         return 2
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    if not clients or any(c not in ("python", "compiled") for c in clients):
+        console.print(f"--clients: {args.clients!r}; known: python, compiled")
+        return 2
+    # a configuration: (shaper, clients), named by what varies
+    configs = [(s, c, s if len(clients) == 1 else (c if len(shapers) == 1 else f"{s}+{c}")) for s in shapers for c in clients]
     loads = tuple(float(x) for x in args.loads.split(",")) if args.loads else (QUICK_LOADS if args.quick else UAV_LOADS)
-    todo = points(loads, mmog=not (args.quick or args.no_mmog))
+    todo = points(loads, mmog=not (args.quick or args.no_mmog or clients != ["python"]))
     duration = args.duration or ("20s" if args.quick else "30s")
     name = "efficiency-quick" if args.quick else "efficiency"
     OUT.mkdir(parents=True, exist_ok=True)
@@ -212,25 +225,27 @@ def main(argv: list[str] | None = None) -> int:
     data = {"time": time.time(), "quick": args.quick, "machine": _machine_facts(), "cpus": os.cpu_count(),
             "paper": {case: offered(path) for case, path in BASES.items()}, "target_us": TARGET_US,
             "how": {"runs": f"testbed run on copies of {', '.join(p.name for p in BASES.values())} in {directory}, "
-                            f"duration {duration}, settle {args.settle}, shapers alternating {shapers}",
+                            f"duration {duration}, settle {args.settle}, configurations alternating "
+                            f"{[label for _, _, label in configs]}",
                     "per_delivery": "health.jsonl CPU by class over the workload's seconds outside migration windows, "
                                     "over the deliveries received in them; steal apart; context switches machine-wide",
                     "command": " ".join(["python -m testbed.systems.pubsub.bench.efficiency", *(sys.argv[1:] if argv is None else argv)])},
             "rows": []}
-    started, runs = time.monotonic(), len(todo) * len(shapers) * args.repeats
+    started, runs = time.monotonic(), len(todo) * len(configs) * args.repeats
     for i, point in enumerate(todo):
         for repeat in range(args.repeats):
-            order = shapers if (i + repeat) % 2 == 0 else shapers[::-1]
-            for shaper in order:
+            order = configs if (i + repeat) % 2 == 0 else configs[::-1]
+            for shaper, client, label in order:
                 done = len(data["rows"]) + 1
-                console.print(f"[{done}/{runs}] {point.case} at {point.rate} msg/s x {point.count}, shaper {shaper} "
-                              f"({time.monotonic() - started:.0f}s so far)")
-                row = measure(point, shaper, directory, duration, args.settle, console.print, args.backend)
+                console.print(f"[{done}/{runs}] {point.case} at {point.rate} msg/s x {point.count}, shaper {shaper}, "
+                              f"clients {client} ({time.monotonic() - started:.0f}s so far)")
+                row = measure(point, shaper, directory, duration, args.settle, console.print, args.backend, client, label)
                 row["repeat"] = repeat
                 data["rows"].append(row)
                 if "error" not in row:
                     console.print(f"    {row['deliveries_per_s']:,.0f} deliveries/s, {row['total_us_per_delivery'] or 0:.1f} "
-                                  f"CPU-us each (relays {row['cpu_us_per_delivery'].get('relays') or 0:.1f}), "
+                                  f"CPU-us each (relays {row['cpu_us_per_delivery'].get('relays') or 0:.1f}, "
+                                  f"clients {row['cpu_us_per_delivery'].get('clients') or 0:.1f}), "
                                   f"steal {row['steal_ms_per_s'] or 0:.0f} ms/s")
                 write(data, name)  # an interrupted sweep keeps every run measured so far
     data["took_s"] = time.monotonic() - started

@@ -1,0 +1,969 @@
+/*
+ * engine: the compiled data plane of one client node (a swarm, a player, a game server).
+ *
+ * Python keeps the control plane (lookups, NC reports, control messages, the migration workflows
+ * and their downtime events: testbed/systems/pubsub/engine.py); this process holds every NATS
+ * connection of the node and does what runs per message: open-loop publishing at due times,
+ * receiving with the kernel's receive timestamp, per-producer sequence tracking, trace rows and the
+ * guard's per-second health lines.
+ *
+ * Built on the official NATS C client (libnats, Debian's libnats-dev) in its external event loop
+ * mode: no reader or flusher thread per connection; one epoll loop serves every connection, a
+ * timer and the command pipe. Wakeups are budgeted: publishing wakes fall on a grid (--tick-us,
+ * default 1000), so one wake sends every message due in its tick; after a read, data alone wakes
+ * the loop again only --read-holdoff-us later (default 1000), and every wake reads what is there.
+ * Messages are never sent before their due time: a message leaves at most one tick (plus the VM's
+ * wake-up lateness) after it, and that lateness is measured and part of its latency, as in the
+ * Python client. Receive time: the kernel's SO_TIMESTAMPNS of the newest segment queued when the
+ * engine reads (peeked before libnats reads): never earlier than a message arrived, and later by at
+ * most the span of what one read takes (a hold-off, when the engine is on time), not by how late
+ * the engine woke.
+ *
+ * Commands, one per line on stdin (names, subjects and addresses contain no spaces; Python checks):
+ *   connect REQ CONN URL BROKER TIMEOUT_MS  -> "ok REQ" once connected | "err REQ why"
+ *   sub REQ SID CONN SUBJECT                 a subscription whose messages go to Python: "msg SID LEN\n<data>"
+ *   dsub REQ SID CONN SUBJECT SUBSCRIBER     a data subscription of subscriber SUBSCRIBER (trace, stats);
+ *                                            its first message is told: "first SID RECEIVED_S"
+ *   unsub REQ SID
+ *   pub CONN SUBJECT LEN\n<data>             a message from Python (no answer)
+ *   flush REQ CONN                           -> "ok REQ" once the server has everything sent before
+ *   close REQ CONN drain|now                 drain: after a flush round trip (messages in flight arrive)
+ *   subscriber REQ IDX TRACE RUN TOPIC CONSUMER SITE
+ *   publisher REQ IDX SUBJECT NAME SITE RATE SIZE START_S DURATION_S
+ *                                            open loop: message i due at START + i/RATE, while i/RATE < DURATION
+ *   route REQ IDX CONN|-                     where publisher IDX sends; "-" holds what it produces (a
+ *                                            baseline move); a route to CONN sends what was held, then
+ *                                            flushes: "ok REQ" once the server has it
+ *   halt REQ IDX                             publisher IDX stops producing
+ *   summary REQ IDX                          -> "ok REQ {json}": a publisher's or subscriber's counts
+ *   exit                                     flush traces and health, exit 0
+ * Told without asking: "done IDX SENT" (a publisher reached its duration), "lost CONN" (a connection
+ * dropped: libnats reconnects), "back CONN", "closed CONN", "counts IDX RECEIVED BYTES" once a second
+ * per subscriber (for NC reports' rates), "warn TEXT".
+ *
+ * Exit codes: 0 after "exit" or at the end of stdin, 1 on an unexpected error, 2 on bad arguments.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <nats/nats.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CONNS   4096
+#define MAX_SUBS    8192
+#define MAX_CLIENTS 4096
+#define LINE_MAX_   4096
+/* The guard's lateness buckets (testbed/health.py BUCKETS_MS), one more for "above". */
+static const double BUCKETS_MS[] = {0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000,
+                                    5000, 10000, 30000, 60000};
+#define NBUCKETS ((int)(sizeof BUCKETS_MS / sizeof BUCKETS_MS[0]) + 1)
+
+typedef struct conn {
+    int id, fd, open, closing;
+    natsConnection *nc;
+    char broker[128], inbox[96];
+    natsSubscription *marker;     /* flush markers come back on it */
+    atomic_int want_write;
+    int64_t ts_ns;                /* receive timestamp of what the last read delivered */
+} conn_t;
+
+typedef struct {
+    int64_t first, last, received, duplicates, reordered;
+    int64_t *missing;
+    size_t nmissing, cap;
+    char name[128];
+} producer_t;
+
+typedef struct {
+    int used, idx;
+    FILE *trace;
+    char prefix[512], consumer_json[192], consumer_site_json[192];
+    producer_t *producers;
+    size_t nproducers, cap;
+    int64_t received, bytes, malformed;
+    char brokers[16][128];        /* messages received through each broker (the summary's "brokers") */
+    int64_t by_broker[16];
+    int nbrokers;
+} subscriber_t;
+
+typedef struct {
+    int used, idx, halted, done;
+    char subject[256], name[128], site[128];
+    double rate, start, duration;
+    int size;
+    int64_t seq, held_from;       /* messages [held_from, seq) were produced while routed nowhere */
+    conn_t *route;
+    char *buf;
+} publisher_t;
+
+typedef struct {
+    int used, sid, kind;          /* 0: to Python, 1: data */
+    conn_t *conn;
+    natsSubscription *sub;
+    int subscriber, seen;
+} sub_t;
+
+typedef struct pending {          /* a flush marker awaited */
+    int64_t req;
+    int conn, close_after;
+    struct pending *next;
+} pending_t;
+
+static conn_t *conns[MAX_CONNS];
+static sub_t subs[MAX_SUBS];
+static subscriber_t subscribers[MAX_CLIENTS];
+static publisher_t publishers[MAX_CLIENTS];
+static pending_t *pendings;
+static int epfd, sock_ep, evfd, tfd;   /* sock_ep: every connection's socket, polled from epfd's loop */
+static int64_t read_holdoff_ns = 1000000;
+static conn_t *graveyard[MAX_CONNS];   /* closed, freed once no epoll event of this wake can name them */
+static int ngraves;
+
+static int conns_hi, clients_hi, subs_hi;  /* one past the highest id in use: the loops' bounds */
+static pthread_t main_thread;
+static int64_t tick_ns = 1000000;
+static FILE *health;
+static int64_t health_second;
+static uint64_t hist[NBUCKETS], hist_n;
+static double hist_max_ms, lag_max_ms;
+static uint64_t seq_marker;
+
+/* Events from libnats's threads (connects, disconnects), handed to the loop through a queue. */
+typedef struct event {
+    int kind, conn;               /* 1 connected, 2 connect failed, 3 lost, 4 back, 5 closed, 6 Close returned */
+    int64_t req;
+    char text[512];
+    struct event *next;
+} event_t;
+static event_t *events_head, *events_tail;
+static pthread_mutex_t events_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void wake_loop(void) {
+    uint64_t one = 1;
+    if (write(evfd, &one, sizeof one) < 0 && errno != EAGAIN) perror("engine: eventfd");
+}
+
+static void post(int kind, int conn, int64_t req, const char *text) {
+    event_t *e = calloc(1, sizeof *e);
+    if (!e) abort();
+    e->kind = kind, e->conn = conn, e->req = req;
+    if (text) snprintf(e->text, sizeof e->text, "%s", text);
+    pthread_mutex_lock(&events_lock);
+    if (events_tail) events_tail->next = e; else events_head = e;
+    events_tail = e;
+    pthread_mutex_unlock(&events_lock);
+    wake_loop();
+}
+
+/* "-" stands for an empty word on the command line */
+static const char *word(const char *s) { return strcmp(s, "-") ? s : ""; }
+
+/* -- JSON strings ------------------------------------------------------------------------------ */
+static void json_str(char *out, size_t cap, const char *s) {
+    size_t n = 0;
+    if (cap < 3) { out[0] = 0; return; }
+    out[n++] = '"';
+    for (; *s && n + 8 < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') { out[n++] = '\\'; out[n++] = c; }
+        else if (c < 0x20) n += snprintf(out + n, cap - n, "\\u%04x", c);
+        else out[n++] = c;
+    }
+    out[n++] = '"';
+    out[n] = 0;
+}
+
+/* -- the event loop's callbacks (libnats may call them from its threads) ------------------------ */
+static natsStatus ev_attach(void **data, void *loop, natsConnection *nc, natsSock fd) {
+    conn_t *c = loop;
+    int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_TIMESTAMPNS, &on, sizeof on);
+    if (*data && c->fd >= 0) epoll_ctl(sock_ep, EPOLL_CTL_DEL, c->fd, NULL);  /* a reconnect: new socket */
+    c->fd = fd;
+    c->nc = nc;
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    if (epoll_ctl(sock_ep, EPOLL_CTL_ADD, fd, &ev) < 0) return NATS_ERR;
+    *data = c;
+    return NATS_OK;
+}
+
+static natsStatus ev_read(void *data, bool add) {
+    conn_t *c = data;
+    struct epoll_event ev = {.events = add ? EPOLLIN : 0, .data.ptr = c};
+    epoll_ctl(sock_ep, EPOLL_CTL_MOD, c->fd, &ev);
+    return NATS_OK;
+}
+
+static natsStatus ev_write(void *data, bool add) {
+    conn_t *c = data;
+    atomic_store(&c->want_write, add);
+    if (add && !pthread_equal(pthread_self(), main_thread)) wake_loop();  /* a ping from libnats's timer */
+    return NATS_OK;
+}
+
+static natsStatus ev_detach(void *data) {
+    conn_t *c = data;
+    if (c->fd >= 0) epoll_ctl(sock_ep, EPOLL_CTL_DEL, c->fd, NULL);
+    c->fd = -1;
+    return NATS_OK;
+}
+
+static void on_lost(natsConnection *nc, void *closure) { (void)nc; post(3, ((conn_t *)closure)->id, 0, NULL); }
+static void on_back(natsConnection *nc, void *closure) { (void)nc; post(4, ((conn_t *)closure)->id, 0, NULL); }
+static void on_closed(natsConnection *nc, void *closure) { (void)nc; post(5, ((conn_t *)closure)->id, 0, NULL); }
+
+static void *close_thread(void *arg) {
+    conn_t *c = arg;
+    natsConnection_Close(c->nc);
+    post(6, c->id, 0, NULL);
+    return NULL;
+}
+
+typedef struct {
+    conn_t *conn;
+    int64_t req;
+    char url[256];
+    int timeout_ms;
+} connect_job_t;
+
+/* A connect blocks for a round trip (or its timeout, for a broker that is gone): it runs in a
+ * thread of its own, so the other clients of the node keep publishing meanwhile. */
+static void *connect_thread(void *arg) {
+    connect_job_t *job = arg;
+    natsOptions *opts = NULL;
+    natsConnection *nc = NULL;
+    natsStatus s = natsOptions_Create(&opts);
+    if (s == NATS_OK) s = natsOptions_SetURL(opts, job->url);
+    if (s == NATS_OK) s = natsOptions_SetTimeout(opts, job->timeout_ms);
+    if (s == NATS_OK) s = natsOptions_SetEventLoop(opts, job->conn, ev_attach, ev_read, ev_write, ev_detach);
+    if (s == NATS_OK) s = natsOptions_SetSendAsap(opts, true);              /* no flusher thread */
+    /* as the Python client (client.connect_nats): a paused broker counts as lost in ~2-3 s, and a
+     * connection that was up reconnects forever every 0.2 s */
+    if (s == NATS_OK) s = natsOptions_SetPingInterval(opts, 1000);
+    if (s == NATS_OK) s = natsOptions_SetMaxPingsOut(opts, 2);
+    if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts, -1);
+    if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 200);
+    if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(opts, on_lost, job->conn);
+    if (s == NATS_OK) s = natsOptions_SetReconnectedCB(opts, on_back, job->conn);
+    if (s == NATS_OK) s = natsOptions_SetClosedCB(opts, on_closed, job->conn);
+    if (s == NATS_OK) s = natsConnection_Connect(&nc, opts);
+    if (s == NATS_OK) {
+        job->conn->nc = nc;
+        post(1, job->conn->id, job->req, NULL);
+    } else {
+        char why[512];
+        snprintf(why, sizeof why, "%s: %s", job->url, nats_GetLastError(&s) ?: natsStatus_GetText(s));
+        post(2, job->conn->id, job->req, why);
+    }
+    natsOptions_Destroy(opts);
+    free(job);
+    return NULL;
+}
+
+/* -- output to Python ---------------------------------------------------------------------------- */
+static void say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+}
+
+/* -- health: the guard's per-second lines ------------------------------------------------------- */
+static void health_roll(int64_t now) {
+    int64_t second = now / 1000000000LL;
+    if (second == health_second) return;
+    if (health && (hist_n || lag_max_ms > 0)) {
+        fprintf(health, "{\"s\":%" PRId64 ",\"hist\":{\"n\":%" PRIu64 ",\"max_ms\":%.3f,\"counts\":[",
+                health_second, hist_n, hist_max_ms);
+        for (int i = 0; i < NBUCKETS; i++) fprintf(health, i ? ",%" PRIu64 : "%" PRIu64, hist[i]);
+        fprintf(health, "]},\"loop_lag_max_ms\":%.3f,\"engine\":true}\n", lag_max_ms);
+        fflush(health);
+    }
+    memset(hist, 0, sizeof hist);
+    hist_n = 0, hist_max_ms = 0, lag_max_ms = 0;
+    health_second = second;
+}
+
+static void late(double ms) {
+    if (ms < 0) ms = 0;
+    int i = 0;
+    while (i < NBUCKETS - 1 && ms > BUCKETS_MS[i]) i++;   /* bisect_left */
+    hist[i]++, hist_n++;
+    if (ms > hist_max_ms) hist_max_ms = ms;
+}
+
+/* -- connections --------------------------------------------------------------------------------- */
+static conn_t *conn_get(int id) {
+    conn_t *c = id >= 0 && id < MAX_CONNS ? conns[id] : NULL;
+    return c && !c->closing ? c : NULL;
+}
+
+static void send_marker(conn_t *c, int64_t req, int close_after) {
+    pending_t *p = calloc(1, sizeof *p);
+    if (!p) abort();
+    p->req = req, p->conn = c->id, p->close_after = close_after, p->next = pendings;
+    pendings = p;
+    char body[32];
+    int n = snprintf(body, sizeof body, "%" PRId64, req);
+    natsConnection_Publish(c->nc, c->inbox, body, n);
+}
+
+static void conn_close(conn_t *c) {
+    for (int i = 0; i < subs_hi; i++)
+        if (subs[i].used && subs[i].conn == c) {
+            natsSubscription_Destroy(subs[i].sub);
+            subs[i].used = 0;
+        }
+    for (int i = 0; i < clients_hi; i++)
+        if (publishers[i].used && publishers[i].route == c) {
+            publishers[i].route = NULL;                       /* holds until routed again */
+            publishers[i].held_from = publishers[i].seq;
+        }
+    if (c->marker) natsSubscription_Destroy(c->marker);
+    c->marker = NULL;
+    if (!c->nc) {
+        conns[c->id] = NULL;
+        graveyard[ngraves++] = c;
+        return;
+    }
+    /* libnats's Close flushes with a ping round trip first, whose answer this loop must read: it runs
+     * in a thread of its own (in the loop's thread it blocked the node's every client for 0.5 s). */
+    c->closing = 1;
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&t, &attr, close_thread, c)) natsConnection_Close(c->nc);
+    pthread_attr_destroy(&attr);
+}
+
+/* Closing ends here, in the loop: the connection's memory is released once libnats is done with it. */
+static void conn_closed(conn_t *c) {
+    natsConnection_Destroy(c->nc);
+    c->nc = NULL;
+    conns[c->id] = NULL;
+    graveyard[ngraves++] = c;
+}
+
+/* -- subscribers ----------------------------------------------------------------------------------- */
+static producer_t *producer_of(subscriber_t *s, const char *name, size_t len) {
+    for (size_t i = 0; i < s->nproducers; i++)
+        if (strlen(s->producers[i].name) == len && !memcmp(s->producers[i].name, name, len)) return &s->producers[i];
+    if (len >= sizeof s->producers[0].name) return NULL;
+    if (s->nproducers == s->cap) {
+        s->cap = s->cap ? s->cap * 2 : 16;
+        s->producers = realloc(s->producers, s->cap * sizeof *s->producers);
+        if (!s->producers) abort();
+    }
+    producer_t *p = &s->producers[s->nproducers++];
+    memset(p, 0, sizeof *p);
+    memcpy(p->name, name, len);
+    p->first = p->last = -1;
+    return p;
+}
+
+static void missing_add(producer_t *p, int64_t lo, int64_t hi) {   /* [lo, hi) */
+    for (int64_t q = lo; q < hi; q++) {
+        if (p->nmissing == p->cap) {
+            p->cap = p->cap ? p->cap * 2 : 64;
+            p->missing = realloc(p->missing, p->cap * sizeof *p->missing);
+            if (!p->missing) abort();
+        }
+        p->missing[p->nmissing++] = q;
+    }
+}
+
+static int missing_take(producer_t *p, int64_t seq) {
+    for (size_t i = p->nmissing; i-- > 0;)
+        if (p->missing[i] == seq) {
+            p->missing[i] = p->missing[--p->nmissing];
+            return 1;
+        }
+    return 0;
+}
+
+/* ProducerStats.see of the Python client: 0 for a duplicate. */
+static int see(producer_t *p, int64_t seq) {
+    if (p->received == 0 && p->first < 0) {
+        p->first = p->last = seq, p->received = 1;
+        return 1;
+    }
+    if (seq > p->last) {
+        if (seq > p->last + 1) missing_add(p, p->last + 1, seq);
+        p->last = seq;
+    } else if (missing_take(p, seq)) {
+        p->reordered++;
+    } else if (seq < p->first) {
+        missing_add(p, seq + 1, p->first);
+        p->first = seq;
+        p->reordered++;
+    } else {
+        p->duplicates++;
+        return 0;
+    }
+    p->received++;
+    return 1;
+}
+
+/* A member's value in the message's header line (what Publisher.payload writes): a pointer to it and
+ * its length; strings without their quotes. */
+static const char *member(const char *head, size_t len, const char *key, size_t *vlen) {
+    const char *end = head + len, *k = memmem(head, len, key, strlen(key));
+    if (!k) return NULL;
+    const char *v = k + strlen(key);
+    if (v < end && *v == '"') {
+        const char *q = memchr(v + 1, '"', end - v - 1);
+        if (!q) return NULL;
+        *vlen = q - v - 1;
+        return v + 1;
+    }
+    const char *e = v;
+    while (e < end && *e != ',' && *e != '}') e++;
+    *vlen = e - v;
+    return v;
+}
+
+static void deliver(sub_t *sb, natsMsg *m, int64_t received_ns) {
+    subscriber_t *s = &subscribers[sb->subscriber];
+    const char *data = natsMsg_GetData(m);
+    int len = natsMsg_GetDataLength(m);
+    const char *nl = memchr(data, '\n', len);
+    size_t hl = nl ? (size_t)(nl - data) : (size_t)len, plen, seqlen, tlen, slen = 0, idlen = 0;
+    const char *pv = member(data, hl, "\"p\":", &plen), *seqv = member(data, hl, "\"seq\":", &seqlen),
+               *tv = member(data, hl, "\"t\":", &tlen), *sv = member(data, hl, "\"s\":", &slen),
+               *idv = member(data, hl, "\"id\":", &idlen);
+    char num[64];
+    if (!pv || !seqv || !tv || seqlen >= sizeof num || tlen >= sizeof num) { s->malformed++; return; }
+    memcpy(num, seqv, seqlen); num[seqlen] = 0;
+    char *endp;
+    int64_t seq = strtoll(num, &endp, 10);
+    if (*endp) { s->malformed++; return; }
+    memcpy(num, tv, tlen); num[tlen] = 0;
+    double sent = strtod(num, &endp);
+    if (*endp) { s->malformed++; return; }
+    if (!sb->seen) {
+        sb->seen = 1;
+        say("first %d %.6f", sb->sid, received_ns / 1e9);
+    }
+    producer_t *p = producer_of(s, pv, plen);
+    if (!p) { s->malformed++; return; }
+    if (!see(p, seq)) return;
+    s->received++;
+    s->bytes += len;
+    int b = 0;
+    while (b < s->nbrokers && strcmp(s->brokers[b], sb->conn->broker)) b++;
+    if (b == s->nbrokers && b < 16) snprintf(s->brokers[s->nbrokers++], sizeof s->brokers[0], "%s", sb->conn->broker);
+    if (b < 16) s->by_broker[b]++;
+    if (!s->trace) return;
+    char producer[192], site[192], id[192], raw[160];
+    snprintf(raw, sizeof raw, "%.*s", (int)plen, pv); json_str(producer, sizeof producer, raw);
+    snprintf(raw, sizeof raw, "%.*s", (int)(sv ? slen : 0), sv ? sv : ""); json_str(site, sizeof site, raw);
+    if (idv) { snprintf(raw, sizeof raw, "%.*s", (int)idlen, idv); }
+    else snprintf(raw, sizeof raw, "%.*s:%" PRId64, (int)plen, pv, seq);
+    json_str(id, sizeof id, raw);
+    char broker[192];
+    json_str(broker, sizeof broker, sb->conn->broker);
+    /* TraceWriter.write_delivery's row, column for column (trace_schema.FIELDS) */
+    fprintf(s->trace, "%s%s,\"consumer\":%s,\"msg_id\":%s,\"track_id\":null,\"seq\":%" PRId64
+            ",\"send_time\":\"%.6f\",\"receive_time\":\"%.6f\",\"broker\":%s,\"producer_site\":%s,"
+            "\"consumer_site\":%s}\n", s->prefix, producer, s->consumer_json, id, seq, sent,
+            received_ns / 1e9, broker, site, s->consumer_site_json);
+}
+
+/* -- publishers ---------------------------------------------------------------------------------- */
+static int64_t due_ns(publisher_t *p, int64_t seq) {
+    return (int64_t)llround((p->start + (double)seq / p->rate) * 1e9);
+}
+
+static void publish_one(publisher_t *p, conn_t *c, int64_t seq) {
+    double due = p->start + (double)seq / p->rate;
+    int n = snprintf(p->buf, p->size + 256,
+                     "{\"id\":\"%s:%" PRId64 "\",\"seq\":%" PRId64 ",\"t\":%.6f,\"p\":\"%s\",\"s\":\"%s\"}\n",
+                     p->name, seq, seq, due, p->name, p->site);
+    if (n < p->size) {
+        memset(p->buf + n, 'x', p->size - n);
+        n = p->size;
+    }
+    natsConnection_Publish(c->nc, p->subject, p->buf, n);
+}
+
+static int producing(publisher_t *p, int64_t seq) {
+    return p->used && !p->halted && !p->done && (double)seq / p->rate < p->duration;
+}
+
+static int64_t publish_due(int64_t now) {
+    int64_t next = INT64_MAX;
+    for (int i = 0; i < clients_hi; i++) {
+        publisher_t *p = &publishers[i];
+        if (!p->used || p->halted || p->done) continue;
+        while (producing(p, p->seq) && due_ns(p, p->seq) <= now) {
+            late((now - due_ns(p, p->seq)) / 1e6);
+            if (p->route && p->route->nc) publish_one(p, p->route, p->seq);
+            p->seq++;
+            if (!p->route) continue;
+            p->held_from = p->seq;
+        }
+        if (!producing(p, p->seq)) {
+            p->done = 1;
+            say("done %d %" PRId64, p->idx, p->seq);
+            continue;
+        }
+        int64_t due = due_ns(p, p->seq);
+        if (due < next) next = due;
+    }
+    return next;
+}
+
+/* -- commands ------------------------------------------------------------------------------------ */
+static int find_sub(int sid) {
+    for (int i = 0; i < subs_hi; i++)
+        if (subs[i].used && subs[i].sid == sid) return i;
+    return -1;
+}
+
+static int free_sub(void) {
+    for (int i = 0; i < MAX_SUBS; i++)
+        if (!subs[i].used) {
+            if (i >= subs_hi) subs_hi = i + 1;
+            return i;
+        }
+    return -1;
+}
+
+static char stdin_buf[1 << 20];
+static size_t stdin_len;
+
+static void summary(int64_t req, int idx) {
+    if (idx >= 0 && idx < MAX_CLIENTS && publishers[idx].used) {
+        publisher_t *p = &publishers[idx];
+        say("ok %" PRId64 " {\"sent\":%" PRId64 ",\"held\":%" PRId64 "}", req, p->seq, p->route ? 0 : p->seq - p->held_from);
+    } else if (idx >= 0 && idx < MAX_CLIENTS && subscribers[idx].used) {
+        subscriber_t *s = &subscribers[idx];
+        int64_t lost = 0, dup = 0, reord = 0;
+        fprintf(stdout, "ok %" PRId64 " {\"received\":%" PRId64 ",\"bytes\":%" PRId64 ",\"malformed\":%" PRId64
+                ",\"producers\":{", req, s->received, s->bytes, s->malformed);
+        for (size_t i = 0; i < s->nproducers; i++) {
+            producer_t *p = &s->producers[i];
+            char name[192];
+            json_str(name, sizeof name, p->name);
+            fprintf(stdout, "%s%s:{\"received\":%" PRId64 ",\"first\":%" PRId64 ",\"last\":%" PRId64
+                    ",\"lost\":%zu,\"duplicates\":%" PRId64 ",\"reordered\":%" PRId64 "}", i ? "," : "", name,
+                    p->received, p->first, p->last, p->nmissing, p->duplicates, p->reordered);
+            lost += p->nmissing, dup += p->duplicates, reord += p->reordered;
+        }
+        fprintf(stdout, "},\"brokers\":{");
+        for (int b = 0; b < s->nbrokers; b++) {
+            char name[192];
+            json_str(name, sizeof name, s->brokers[b]);
+            fprintf(stdout, "%s%s:%" PRId64, b ? "," : "", name, s->by_broker[b]);
+        }
+        say("},\"lost\":%" PRId64 ",\"duplicates\":%" PRId64 ",\"reordered\":%" PRId64 "}", lost, dup, reord);
+    } else {
+        say("err %" PRId64 " no client %d", req, idx);
+    }
+}
+
+static int command(char *line, char *data, size_t dlen) {
+    char *argv[16];
+    int argc = 0;
+    for (char *t = strtok(line, " "); t && argc < 16; t = strtok(NULL, " ")) argv[argc++] = t;
+    if (!argc) return 0;
+    const char *op = argv[0];
+    int64_t req = argc > 1 ? strtoll(argv[1], NULL, 10) : 0;
+    if (!strcmp(op, "exit")) return 1;
+    if (!strcmp(op, "pub") && argc == 4) {
+        conn_t *c = conn_get(atoi(argv[1]));
+        if (c && c->nc) natsConnection_Publish(c->nc, argv[2], data, (int)dlen);
+        return 0;
+    }
+    if (!strcmp(op, "connect") && argc == 6) {
+        int id = atoi(argv[2]);
+        if (id < 0 || id >= MAX_CONNS || conns[id]) { say("err %" PRId64 " connection %d exists", req, id); return 0; }
+        conn_t *c = calloc(1, sizeof *c);
+        connect_job_t *job = calloc(1, sizeof *job);
+        if (!c || !job) abort();
+        c->id = id, c->fd = -1;
+        snprintf(c->broker, sizeof c->broker, "%s", argv[4]);
+        snprintf(c->inbox, sizeof c->inbox, "_EF.%d.%d.%" PRIu64, getpid(), id, ++seq_marker);
+        conns[id] = c;
+        if (id >= conns_hi) conns_hi = id + 1;
+        job->conn = c, job->req = req, job->timeout_ms = atoi(argv[5]);
+        snprintf(job->url, sizeof job->url, "%s", argv[3]);
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&t, &attr, connect_thread, job)) { say("err %" PRId64 " no thread", req); free(job); }
+        pthread_attr_destroy(&attr);
+        return 0;
+    }
+    if ((!strcmp(op, "sub") && argc == 5) || (!strcmp(op, "dsub") && argc == 6)) {
+        conn_t *c = conn_get(atoi(argv[3]));
+        int slot = free_sub(), data_sub = !strcmp(op, "dsub");
+        int who = data_sub ? atoi(argv[5]) : -1;
+        if (!c || !c->nc || slot < 0 || (data_sub && (who < 0 || who >= MAX_CLIENTS || !subscribers[who].used))) {
+            say("err %" PRId64 " no such connection or subscriber", req);
+            return 0;
+        }
+        natsStatus s = natsConnection_SubscribeSync(&subs[slot].sub, c->nc, argv[4]);
+        if (s != NATS_OK) { say("err %" PRId64 " %s", req, natsStatus_GetText(s)); return 0; }
+        natsSubscription_SetPendingLimits(subs[slot].sub, -1, -1);   /* the engine reads every tick */
+        subs[slot].used = 1, subs[slot].sid = atoi(argv[2]), subs[slot].kind = data_sub, subs[slot].conn = c;
+        subs[slot].subscriber = who, subs[slot].seen = 0;
+        say("ok %" PRId64, req);
+        return 0;
+    }
+    if (!strcmp(op, "unsub") && argc == 3) {
+        int i = find_sub(atoi(argv[2]));
+        if (i >= 0) { natsSubscription_Unsubscribe(subs[i].sub); natsSubscription_Destroy(subs[i].sub); subs[i].used = 0; }
+        say("ok %" PRId64, req);
+        return 0;
+    }
+    if (!strcmp(op, "flush") && argc == 3) {
+        conn_t *c = conn_get(atoi(argv[2]));
+        if (!c || !c->nc) say("err %" PRId64 " no connection", req);
+        else send_marker(c, req, 0);
+        return 0;
+    }
+    if (!strcmp(op, "close") && argc == 4) {
+        conn_t *c = conn_get(atoi(argv[2]));
+        if (!c) { say("ok %" PRId64, req); return 0; }
+        if (!strcmp(argv[3], "drain") && c->nc && natsConnection_Status(c->nc) == NATS_CONN_STATUS_CONNECTED) {
+            send_marker(c, req, 1);
+        } else {
+            if (!c->nc) { say("err %" PRId64 " still connecting", req); return 0; }
+            conn_close(c);
+            say("ok %" PRId64, req);
+        }
+        return 0;
+    }
+    if (!strcmp(op, "subscriber") && argc == 8) {
+        int idx = atoi(argv[2]);
+        if (idx < 0 || idx >= MAX_CLIENTS || subscribers[idx].used || publishers[idx].used) {
+            say("err %" PRId64 " client %d exists", req, idx);
+            return 0;
+        }
+        subscriber_t *s = &subscribers[idx];
+        memset(s, 0, sizeof *s);
+        s->used = 1, s->idx = idx;
+        if (idx >= clients_hi) clients_hi = idx + 1;
+        if (strcmp(argv[3], "-")) {
+            s->trace = fopen(argv[3], "a");
+            if (!s->trace) { say("err %" PRId64 " %s: %s", req, argv[3], strerror(errno)); s->used = 0; return 0; }
+            setvbuf(s->trace, NULL, _IOFBF, 1 << 16);
+        }
+        char run[192], topic[192];
+        json_str(run, sizeof run, word(argv[4]));
+        json_str(topic, sizeof topic, argv[5]);
+        json_str(s->consumer_json, sizeof s->consumer_json, argv[6]);
+        json_str(s->consumer_site_json, sizeof s->consumer_site_json, word(argv[7]));
+        snprintf(s->prefix, sizeof s->prefix, "{\"run_id\":%s,\"topic\":%s,\"producer\":", run, topic);
+        say("ok %" PRId64, req);
+        return 0;
+    }
+    if (!strcmp(op, "publisher") && argc == 11) {
+        int idx = atoi(argv[2]);
+        if (idx < 0 || idx >= MAX_CLIENTS || publishers[idx].used || subscribers[idx].used) {
+            say("err %" PRId64 " client %d exists", req, idx);
+            return 0;
+        }
+        publisher_t *p = &publishers[idx];
+        memset(p, 0, sizeof *p);
+        snprintf(p->subject, sizeof p->subject, "%s", argv[3]);
+        snprintf(p->name, sizeof p->name, "%s", argv[4]);
+        snprintf(p->site, sizeof p->site, "%s", word(argv[5]));
+        p->rate = strtod(argv[6], NULL), p->size = atoi(argv[7]);
+        p->start = strtod(argv[8], NULL), p->duration = strtod(argv[9], NULL);
+        if (!(p->rate > 0) || p->size < 0 || p->size > (1 << 24) || !(p->duration >= 0)) {
+            say("err %" PRId64 " bad publisher", req);
+            return 0;
+        }
+        p->buf = malloc(p->size + 512);
+        if (!p->buf) abort();
+        p->used = 1, p->idx = idx;
+        if (idx >= clients_hi) clients_hi = idx + 1;
+        conn_t *c = strcmp(argv[10], "-") ? conn_get(atoi(argv[10])) : NULL;
+        p->route = c && c->nc ? c : NULL;
+        say("ok %" PRId64, req);
+        return 0;
+    }
+    if (!strcmp(op, "route") && argc == 4) {
+        int idx = atoi(argv[2]);
+        publisher_t *p = idx >= 0 && idx < MAX_CLIENTS && publishers[idx].used ? &publishers[idx] : NULL;
+        conn_t *c = strcmp(argv[3], "-") ? conn_get(atoi(argv[3])) : NULL;
+        if (!p || (strcmp(argv[3], "-") && (!c || !c->nc))) { say("err %" PRId64 " no such publisher or connection", req); return 0; }
+        if (!c) {
+            if (p->route) p->held_from = p->seq;
+            p->route = NULL;
+            say("ok %" PRId64, req);
+            return 0;
+        }
+        if (!p->route)
+            for (int64_t q = p->held_from; q < p->seq; q++) publish_one(p, c, q);   /* what was held */
+        p->route = c;
+        p->held_from = p->seq;
+        send_marker(c, req, 0);
+        return 0;
+    }
+    if (!strcmp(op, "halt") && argc == 3) {
+        int idx = atoi(argv[2]);
+        if (idx >= 0 && idx < MAX_CLIENTS && publishers[idx].used) publishers[idx].halted = 1;
+        say("ok %" PRId64, req);
+        return 0;
+    }
+    if (!strcmp(op, "summary") && argc == 3) {
+        summary(req, atoi(argv[2]));
+        return 0;
+    }
+    say("warn unknown command %s (%d words)", op, argc);
+    return 0;
+}
+
+/* Lines from stdin; a "pub" line is followed by its LEN bytes of data. Returns 1 on exit/EOF. */
+static int read_commands(void) {
+    ssize_t n = read(0, stdin_buf + stdin_len, sizeof stdin_buf - stdin_len);
+    if (n == 0) return 1;
+    if (n < 0) return errno == EAGAIN || errno == EINTR ? 0 : 1;
+    stdin_len += n;
+    size_t off = 0;
+    for (;;) {
+        char *nl = memchr(stdin_buf + off, '\n', stdin_len - off);
+        if (!nl) break;
+        size_t llen = nl - (stdin_buf + off), dlen = 0;
+        char line[LINE_MAX_];
+        if (llen >= sizeof line) llen = sizeof line - 1;
+        memcpy(line, stdin_buf + off, llen);
+        line[llen] = 0;
+        if (!strncmp(line, "pub ", 4)) {
+            const char *last = strrchr(line, ' ');
+            dlen = strtoull(last + 1, NULL, 10);
+            if ((size_t)(nl + 1 - stdin_buf) + dlen > stdin_len) break;   /* the data is not all here yet */
+        }
+        int stop = command(line, nl + 1, dlen);
+        off = (nl + 1 - stdin_buf) + dlen;
+        if (stop) return 1;
+    }
+    memmove(stdin_buf, stdin_buf + off, stdin_len - off);
+    stdin_len -= off;
+    return 0;
+}
+
+static void handle_events(void) {
+    uint64_t count;
+    if (read(evfd, &count, sizeof count) < 0 && errno != EAGAIN) perror("engine: eventfd");
+    pthread_mutex_lock(&events_lock);
+    event_t *e = events_head;
+    events_head = events_tail = NULL;
+    pthread_mutex_unlock(&events_lock);
+    while (e) {
+        conn_t *c = conn_get(e->conn);
+        if (e->kind == 1 && c) {
+            natsStatus s = natsConnection_SubscribeSync(&c->marker, c->nc, c->inbox);
+            c->open = s == NATS_OK;
+            if (c->open) say("ok %" PRId64, e->req);
+            else say("err %" PRId64 " marker subscription: %s", e->req, natsStatus_GetText(s));
+        } else if (e->kind == 2) {
+            say("err %" PRId64 " %s", e->req, e->text);
+            if (c) { conns[c->id] = NULL; free(c); }
+        } else if (e->kind == 3 && c && !c->closing) say("lost %d", c->id);
+        else if (e->kind == 4 && c && !c->closing) say("back %d", c->id);
+        else if (e->kind == 5) say("closed %d", e->conn);
+        else if (e->kind == 6 && c) conn_closed(c);
+        event_t *next = e->next;
+        free(e);
+        e = next;
+    }
+}
+
+/* The kernel's receive timestamp of the newest segment queued on `fd` (peeked, not read), or now. */
+static int64_t receive_stamp(int fd) {
+    static char sink[1 << 16];
+    char control[256];
+    struct iovec iov = {.iov_base = sink, .iov_len = sizeof sink};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+    if (recvmsg(fd, &msg, MSG_PEEK | MSG_DONTWAIT) > 0)
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm))
+            if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_TIMESTAMPNS) {
+                struct timespec ts;
+                memcpy(&ts, CMSG_DATA(cm), sizeof ts);
+                return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+            }
+    return now_ns();
+}
+
+static void read_conn(conn_t *c) {
+    if (!c->nc || c->fd < 0) return;
+    c->ts_ns = receive_stamp(c->fd);
+    natsConnection_ProcessReadEvent(c->nc);
+    natsMsg *m;
+    if (c->marker)
+        while (natsSubscription_NextMsg(&m, c->marker, 0) == NATS_OK) {
+            int64_t req = strtoll(natsMsg_GetData(m), NULL, 10);
+            natsMsg_Destroy(m);
+            for (pending_t **pp = &pendings; *pp; pp = &(*pp)->next)
+                if ((*pp)->req == req && (*pp)->conn == c->id) {
+                    pending_t *p = *pp;
+                    *pp = p->next;
+                    say("ok %" PRId64, req);
+                    if (p->close_after) { free(p); conn_close(c); return; }
+                    free(p);
+                    break;
+                }
+        }
+    for (int i = 0; i < subs_hi; i++) {
+        sub_t *sb = &subs[i];
+        if (!sb->used || sb->conn != c) continue;
+        while (sb->used && natsSubscription_NextMsg(&m, sb->sub, 0) == NATS_OK) {
+            if (sb->kind) deliver(sb, m, c->ts_ns);
+            else {
+                fprintf(stdout, "msg %d %d\n", sb->sid, natsMsg_GetDataLength(m));
+                fwrite(natsMsg_GetData(m), 1, natsMsg_GetDataLength(m), stdout);
+                fputc('\n', stdout);
+            }
+            natsMsg_Destroy(m);
+        }
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *health_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tick-us") && i + 1 < argc) tick_ns = strtoll(argv[++i], NULL, 10) * 1000;
+        else if (!strcmp(argv[i], "--read-holdoff-us") && i + 1 < argc) read_holdoff_ns = strtoll(argv[++i], NULL, 10) * 1000;
+        else if (!strcmp(argv[i], "--health") && i + 1 < argc) health_path = argv[++i];
+        else { fprintf(stderr, "usage: engine [--tick-us N] [--read-holdoff-us N] [--health FILE]\n"); return 2; }
+    }
+    if (tick_ns < 1000 || tick_ns > 100000000) { fprintf(stderr, "engine: --tick-us must be in [1, 100000]\n"); return 2; }
+    if (read_holdoff_ns < 0 || read_holdoff_ns > 100000000) {
+        fprintf(stderr, "engine: --read-holdoff-us must be in [0, 100000]\n");
+        return 2;
+    }
+    if (health_path && !(health = fopen(health_path, "a"))) { perror(health_path); return 2; }
+    prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, SIG_IGN);   /* the terminal's Ctrl-C is Python's: it ends the engine with "exit" */
+    sigset_t term;
+    sigemptyset(&term);
+    sigaddset(&term, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &term, NULL);   /* libnats's threads inherit it: SIGTERM reaches the loop */
+    int sfd = signalfd(-1, &term, SFD_NONBLOCK | SFD_CLOEXEC);
+    main_thread = pthread_self();
+    if (nats_Open(-1) != NATS_OK) { fprintf(stderr, "engine: nats_Open failed\n"); return 1; }
+    setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+    sock_ep = epoll_create1(EPOLL_CLOEXEC);
+    evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    tfd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &stdin_buf};
+    epoll_ctl(epfd, EPOLL_CTL_ADD, 0, &ev);
+    ev.data.ptr = &evfd;
+    epoll_ctl(epfd, EPOLL_CTL_ADD, evfd, &ev);
+    ev.data.ptr = &tfd;
+    epoll_ctl(epfd, EPOLL_CTL_ADD, tfd, &ev);
+    ev.data.ptr = &sfd;
+    epoll_ctl(epfd, EPOLL_CTL_ADD, sfd, &ev);
+    struct epoll_event sockets = {.events = EPOLLIN, .data.ptr = &sock_ep};
+    epoll_ctl(epfd, EPOLL_CTL_ADD, sock_ep, &sockets);
+    int reads_armed = 1;               /* does data on a socket wake the loop? (not during a hold-off) */
+    int64_t reads_resume = 0;
+    health_second = now_ns() / 1000000000LL;
+    int64_t last_wake = 0, armed = 0, last_second = 0;
+    int quit = 0;
+    say("ready");
+    fflush(stdout);
+    while (!quit) {
+        int64_t now = now_ns();
+        int64_t next = publish_due(now);
+        /* the next wake: the tick that holds the next due message, the end of a read hold-off, or a
+         * second (health and traces); wakes for publishing fall on the tick grid, so one serves
+         * every message due in it */
+        int64_t wake = next == INT64_MAX ? now + 1000000000LL : ((next + tick_ns - 1) / tick_ns) * tick_ns;
+        if (!reads_armed && reads_resume < wake) wake = reads_resume;
+        if (wake > now + 1000000000LL) wake = now + 1000000000LL;
+        if (wake != armed) {
+            struct itimerspec its = {.it_value = {.tv_sec = wake / 1000000000LL, .tv_nsec = wake % 1000000000LL}};
+            timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
+            armed = wake;
+        }
+        for (int i = 0; i < conns_hi; i++)
+            if (conns[i] && conns[i]->nc && atomic_load(&conns[i]->want_write)) natsConnection_ProcessWriteEvent(conns[i]->nc);
+        fflush(stdout);
+        while (ngraves) free(graveyard[--ngraves]);
+        struct epoll_event events[64];
+        int n = epoll_wait(epfd, events, 64, -1);
+        last_wake = now_ns();
+        for (int i = 0; i < n; i++) {
+            void *p = events[i].data.ptr;
+            if (p == &stdin_buf) quit |= read_commands();
+            else if (p == &evfd) handle_events();
+            else if (p == &sfd) quit = 1;   /* SIGTERM: flush what was recorded, then exit */
+            else if (p == &tfd) {
+                uint64_t expirations;
+                if (read(tfd, &expirations, sizeof expirations) > 0) {
+                    double lag = (last_wake - armed) / 1e6;
+                    if (lag > lag_max_ms) lag_max_ms = lag;
+                }
+                armed = 0;
+            }
+        }
+        /* Every wake reads what is there (a publishing wake too, for free). Once something was read,
+         * data alone does not wake the loop again for --read-holdoff-us: receive times are the
+         * kernel's, so a later read costs no latency, and the wakeups are bounded. */
+        int m = epoll_wait(sock_ep, events, 64, 0);
+        for (int i = 0; i < m; i++) read_conn((conn_t *)events[i].data.ptr);
+        if (m > 0) {
+            if (reads_armed && read_holdoff_ns > 0) {
+                epoll_ctl(epfd, EPOLL_CTL_DEL, sock_ep, NULL);
+                reads_armed = 0;
+            }
+            reads_resume = last_wake + read_holdoff_ns;
+        } else if (!reads_armed && last_wake >= reads_resume) {
+            epoll_ctl(epfd, EPOLL_CTL_ADD, sock_ep, &sockets);
+            reads_armed = 1;
+        }
+        publish_due(now_ns());
+        for (int i = 0; i < conns_hi; i++)
+            if (conns[i] && conns[i]->nc && atomic_load(&conns[i]->want_write)) natsConnection_ProcessWriteEvent(conns[i]->nc);
+        int64_t busy = now_ns() - last_wake;               /* a stall in the loop's own work is lag too */
+        if (busy > tick_ns && (busy - tick_ns) / 1e6 > lag_max_ms) lag_max_ms = (busy - tick_ns) / 1e6;
+        health_roll(last_wake);
+        if (last_wake - last_second >= 1000000000LL) {      /* once a second: traces to disk, counts */
+            last_second = last_wake;
+            for (int i = 0; i < clients_hi; i++)
+                if (subscribers[i].used) {
+                    if (subscribers[i].trace) fflush(subscribers[i].trace);
+                    say("counts %d %" PRId64 " %" PRId64, i, subscribers[i].received, subscribers[i].bytes);
+                }
+        }
+    }
+    for (int i = 0; i < clients_hi; i++)
+        if (subscribers[i].used && subscribers[i].trace) fclose(subscribers[i].trace);
+    health_roll(now_ns() + 1000000000LL);
+    if (health) fclose(health);
+    fflush(stdout);
+    return 0;   /* the sockets close with the process: libnats's Close would wait for a ping round trip each */
+}

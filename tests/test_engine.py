@@ -1,0 +1,234 @@
+"""The compiled client data plane (testbed/systems/pubsub/engine.c) against a real nats-server on
+loopback: its trace rows are the Python client's, column for column; its sequence tracking counts
+what the Python client counts; a publisher routed nowhere holds and then delivers everything; what
+it tells the guard merges as the Python client's health lines do; a dead engine is an error, never a
+silent gap; and a scenario that asks for it where it cannot carry the run is refused at its line.
+Moves through real brokers (enhanced and baseline) are in tests/test_dataplane.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed import topology
+from testbed.health import LatenessHistogram
+from testbed.scenario.loader import ScenarioError, load
+from testbed.systems.pubsub import trace_schema
+from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber
+from testbed.systems.pubsub.engine import HEADER, Engine, EngineError, EnginePublisher, EngineSubscriber
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = [
+    pytest.mark.skipif(not shutil.which("nats-server"), reason="nats-server is not installed (apt-get install nats-server)"),
+    pytest.mark.skipif(not HEADER.exists(), reason="libnats-dev is not installed (make setup)"),
+]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path_factory.mktemp("nats") / "nats.log"
+    process = subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", str(port)], stdout=log.open("wb"),
+                               stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield f"nats://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(10)
+
+
+def run(coro, timeout: float = 60):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.open()]
+
+
+def test_engine_and_python_clients_write_the_same_rows_for_the_same_messages(server, tmp_path):
+    """One engine publisher, one engine and one Python subscriber on the topic, then a Python publisher
+    read by both: every row has the schema's columns in its order, and both readers see every message."""
+
+    async def go():
+        engine = await Engine(health=tmp_path / "health-n.jsonl").start()
+        common = {"owner": ("b1", server), "site": "zone1", "run_id": "r1", "events": EventLog()}
+        by_engine = EngineSubscriber("same", "se", trace=tmp_path / "se.jsonl", engine=engine, **common)
+        by_python = Subscriber("same", "sp", trace=tmp_path / "sp.jsonl", keep_latencies=False, **common)
+        sending = EnginePublisher("same", "pe", 100, 500, engine=engine, **{**common, "site": "zone2"})
+        python_sending = Publisher("same", "pp", 100, 500, precise_s=0.0, **{**common, "site": "zone2"})
+        for client in (by_engine, by_python, sending, python_sending):
+            await client.start()
+        start = time.time() + 0.2
+        sent = await asyncio.gather(sending.run(duration=1.0, start=start),
+                                    python_sending.run(duration=1.0, start=start + 0.005))
+        await asyncio.sleep(0.5)
+        for client in (sending, by_engine):
+            await client.settle()
+        summaries = by_engine.summary(), by_python.summary(), sending.summary()
+        for client in (by_engine, by_python, sending, python_sending):
+            await client.close()
+        await engine.stop()
+        return sent, summaries
+
+    (sent_e, sent_p), (got_e, got_p, pub) = run(go())
+    assert sent_e == sent_p == 100 and pub["sent"] == 100 and pub["held"] == 0
+    engine_rows, python_rows = _rows(tmp_path / "se.jsonl"), _rows(tmp_path / "sp.jsonl")
+    assert len(engine_rows) == len(python_rows) == 200
+    assert all(list(r) == list(trace_schema.FIELDS) for r in engine_rows + python_rows)
+    key = lambda r: (r["producer"], r["seq"])  # noqa: E731
+    python_by = {key(r): r for r in python_rows}
+    for row in engine_rows:
+        twin = python_by[key(row)]
+        assert {c: row[c] for c in ("run_id", "topic", "producer", "msg_id", "track_id", "seq", "send_time", "broker",
+                                    "producer_site", "consumer_site")} == \
+               {c: twin[c] for c in ("run_id", "topic", "producer", "msg_id", "track_id", "seq", "send_time", "broker",
+                                     "producer_site", "consumer_site")}
+        assert row["consumer"] == "se" and float(row["receive_time"]) >= float(row["send_time"])
+    assert got_e["received"] == got_p["received"] == 200 and got_e["lost"] == got_p["lost"] == 0
+    assert got_e["brokers"] == {"b1": 200} and set(got_e["producers"]) == {"pe", "pp"}
+    # what the engine tells the guard: one line a second, merging as the Python client's do
+    merged = LatenessHistogram()
+    for line in (tmp_path / "health-n.engine.jsonl").open():
+        row = json.loads(line)
+        assert set(row) >= {"s", "hist", "loop_lag_max_ms"}
+        merged.merge(row["hist"])
+    assert merged.n == 100  # every message the engine published, with how late it left
+
+
+def test_sequence_tracking_counts_as_the_python_client_does(server, tmp_path):
+    """Messages crafted with sequence numbers 0 1 3 2 2 6 (and one that is not a message): received 5,
+    one reordered, one duplicate, 4 and 5 lost; the Python client's ProducerStats on the same stream
+    agrees."""
+    seqs = (0, 1, 3, 2, 2, 6)
+
+    async def go():
+        engine = await Engine().start()
+        common = {"owner": ("b1", server), "run_id": "r1", "events": EventLog()}
+        by_engine = EngineSubscriber("seqs", "se", trace=tmp_path / "seqs.jsonl", engine=engine, **common)
+        by_python = Subscriber("seqs", "sp", keep_latencies=False, **common)
+        await by_engine.start()
+        await by_python.start()
+        crafting = Publisher("seqs", "p", 1, 100, **common)
+        await crafting.start()
+        conn = by_engine.current.nc  # any engine connection publishes what it is given
+        for seq in seqs:
+            await conn.publish("t.seqs", crafting.payload(seq, time.time()))
+        await conn.publish("t.seqs", b"not a message")
+        await conn.flush()
+        await asyncio.sleep(0.3)
+        await by_engine.settle()
+        found = by_engine.summary(), by_python.summary()
+        for client in (by_engine, by_python, crafting):
+            await client.close()
+        await engine.stop()
+        return found
+
+    got_e, got_p = run(go())
+    for got in (got_e, got_p):
+        assert (got["received"], got["lost"], got["duplicates"], got["reordered"], got["malformed"]) == (5, 2, 1, 1, 1)
+    assert got_e["producers"]["p"] == {k: v for k, v in got_p["producers"]["p"].items()}
+    assert [r["seq"] for r in _rows(tmp_path / "seqs.jsonl")] == [0, 1, 3, 2, 6]
+
+
+def test_a_publisher_routed_nowhere_holds_and_then_delivers_everything(server, tmp_path):
+    """A baseline move: the publisher has no connection for a while (what its open loop produces is
+    held), then a new one: the held messages go first, a round trip confirms them, nothing is lost."""
+
+    async def go():
+        engine = await Engine().start()
+        common = {"owner": ("b1", server), "run_id": "r1", "events": EventLog()}
+        sub = EngineSubscriber("held", "s", trace=tmp_path / "held.jsonl", engine=engine, **common)
+        pub = EnginePublisher("held", "p", 200, 200, engine=engine, **common)
+        await sub.start()
+        await pub.start()
+        running = asyncio.create_task(pub.run(duration=1.5, start=time.time() + 0.1))
+        await asyncio.sleep(0.5)
+        old = pub.current
+        pub._use(None)  # as TopicClient._relookup does
+        await asyncio.sleep(0.4)
+        await pub.settle()
+        held_meanwhile = pub.held
+        new = await pub._attach("b2", server)
+        await pub._switch(old, new)
+        await pub._detach(old)
+        sent = await running
+        await asyncio.sleep(0.3)
+        await sub.settle()
+        await pub.settle()
+        found = sent, len(held_meanwhile), sub.summary(), pub.summary()
+        for client in (sub, pub):
+            await client.close()
+        await engine.stop()
+        return found
+
+    sent, held, got, pub = run(go())
+    assert sent == 300 and held >= 40  # ~0.4 s of 200/s held
+    assert got["received"] == 300 and got["lost"] == 0 and got["duplicates"] == 0
+    assert pub["broker"] == "b2" and pub["held"] == 0
+    rows = _rows(tmp_path / "held.jsonl")
+    assert sorted(r["seq"] for r in rows) == list(range(300))
+
+
+def test_a_dead_engine_is_an_error_not_a_silent_gap(server):
+    async def go():
+        engine = await Engine().start()
+        pub = EnginePublisher("dead", "p", 50, 100, engine=engine, owner=("b1", server), events=EventLog())
+        await pub.start()
+        running = asyncio.create_task(pub.run(duration=30, start=time.time()))
+        await asyncio.sleep(0.3)
+        os.kill(engine.process.pid, signal.SIGKILL)
+        with pytest.raises(EngineError, match="exited with status -9"):
+            await running
+        with pytest.raises(EngineError, match="exited with status -9"):
+            await engine.request(["summary", pub.idx])
+        await engine.stop()
+
+    run(go())
+
+
+def test_words_that_would_break_the_command_line_are_refused(server):
+    async def go():
+        engine = await Engine().start()
+        with pytest.raises(ValueError, match="cannot be passed to the client engine"):
+            EnginePublisher("t1", "two words", 10, engine=engine, owner=("b1", server))
+        with pytest.raises(ValueError, match="cannot be passed to the client engine"):
+            await engine.connect("b1", "nats://127.0.0.1:1 \nexit", 1.0, None)
+        assert engine.process.returncode is None  # nothing reached it
+        await engine.stop()
+
+    run(go())
+
+
+@pytest.mark.parametrize("change, message", [
+    ("tracking: {strategy: bloom}\n", "message tracking"),
+    ("  - {name: sensor_data, threshold: 40ms}", None),
+])
+def test_a_scenario_the_engine_cannot_carry_is_refused_at_its_line(tmp_path, change, message):
+    smoke = (ROOT / "scenarios" / "uav-smoke.yaml").read_text().replace(
+        "  message_size: 1KB\n", "  message_size: 1KB\n  client_engine: compiled\n")
+    if message is None:  # a durable class
+        text = smoke.replace(change, "  - {name: sensor_data, threshold: 40ms, durable: {replicas: 3, storage: site-local}}")
+        message = "durable topic class 'sensor_data' needs the Python client"
+    else:
+        text = smoke + change
+    path = tmp_path / "engine.yaml"
+    path.write_text(text)
+    with pytest.raises(ScenarioError, match=rf"engine.yaml:19: workload.client_engine: .*{message}"):
+        topology.checked(load(path), str(path))
+    assert load(ROOT / "scenarios" / "uav-smoke.yaml").workload.client_engine == "python"
