@@ -127,8 +127,10 @@ def uav_clients(args, events: EventLog, health: ClientHealth | None = None,
 async def _main(args) -> int:
     Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     events = EventLog(args.events)
-    health = ClientHealth(args.health)
+    # with the engine, the per-message timing is the engine's and so is its health file; this
+    # process's loop carries only the control plane, and probing its lag would wake it 20 times a second
     engine = await Engine(args.health).start() if args.client_engine == "compiled" else None
+    health = ClientHealth(None if engine else args.health)
     publishers, subscribers = uav_clients(args, events, health, engine)
     for client in subscribers + publishers:  # subscribers first: no message is sent before anyone listens
         await client.start()
@@ -146,10 +148,12 @@ async def _main(args) -> int:
     gc.freeze()  # what start-up allocated is never garbage: keep it out of every later collection
     work = [asyncio.create_task(p.run(duration=args.duration, start=start + phase(i, len(publishers), args.rate)))
             for i, p in enumerate(publishers)]
-    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
+    waiter = asyncio.create_task(stop.wait())
+    probe = asyncio.create_task(health.run()) if engine is None else None
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    for task in [*work, waiter, probe, *([watch] if watch else [])]:
-        task.cancel()
+    for task in [*work, waiter, probe, watch]:
+        if task is not None:
+            task.cancel()
     health.close()
     await drain(publishers, subscribers)
     for client in publishers + subscribers:
@@ -362,7 +366,7 @@ async def _main_mmog(args) -> int:
     work = [asyncio.create_task(p.run(duration=args.duration, start=client.start + client.phase(client.avatar)))
             for p in client.publishers]
     follow = asyncio.create_task(client.follow_groups())
-    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
+    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run() if engine is None else stop.wait())
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
     stopped = time.time()
     for task in [*work, follow, waiter, probe]:
@@ -473,7 +477,7 @@ async def _main_hotspot(args) -> int:
     gc.freeze()
     work = [asyncio.create_task(pub.run(duration=args.duration, start=start + p["start_s"])) for pub, p in first]
     surge = [asyncio.create_task(_surge(later, start, events))] if later else []
-    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
+    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run() if engine is None else stop.wait())
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
     for task in [*work, *surge, waiter, probe]:
         task.cancel()
