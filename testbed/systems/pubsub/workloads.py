@@ -366,7 +366,7 @@ async def _main_mmog(args) -> int:
     work = [asyncio.create_task(p.run(duration=args.duration, start=client.start + client.phase(client.avatar)))
             for p in client.publishers]
     follow = asyncio.create_task(client.follow_groups())
-    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run() if engine is None else stop.wait())
+    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
     stopped = time.time()
     for task in [*work, follow, waiter, probe]:
@@ -477,7 +477,7 @@ async def _main_hotspot(args) -> int:
     gc.freeze()
     work = [asyncio.create_task(pub.run(duration=args.duration, start=start + p["start_s"])) for pub, p in first]
     surge = [asyncio.create_task(_surge(later, start, events))] if later else []
-    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run() if engine is None else stop.wait())
+    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
     for task in [*work, *surge, waiter, probe]:
         task.cancel()
