@@ -12,14 +12,13 @@ import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from testbed import topology
+from testbed.bench.client import local_nats_server
 from testbed.health import LatenessHistogram
 from testbed.scenario.loader import ScenarioError, load
 from testbed.systems.pubsub import trace_schema
@@ -35,20 +34,9 @@ pytestmark = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     log = tmp_path_factory.mktemp("nats") / "nats.log"
-    process = subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", str(port)], stdout=log.open("wb"),
-                               stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield f"nats://127.0.0.1:{port}"
+    process, url = local_nats_server(log=log.open("wb"))
+    yield url
     process.terminate()
     process.wait(10)
 

@@ -86,6 +86,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def local_nats_server(binary: str = "nats-server", log=subprocess.DEVNULL) -> tuple[subprocess.Popen, str]:
+    """A nats-server on a free loopback port, and its URL once it accepts (or after 10 s)."""
+    port = _free_port()
+    server = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    return server, f"nats://127.0.0.1:{port}"
+
+
 def server_version(binary: str) -> str:
     """`nats-server --version`'s version ("v2.9.10"), or why there is none."""
     try:
@@ -97,24 +111,15 @@ def server_version(binary: str) -> str:
 
 def measure(members: int, rate: float, duration: float, source: Path, server_binary: str = "nats-server") -> dict:
     """One run: a fresh nats-server (`server_binary`), the swarm child, its CPU per message."""
-    port = _free_port()
-    server = subprocess.Popen([server_binary, "-a", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    server, url = local_nats_server(server_binary)
     tmp = Path(tempfile.mkdtemp(prefix="bench-client-"))
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), 0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
         server_cpu = cpu_seconds(server.pid)
         env = {**os.environ, "PYTHONPATH": f"{source}:{REPO}"}
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         child = subprocess.run([sys.executable, "-m", "testbed.bench.client", "--child", "--members", str(members),
                                 "--rate", f"{rate:g}", "--duration", f"{duration:g}", "--nats",
-                                f"nats://127.0.0.1:{port}", "--trace-dir", str(tmp)], env=env, capture_output=True,
+                                url, "--trace-dir", str(tmp)], env=env, capture_output=True,
                                text=True, timeout=duration + 120, cwd=source)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if child.returncode != 0:
