@@ -227,5 +227,5 @@ def test_a_workload_without_an_engine_variant_is_refused(tmp_path):
     path.write_text((ROOT / "scenarios" / "mmog-smoke.yaml").read_text().replace(
         "  kind: mmog\n", "  kind: mmog\n  client_engine: compiled\n"))
     with pytest.raises(ScenarioError, match=r"mmog.yaml:\d+: workload.client_engine: the compiled client engine runs "
-                                            r"the uav-swarm workload so far, not 'mmog'"):
+                                            r"the uav-swarm and hotspot workloads so far, not 'mmog'"):
         topology.checked(load(path), str(path))

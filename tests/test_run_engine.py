@@ -1,8 +1,8 @@
-"""The UAV smoke end to end with the compiled client engine (`workload.client_engine: compiled`):
-the swarms' messages go through the engines, every one is delivered and traced with the schema's
-columns, the moves end their downtimes, the guard reads the engines' health lines, and no engine
-outlives the run (root; about a minute and a half). The same moves and the latency bounds on one
-path, side by side with the Python client, are in tests/test_dataplane.py."""
+"""The UAV and hot-spot smokes end to end with the compiled client engine (`workload.client_engine:
+compiled`): the messages go through the engines, every one is delivered and traced with the
+schema's columns, the moves end their downtimes, the guard reads the engines' health lines, and no
+engine outlives the run (root; about a minute and a half each). The same moves and the latency
+bounds on one path, side by side with the Python client, are in tests/test_dataplane.py."""
 
 from __future__ import annotations
 
@@ -22,15 +22,22 @@ pytestmark = FULL_SYSTEM + [pytest.mark.long,  # a live run that loads the whole
                             pytest.mark.skipif(not HEADER.exists(), reason="libnats-dev is not installed (make setup)")]
 
 
-def test_the_uav_smoke_through_the_compiled_engine(tmp_path):
-    scenario = tmp_path / "engine.yaml"
-    scenario.write_text((ROOT / "scenarios/uav-smoke.yaml").read_text()
-                        .replace("  message_size: 1KB\n", "  message_size: 1KB\n  client_engine: compiled\n"))
+def run_compiled(tmp_path: Path, name: str, size_line: str) -> tuple[Path, str]:
+    """scenarios/<name>.yaml for 40 s with `client_engine: compiled` (after its `size_line`): the
+    results folder and what the run printed."""
+    scenario = tmp_path / f"{name}.yaml"
+    scenario.write_text((ROOT / "scenarios" / f"{name}.yaml").read_text()
+                        .replace(size_line, f"{size_line}  client_engine: compiled\n"))
     run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--duration", "40s",
                           "--results", str(tmp_path)], capture_output=True, text=True, cwd=ROOT, timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "(compiled client engine)" in run.stdout
-    (out,) = tmp_path.glob("uav-smoke-*")
+    (out,) = tmp_path.glob(f"{name}-*")
+    return out, run.stdout
+
+
+def test_the_uav_smoke_through_the_compiled_engine(tmp_path):
+    out, printed = run_compiled(tmp_path, "uav-smoke", "  message_size: 1KB\n")
+    assert "(compiled client engine)" in printed
     summary = json.loads((out / "summary.json").read_text())
     print(f"\ndelivered {summary['delivered']} of {summary['expected_deliveries']}, migrations {summary['migrations']}, "
           f"harness valid {summary['harness']['valid']}, classes "
@@ -55,3 +62,21 @@ def test_the_uav_smoke_through_the_compiled_engine(tmp_path):
     assert not list((out / "logs").glob("health-swarm?.jsonl"))  # the control plane's loop is not probed
     leftover = subprocess.run(["pgrep", "-f", "pubsub/_build/engine "], capture_output=True, text=True)
     assert leftover.stdout == "", f"engine processes outlived the run: {leftover.stdout}"
+
+
+def test_the_hot_spot_through_the_compiled_engine(tmp_path):
+    """The hot spot's Zipf-rated publishers and its surge publishers (attached mid-run) through the
+    engines: every message delivered, the surge's among them."""
+    out, _ = run_compiled(tmp_path, "hotspot-smoke", "  message_size: 1000B\n")
+    summary = json.loads((out / "summary.json").read_text())
+    print(f"\nhot spot: delivered {summary['delivered']} of {summary['expected_deliveries']}, "
+          f"harness valid {summary['harness']['valid']}")
+    assert summary["expected_deliveries"] > 1000
+    assert summary["delivered"] >= 0.98 * summary["expected_deliveries"]
+    surge = {e["client"] for e in (json.loads(line) for line in (out / "events.jsonl").open()) if e.get("type") == "surge"}
+    assert len(surge) == 6  # 3 topics x 2 publishers attached at 25 s
+    rows = [json.loads(line) for trace in (out / "traces").glob("*.jsonl") for line in trace.open()]
+    assert {r["producer"] for r in rows} >= surge  # their messages came through the engines
+    assert sorted(p.name for p in (out / "logs").glob("health-*.engine.jsonl")) == \
+        [f"health-{n}.engine.jsonl" for n in sorted({p.name.split("-")[1].split(".")[0]
+                                                     for p in (out / "logs").glob("workload-*.log")})]

@@ -66,6 +66,8 @@ class PubSubWorkload(Role):
     def start_clients(self) -> None:
         """One workload process per swarm (uav-swarm), player or game-server (mmog) node; returns when every
         client has attached (mmog: and the common start time is written)."""
+        if self.scenario.workload.client_engine == "compiled":
+            engine.ensure_built()  # here, once, and with its reason if it cannot be (not in every client node)
         if self.scenario.workload.kind == "mmog":
             self._start_mmog()
             return
@@ -74,8 +76,6 @@ class PubSubWorkload(Role):
             return
         scenario = self.scenario
         rate = scenario.workload.rate * scenario.scale
-        if scenario.workload.client_engine == "compiled":
-            engine.ensure_built()  # here, once, and with its reason if it cannot be (not in every swarm)
         for node in self.topology.nodes.values():
             if node.role != "uav-swarm":
                 continue

@@ -99,16 +99,28 @@ async def drain(publishers: list[Publisher], subscribers: list[Subscriber]) -> N
         await asyncio.sleep(0.1)
 
 
+async def data_plane(args) -> tuple[Engine | None, ClientHealth]:
+    """This process's engine (`--client-engine compiled`) and its health probe. With the engine, the
+    per-message timing is the engine's and so is its health file; this process's loop carries only
+    the control plane, and probing its lag would wake it 20 times a second: its probe writes nothing."""
+    engine = await Engine(args.health).start() if args.client_engine == "compiled" else None
+    return engine, ClientHealth(None if engine else args.health)
+
+
+def client_classes(engine: Engine | None, health: ClientHealth):
+    """(publisher, subscriber) constructors: the client library's, or its engine variants."""
+    if engine is None:
+        return functools.partial(Publisher, health=health), Subscriber
+    return functools.partial(EnginePublisher, engine=engine), functools.partial(EngineSubscriber, engine=engine)
+
+
 def uav_clients(args, events: EventLog, health: ClientHealth | None = None,
                 engine: Engine | None = None) -> tuple[list[Publisher], list[Subscriber]]:
     """The swarm's clients; with `engine`, their data plane is the node's compiled engine."""
     swarm, trace_dir = args.node, Path(args.trace_dir)
     common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
               "coord": coordinate_source(args.coord, swarm), "nc_period": args.nc_period}
-    if engine is None:
-        pub, sub = functools.partial(Publisher, health=health), Subscriber
-    else:
-        pub, sub = functools.partial(EnginePublisher, engine=engine), functools.partial(EngineSubscriber, engine=engine)
+    pub, sub = client_classes(engine, health)
     leader, followers = f"{swarm}-u1", [f"{swarm}-u{i}" for i in range(2, args.members + 1)]
     follow, sensor = f"follow_leader-{swarm}", f"sensor_data-{swarm}"
     publishers = [pub(follow, leader, args.rate, args.size, precise_s=0.0, **common,
@@ -127,10 +139,7 @@ def uav_clients(args, events: EventLog, health: ClientHealth | None = None,
 async def _main(args) -> int:
     Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     events = EventLog(args.events)
-    # with the engine, the per-message timing is the engine's and so is its health file; this
-    # process's loop carries only the control plane, and probing its lag would wake it 20 times a second
-    engine = await Engine(args.health).start() if args.client_engine == "compiled" else None
-    health = ClientHealth(None if engine else args.health)
+    engine, health = await data_plane(args)
     publishers, subscribers = uav_clients(args, events, health, engine)
     for client in subscribers + publishers:  # subscribers first: no message is sent before anyone listens
         await client.start()
@@ -148,12 +157,10 @@ async def _main(args) -> int:
     gc.freeze()  # what start-up allocated is never garbage: keep it out of every later collection
     work = [asyncio.create_task(p.run(duration=args.duration, start=start + phase(i, len(publishers), args.rate)))
             for i, p in enumerate(publishers)]
-    waiter = asyncio.create_task(stop.wait())
-    probe = asyncio.create_task(health.run()) if engine is None else None
+    waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    for task in [*work, waiter, probe, watch]:
-        if task is not None:
-            task.cancel()
+    for task in [*work, waiter, probe, *([watch] if watch else [])]:
+        task.cancel()
     health.close()
     await drain(publishers, subscribers)
     for client in publishers + subscribers:
@@ -453,13 +460,14 @@ async def _main_hotspot(args) -> int:
     Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     events = EventLog(args.events)
     plan = json.loads(Path(args.plan).read_text())
-    health = ClientHealth(args.health)
+    engine, health = await data_plane(args)
+    pub_class, sub_class = client_classes(engine, health)
     common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
               "coord": coordinate_source(args.coord, args.node), "nc_period": args.nc_period}
-    subscribers = [Subscriber(s["topic"], s["client"], trace=Path(args.trace_dir) / f"{s['topic']}.{s['client']}.jsonl",
-                              keep_latencies=False, **common, **client_features(args, s["topic"], s["client"]))
+    subscribers = [sub_class(s["topic"], s["client"], trace=Path(args.trace_dir) / f"{s['topic']}.{s['client']}.jsonl",
+                             keep_latencies=False, **common, **client_features(args, s["topic"], s["client"]))
                    for s in plan["subscribers"] if s["node"] == args.node]
-    publishers = [(Publisher(p["topic"], p["client"], p["rate"], args.size, precise_s=0.0, health=health, **common,
+    publishers = [(pub_class(p["topic"], p["client"], p["rate"], args.size, precise_s=0.0, **common,
                              **client_features(args, p["topic"], p["client"], producer=True)), p)
                   for p in plan["publishers"] if p["node"] == args.node]
     first = [(pub, p) for pub, p in publishers if p["at"] <= 0]
@@ -483,6 +491,8 @@ async def _main_hotspot(args) -> int:
         task.cancel()
     health.close()
     await drain([pub for pub, _ in publishers], subscribers)
+    for client in [pub for pub, _ in publishers] + subscribers:
+        await client.settle()
     readers = Counter(s["topic"] for s in plan["subscribers"])
     summary = {"node": args.node, "sent": sum(pub.sent for pub, _ in publishers),
                "expected": sum(pub.sent * readers[pub.topic] for pub, _ in publishers),
@@ -491,6 +501,8 @@ async def _main_hotspot(args) -> int:
                **durable_counts([pub for pub, _ in publishers], subscribers)}
     for client in [pub for pub, _ in publishers] + subscribers:
         await client.close()
+    if engine is not None:
+        await engine.stop()
     print(json.dumps(summary), flush=True)
     return 0
 
@@ -512,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nc-period", type=float, default=5.0)
     parser.add_argument("--health", type=Path, help="per-second publisher lateness and loop lag, JSON lines")
     parser.add_argument("--client-engine", choices=("python", "compiled"), default="python",
-                        help="the clients' data plane: nats-py, or the node's compiled engine (uav)")
+                        help="the clients' data plane: nats-py, or the node's compiled engine (uav, hotspot)")
     parser.add_argument("--track", action="store_true", help="message tracking (Jun and Astley): ids on messages, "
                         "attachments told to the broker's tracker")
     parser.add_argument("--plan", type=Path, help="mmog, hotspot: the run's plan as JSON")
