@@ -220,12 +220,3 @@ def test_a_scenario_the_engine_cannot_carry_is_refused_at_its_line(tmp_path, cha
     with pytest.raises(ScenarioError, match=rf"engine.yaml:19: workload.client_engine: .*{message}"):
         topology.checked(load(path), str(path))
     assert load(ROOT / "scenarios" / "uav-smoke.yaml").workload.client_engine == "python"
-
-
-def test_a_workload_without_an_engine_variant_is_refused(tmp_path):
-    path = tmp_path / "mmog.yaml"
-    path.write_text((ROOT / "scenarios" / "mmog-smoke.yaml").read_text().replace(
-        "  kind: mmog\n", "  kind: mmog\n  client_engine: compiled\n"))
-    with pytest.raises(ScenarioError, match=r"mmog.yaml:\d+: workload.client_engine: the compiled client engine runs "
-                                            r"the uav-swarm and hotspot workloads so far, not 'mmog'"):
-        topology.checked(load(path), str(path))

@@ -1,4 +1,4 @@
-"""The UAV and hot-spot smokes end to end with the compiled client engine (`workload.client_engine:
+"""The UAV, hot-spot and MMOG smokes end to end with the compiled client engine (`workload.client_engine:
 compiled`): the messages go through the engines, every one is delivered and traced with the
 schema's columns, the moves end their downtimes, the guard reads the engines' health lines, and no
 engine outlives the run (root; about a minute and a half each). The same moves and the latency
@@ -80,3 +80,19 @@ def test_the_hot_spot_through_the_compiled_engine(tmp_path):
     assert sorted(p.name for p in (out / "logs").glob("health-*.engine.jsonl")) == \
         [f"health-{n}.engine.jsonl" for n in sorted({p.name.split("-")[1].split(".")[0]
                                                      for p in (out / "logs").glob("workload-*.log")})]
+
+
+def test_the_mmog_smoke_through_the_compiled_engine(tmp_path):
+    """Players and game servers through their engines, subscriptions opened and closed at every group
+    change (each closed one's trace file closed by the engine, a later one to the same topic another):
+    what was owed while subscribed is delivered."""
+    out, _ = run_compiled(tmp_path, "mmog-smoke", "  message_size: 998B\n")
+    summary = json.loads((out / "summary.json").read_text())
+    changes = [e for e in (json.loads(line) for line in (out / "events.jsonl").open()) if e.get("type") == "aoi_change"]
+    print(f"\nmmog: delivered {summary['delivered']} of {summary['expected_deliveries']}, {len(changes)} area-of-interest "
+          f"changes, harness valid {summary['harness']['valid']}")
+    assert changes, "no group change moved a subscription"
+    assert summary["expected_deliveries"] > 1000
+    assert summary["delivered"] >= 0.97 * summary["expected_deliveries"]
+    rows = [json.loads(line) for trace in (out / "traces").glob("*.jsonl") for line in trace.open()]
+    assert len(rows) == summary["delivered"] and all(list(r) == list(trace_schema.FIELDS) for r in rows)

@@ -25,13 +25,10 @@ def handover_trigger(scenario, report) -> None:
 def client_engine(scenario, report) -> None:
     """`workload.client_engine: compiled` moves the clients' data plane to the node's engine, which
     carries plain messages only: message tracking's ids and durable topics' acknowledgements are the
-    Python client's, and so far only the UAV and hot-spot workloads' clients have an engine variant."""
+    Python client's features."""
     if scenario.workload.client_engine != "compiled":
         return
     where = ("workload", "client_engine")
-    if scenario.workload.kind not in ("uav-swarm", "hotspot"):
-        report(where, f"the compiled client engine runs the uav-swarm and hotspot workloads so far, not "
-               f"{scenario.workload.kind!r}: use client_engine: python")
     if scenario.tracking.strategy != "none":
         report(where, f"message tracking ({scenario.tracking.strategy}) needs the Python client: "
                "its ids travel in the messages the engine writes; use client_engine: python")

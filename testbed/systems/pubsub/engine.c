@@ -36,6 +36,7 @@
  *                                            flushes: "ok REQ" once the server has it
  *   halt REQ IDX                             publisher IDX stops producing
  *   summary REQ IDX                          -> "ok REQ {json}": a publisher's or subscriber's counts
+ *   forget REQ IDX                           a subscriber that is done: its trace closed, its slot freed
  *   exit                                     flush traces and health, exit 0
  * Told without asking: "done IDX SENT" (a publisher reached its duration), "lost CONN" (a connection
  * dropped: libnats reconnects), "back CONN", "closed CONN", "counts IDX RECEIVED BYTES" once a second
@@ -760,6 +761,18 @@ static int command(char *line, char *data, size_t dlen) {
         summary(req, atoi(argv[2]));
         return 0;
     }
+    if (!strcmp(op, "forget") && argc == 3) {   /* a subscriber that is done: its trace closed, its slot free */
+        int idx = atoi(argv[2]);
+        if (idx >= 0 && idx < MAX_CLIENTS && subscribers[idx].used) {
+            subscriber_t *s = &subscribers[idx];
+            if (s->trace) fclose(s->trace);
+            for (size_t i = 0; i < s->nproducers; i++) free(s->producers[i].missing);
+            free(s->producers);
+            memset(s, 0, sizeof *s);
+        }
+        say("ok %" PRId64, req);
+        return 0;
+    }
     say("warn unknown command %s (%d words)", op, argc);
     return 0;
 }
@@ -859,7 +872,8 @@ static void read_conn(conn_t *c) {
         sub_t *sb = &subs[i];
         if (!sb->used || sb->conn != c) continue;
         while (sb->used && natsSubscription_NextMsg(&m, sb->sub, 0) == NATS_OK) {
-            if (sb->kind) deliver(sb, m, c->ts_ns);
+            if (sb->kind && subscribers[sb->subscriber].used) deliver(sb, m, c->ts_ns);
+            else if (sb->kind) {}                    /* its subscriber was forgotten: nothing to record */
             else {
                 fprintf(stdout, "msg %d %d\n", sb->sid, natsMsg_GetDataLength(m));
                 fwrite(natsMsg_GetData(m), 1, natsMsg_GetDataLength(m), stdout);

@@ -318,6 +318,7 @@ class EngineSubscriber(EngineClient, Subscriber):
         super().__init__(topic, name, trace=None, keep_latencies=False, **kwargs)
         self.engine, self.idx, self.trace_path = engine, engine.next_id(), trace
         self._final: dict | None = None
+        self._forgotten = False
 
     async def start(self) -> None:
         await self.engine.request(["subscriber", self.idx, _token(self.trace_path or "-", "trace path"),
@@ -345,9 +346,18 @@ class EngineSubscriber(EngineClient, Subscriber):
         pass
 
     async def settle(self) -> None:
-        if self.engine.failure is None:
+        if self.engine.failure is None and not self._forgotten:
             self._final = json.loads(await self.engine.request(["summary", self.idx], timeout=10))
             self.engine.counts[self.idx] = (self._final["received"], self._final["bytes"])
+
+    async def close(self) -> None:
+        """Connections closed, the final counts kept, the engine's trace file closed (an MMOG
+        subscription closes at each group change; a later one to the same topic is another)."""
+        await super().close()
+        await self.settle()
+        if self.engine.failure is None and not self._forgotten:
+            await self.engine.request(["forget", self.idx], timeout=10)
+        self._forgotten = True
 
     def summary(self) -> dict:
         final = self._final or {"received": self.received, "lost": 0, "duplicates": 0, "reordered": 0,

@@ -241,8 +241,11 @@ class MmogClient:
     interest, moving those subscriptions at every group change (unsubscribe the old group's topics,
     subscribe to the new one's); a game server subscribes to the topics of its edge site's players."""
 
-    def __init__(self, args, events: EventLog, plan: dict, coord, health: ClientHealth | None = None):
+    def __init__(self, args, events: EventLog, plan: dict, coord, health: ClientHealth | None = None,
+                 engine: Engine | None = None):
+        """`engine`: the node's compiled engine carries its clients' data plane."""
         self.args, self.events, self.plan = args, events, plan
+        self.pub_class, self.sub_class = client_classes(engine, health)
         self.node, self.trace_dir = args.node, Path(args.trace_dir)
         self.common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
                        "coord": coord, "nc_period": args.nc_period}
@@ -251,9 +254,9 @@ class MmogClient:
         if self.avatar is None and self.node not in plan["servers"]:
             raise ValueError(f"mmog: {self.node} is neither a player nor a game server of the plan")
         self.groups = list(plan["groups"])
-        self.publishers = ([Publisher(avatar_topic(self.node), self.node, args.rate, args.size, precise_s=0.0,
-                                      health=health, **self.common,
-                                      **client_features(args, avatar_topic(self.node), self.node, producer=True))]
+        self.publishers = ([self.pub_class(avatar_topic(self.node), self.node, args.rate, args.size, precise_s=0.0,
+                                           **self.common,
+                                           **client_features(args, avatar_topic(self.node), self.node, producer=True))]
                            if self.avatar is not None else [])
         self.subscribers: dict[int, Subscriber] = {}
         self.opened: dict[int, float] = {}  # avatar -> when its current subscription was ready
@@ -268,8 +271,8 @@ class MmogClient:
         """`changed`: opened by a group change; with the handover trigger its first report goes at
         once (the topic manager learns of the new subscriber without waiting for two periods)."""
         topic = avatar_topic(self.players[avatar])
-        sub = Subscriber(topic, self.node, trace=self.trace_dir / f"{topic}.{self.node}.jsonl", keep_latencies=False,
-                         **self.common, **client_features(self.args, topic, self.node))
+        sub = self.sub_class(topic, self.node, trace=self.trace_dir / f"{topic}.{self.node}.jsonl",
+                             keep_latencies=False, **self.common, **client_features(self.args, topic, self.node))
         self.subscribers[avatar] = sub
         await sub.start()
         self.opened[avatar] = time.time()  # what it owes counts from here: the report below takes a round trip
@@ -352,8 +355,8 @@ async def _main_mmog(args) -> int:
     Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     events = EventLog(args.events)
     plan = json.loads(Path(args.plan).read_text())
-    health = ClientHealth(args.health)
-    client = MmogClient(args, events, plan, mmog_coordinate(args), health)
+    engine, health = await data_plane(args)
+    client = MmogClient(args, events, plan, mmog_coordinate(args), health, engine)
     if args.proxy_ip:
         await attach(args, events, plan["edges"][client.avatar])
     stop = asyncio.Event()
@@ -380,12 +383,16 @@ async def _main_mmog(args) -> int:
         task.cancel()
     health.close()
     await asyncio.sleep(0.5)  # messages in flight reach the subscribers
+    for c in client.publishers + list(client.subscribers.values()):
+        await c.settle()
     received = client.received_closed + sum(s.received for s in client.subscribers.values())
     summary = {"node": args.node, "avatar": client.avatar, "sent": sum(p.sent for p in client.publishers),
                "expected": client.expected(stopped), "received": received,
                "subscriptions": len(client.windows) + len(client.subscribers)}
     for c in client.publishers + list(client.subscribers.values()):
         await c.close()
+    if engine is not None:
+        await engine.stop()
     print(json.dumps(summary), flush=True)
     return 0
 
@@ -524,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nc-period", type=float, default=5.0)
     parser.add_argument("--health", type=Path, help="per-second publisher lateness and loop lag, JSON lines")
     parser.add_argument("--client-engine", choices=("python", "compiled"), default="python",
-                        help="the clients' data plane: nats-py, or the node's compiled engine (uav, hotspot)")
+                        help="the clients' data plane: nats-py, or the node's compiled engine")
     parser.add_argument("--track", action="store_true", help="message tracking (Jun and Astley): ids on messages, "
                         "attachments told to the broker's tracker")
     parser.add_argument("--plan", type=Path, help="mmog, hotspot: the run's plan as JSON")
