@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import json
 import re
+import time
 from pathlib import Path
 
 from testbed import procs
@@ -269,8 +270,6 @@ class EnginePublisher(EngineClient, Publisher):
     async def run(self, duration: float | None = None, count: int | None = None, start: float | None = None) -> int:
         if count is not None:
             raise ValueError("an engine publisher runs for a duration, not a count")
-        import time
-
         start = start or time.time()
         future = asyncio.get_running_loop().create_future()
         self.engine._done[self.idx] = future
