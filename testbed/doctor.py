@@ -11,8 +11,10 @@ import os
 import resource
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
+from testbed import natsserver
 from testbed.emulation import backends, choose
 
 
@@ -108,7 +110,9 @@ def collect(nodes: int = 0) -> dict:
     ovs = _version(["ovs-vsctl", "--version"])
     add("Open vSwitch", ovs)
     add("serf", _version(["serf", "version"]))
-    add("nats-server", _version(["nats-server", "--version"]))
+    for choice in natsserver.CHOICES:  # the scenario's nodes.nats_server picks one
+        add(f"nats-server ({choice}{', default' if choice == natsserver.DEFAULT else ''})",
+            _version([natsserver.binary(choice, sys.executable), "--version"]))
     nats_c = Path("/usr/include/nats/nats.h").exists()  # the compiled client engine (workload.client_engine)
     add("NATS C client", (nats_c, "libnats-dev installed: workload.client_engine: compiled can run" if nats_c else
                           "libnats-dev not installed: workload.client_engine: compiled cannot run (apt-get install libnats-dev)"))

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed import doctor, health, mobility
+from testbed import doctor, health, mobility, natsserver
 from testbed import topology as topo_mod
 from testbed.emulation import choose, runstate
 from testbed.emulation.network import EmulationError, Network
@@ -223,6 +223,8 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
     (out / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
     meta = {"run_id": session.run_id, "scenario": scenario.name, "scenario_file": str(path),
             "git_commit": git_commit(), "backend": session.backend, "shaper": session.shaper,
+            "nats_server": {"choice": scenario.nodes.nats_server,
+                            "version": natsserver.version(natsserver.binary(scenario.nodes.nats_server, sys.executable))},
             "machine": platform.node(), "kernel": platform.release(), "seed": scenario.seed, "scale": scenario.scale,
             "started": time.time(), "complete": False}
     (out / "run.json").write_text(json.dumps(meta, indent=2))

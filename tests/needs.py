@@ -5,17 +5,24 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 
 import pytest
 
+from testbed import natsserver
 from testbed.emulation import installed
+
+# the nats-server a run's brokers run by default (testbed.natsserver), for tests that start one themselves
+NATS_SERVER = natsserver.binary(natsserver.DEFAULT, sys.executable)
+needs_nats_server = pytest.mark.skipif(not os.access(NATS_SERVER, os.X_OK),
+                                       reason=f"{NATS_SERVER} is not installed (make setup: requirements.txt)")
 
 FULL_SYSTEM = [
     pytest.mark.root, pytest.mark.slow,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
     pytest.mark.skipif(not installed.mininet_importable()[0], reason="Mininet is not installed"),
-    pytest.mark.skipif(not all(shutil.which(b) for b in ("serf", "nats-server", "java")),
-                       reason="needs serf, nats-server and Java (ZooKeeper)"),
+    pytest.mark.skipif(not all(shutil.which(b) for b in ("serf", "java")), reason="needs serf and Java (ZooKeeper)"),
+    needs_nats_server,
 ]
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from testbed.policies.autotune import Tuner, TuningConfig, ewma
 from testbed.scenario.loader import ScenarioError, load
 from testbed.systems.autotune import sources
 from testbed.systems.autotune.publisher import PUBLISH, RECEIVE, AutotunedPublisher, Request, WorkerPool
+from tests.needs import NATS_SERVER, needs_nats_server
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "scenarios" / "autotune-smoke.yaml"
@@ -180,7 +180,7 @@ def test_autotune_needs_one_publisher_and_one_subscriber_beside_a_broker(tmp_pat
     assert built.node_rtt("pub1", "bzone1") == pytest.approx(0.140)  # Table I's RTT
 
 
-@pytest.mark.skipif(not shutil.which("nats-server"), reason="nats-server is not installed")
+@needs_nats_server
 def test_a_full_stream_pushes_back_and_every_request_arrives_once(tmp_path):
     """Real JetStream on loopback: a stream of 5 messages and a subscriber that comes back every
     0.3 s; 30 requests at once. The stream refuses while full (the WTs try again), and all 30 are
@@ -190,7 +190,7 @@ def test_a_full_stream_pushes_back_and_every_request_arrives_once(tmp_path):
     from testbed.systems.autotune.subscriber import VariantConsumer
 
     port = 24829
-    server = subprocess.Popen(["nats-server", "-js", "-sd", str(tmp_path / "js"), "-a", "127.0.0.1", "-p", str(port)],
+    server = subprocess.Popen([NATS_SERVER, "-js", "-sd", str(tmp_path / "js"), "-a", "127.0.0.1", "-p", str(port)],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     async def scenario():

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import subprocess
 import time
 import urllib.request
@@ -25,7 +24,7 @@ from testbed.systems.bad.brokerload import load_between
 from testbed.systems.bad.dataplane import LEAF_PORT, hub_config, leaf_config
 from testbed.systems.bad.plan import bad_plan, factor_at, results_at
 from tests.live import judged_seconds, run_held, unexplained_seconds
-from tests.needs import full_system
+from tests.needs import NATS_SERVER, full_system, needs_nats_server
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "scenarios" / "bad-smoke.yaml"
@@ -93,7 +92,7 @@ def _varz(port: int, path: str = "varz") -> dict:
         return json.load(answer)
 
 
-@pytest.mark.skipif(not shutil.which("nats-server"), reason="nats-server is not installed")
+@needs_nats_server
 def test_a_leaf_broker_shares_one_upstream_subscription_between_its_subscribers(tmp_path):
     """BAD's subscription sharing, by nats-server: two subscribers of one BE subscription at
     a leaf broker make one subscription at the hub, each result crosses the leaf connection once,
@@ -106,7 +105,7 @@ def test_a_leaf_broker_shares_one_upstream_subscription_between_its_subscribers(
     servers = []
     try:
         for name, (port, monitor) in ports.items():
-            servers.append(subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor),
+            servers.append(subprocess.Popen([NATS_SERVER, "-a", "127.0.0.1", "-p", str(port), "-m", str(monitor),
                                              "-c", str(tmp_path / f"{name}.conf"), "-l", str(tmp_path / f"{name}.log")]))
 
         async def scenario():

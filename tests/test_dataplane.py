@@ -32,12 +32,13 @@ from testbed.systems.pubsub.broker import nats_url
 from testbed.policies.snapshot import BrokerReport, coord_from_dict
 from testbed.scenario.loader import parse_text
 from tests.live import QUIET_STEAL_MS, measured_held, steal_ms
+from tests.needs import needs_nats_server
 
 pytestmark = [
     pytest.mark.root,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root for network namespaces"),
     pytest.mark.skipif(not choose.mininet_importable()[0], reason="Mininet is not installed"),
-    pytest.mark.skipif(not shutil.which("nats-server"), reason="nats-server is not installed (apt-get install nats-server)"),
+    needs_nats_server,
     pytest.mark.skipif(not shutil.which("java") or not os.path.exists("/usr/share/java/zookeeper.jar"),
                        reason="ZooKeeper is not installed (apt-get install zookeeper)"),
 ]

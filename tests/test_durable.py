@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -19,8 +18,9 @@ from testbed.scenario.loader import ScenarioError, load
 from testbed.systems.pubsub.durable import (DurableSpec, DurableTopics, classes_json, parse_classes, placement_site,
                                             storage_config, wait_ready)
 from testbed import topology
+from tests.needs import NATS_SERVER, needs_nats_server
 
-pytestmark = pytest.mark.skipif(not shutil.which("nats-server"), reason="nats-server is not installed")
+pytestmark = needs_nats_server
 
 BASE = 25_400  # loopback ports: client BASE+i, monitor BASE+100+i, cluster BASE+200+i
 NODES = [("zone1", 1), ("zone1", 2), ("zone1", 3), ("cloud", 1)]
@@ -44,7 +44,7 @@ class Cluster:
                                 BASE + i, BASE + 100 + i, BASE + 200 + i)
         path = self.root / f"s{i}.conf"
         path.write_text(config)
-        self.procs[i] = subprocess.Popen(["nats-server", "-c", str(path), "-l", str(self.root / f"s{i}.log")],
+        self.procs[i] = subprocess.Popen([NATS_SERVER, "-c", str(path), "-l", str(self.root / f"s{i}.log")],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def kill(self, i: int) -> None:
@@ -64,7 +64,7 @@ def cluster(tmp_path_factory):
     try:
         for i in range(len(NODES)):
             running.start_node(i)
-        running.procs["broker"] = subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", str(BASE + 50)],
+        running.procs["broker"] = subprocess.Popen([NATS_SERVER, "-a", "127.0.0.1", "-p", str(BASE + 50)],
                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         asyncio.run(wait_ready([url(i) for i in range(len(NODES))], timeout=30))
         yield running

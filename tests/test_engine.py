@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import time
 from pathlib import Path
@@ -24,10 +23,11 @@ from testbed.scenario.loader import ScenarioError, load
 from testbed.systems.pubsub import trace_schema
 from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber
 from testbed.systems.pubsub.engine import HEADER, Engine, EngineError, EnginePublisher, EngineSubscriber
+from tests.needs import needs_nats_server
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = [
-    pytest.mark.skipif(not shutil.which("nats-server"), reason="nats-server is not installed (apt-get install nats-server)"),
+    needs_nats_server,
     pytest.mark.skipif(not HEADER.exists(), reason="libnats-dev is not installed (make setup)"),
 ]
 

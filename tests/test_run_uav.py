@@ -67,7 +67,13 @@ def test_uav_smoke_runs_end_to_end(uav):
     assert uav_run.not_held(out, summary) is None  # the first run the harness held was kept
     assert harness["seconds"] >= 25
     assert harness["cpu_by_class"].get("relays", 0) > 0 and harness["cpu_by_class"].get("clients", 0) > 0
-    assert json.loads((out / "run.json").read_text())["harness"]["valid"] is harness["valid"]
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["harness"]["valid"] is harness["valid"]
+    # the brokers ran the nats-server the scenario chose (the pinned default), and run.json says which
+    version = meta["nats_server"]["version"].rsplit(" v", 1)[-1]
+    assert meta["nats_server"]["choice"] == "pypi" and version.startswith("2.15.")
+    for log in (out / "logs").glob("nats-b*.log"):
+        assert f"Version:  {version}" in log.read_text(errors="replace"), log
     figures = subprocess.run([sys.executable, "-m", "testbed.cli", "figures", str(out), "--out",
                               str(uav.root / "figs")], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert figures.returncode == 0, figures.stderr[-2000:]

@@ -129,6 +129,8 @@ BAD_INPUTS = [
     ("bandwidth unit", MINIMAL.replace("cloud: {one_way: 40ms}", "cloud: {one_way: 40ms}\n  links: {site: {bandwidth: 100 furlongs}}"),
      "<string>:6: infrastructure.links.site.bandwidth: '100 furlongs' is not a bandwidth such as '100Mbit'"),
     ("unknown policy", MINIMAL + "control: {policy: magic}\n", "<string>:11: control.policy: 'magic': input should be"),
+    ("unknown nats-server", MINIMAL + "nodes: {nats_server: latest}\n",
+     "<string>:11: nodes.nats_server: 'latest': input should be 'pypi' or 'debian'"),
     ("missing infrastructure", "name: t\nduration: 10s\n", "<string>:1: infrastructure: is required but missing"),
     ("two infrastructure kinds", MINIMAL.replace("cloud: {one_way: 40ms}", "cloud: {one_way: 40ms}\n  star: {nodes: 2, link_delay: 1ms}"),
      "<string>:3: infrastructure: give exactly one of mec_zones, cities or star"),

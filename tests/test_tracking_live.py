@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,9 +21,8 @@ from testbed.tracking.bloom import Filter
 from testbed.tracking.msgid import parse
 from testbed.tracking.store import read_run
 from testbed.tracking.traceback import Traceback
-from tests.needs import full_system
+from tests.needs import NATS_SERVER, full_system, needs_nats_server
 
-needs_nats = pytest.mark.skipif(not shutil.which("nats-server"), reason="nats-server is not installed")
 
 
 def _start_tracker(tmp_path, url: str, config: TrackingConfig) -> subprocess.Popen:
@@ -35,7 +33,7 @@ def _start_tracker(tmp_path, url: str, config: TrackingConfig) -> subprocess.Pop
     return tracker
 
 
-@needs_nats
+@needs_nats_server
 @pytest.mark.parametrize("strategy", ["bloom", "log"])
 def test_every_delivered_message_is_traced_to_its_publisher_and_subscribers(tmp_path, strategy):
     """Two publishers (one with its clock 2 s fast), three subscribers attaching and leaving at
@@ -44,7 +42,7 @@ def test_every_delivered_message_is_traced_to_its_publisher_and_subscribers(tmp_
     while its subscription was changing, or (with small filters) as eq. 2 expects."""
     port = 24911 if strategy == "bloom" else 24912
     url = f"nats://127.0.0.1:{port}"
-    server = subprocess.Popen(["nats-server", "-a", "127.0.0.1", "-p", str(port)], stderr=subprocess.DEVNULL)
+    server = subprocess.Popen([NATS_SERVER, "-a", "127.0.0.1", "-p", str(port)], stderr=subprocess.DEVNULL)
     config = TrackingConfig(strategy=strategy, filter=Filter(m=2048, k=3, n=150), buffer_bytes=2000,
                             persistence_s=0.5, skew_tolerance_s=0.05, jitter_s=0.5, sync=False)
     tracker = None

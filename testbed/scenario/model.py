@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, create_model, model_validator
 
-from testbed import plugin
+from testbed import natsserver, plugin
 from testbed.nc.snapshots import CONVERGED_RELATIVE_ERROR, SAME_SITE_ERROR_S
 from testbed.policies.distance import DEFAULT_DISTANCE
 from testbed.policies.initial import DEFAULT_INITIAL_PLACEMENT
@@ -151,6 +151,7 @@ class Nodes(Strict):
     brokers_per_site: Annotated[int, Field(ge=0, le=16)] = 1
     nc_proxies_per_site: Annotated[int, Field(ge=0, le=16)] = 1
     clients: list[ClientGroup] = []
+    nats_server: natsserver.NatsServer = natsserver.DEFAULT  # which nats-server every broker runs (testbed.natsserver)
 
     @model_validator(mode="after")
     def _unique(self) -> Nodes:

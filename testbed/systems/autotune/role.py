@@ -92,7 +92,8 @@ class AutotuneRole(Role):
         self.logs.mkdir(parents=True, exist_ok=True)
         store = self.logs / f"jetstream-{self.broker}"
         self.server = start_nats(self.network, self.broker, self.logs, config=(
-            f'jetstream {{ store_dir: "{store}", max_memory_store: {JETSTREAM_MEMORY} }}\n'))
+            f'jetstream {{ store_dir: "{store}", max_memory_store: {JETSTREAM_MEMORY} }}\n'),
+                                 server=self.scenario.nodes.nats_server)
         site = self.topology.nodes[self.subscriber_node].site
         pub_site = self.topology.nodes[self.publisher_node].site
         variants = [{"name": v.name, "topic": self.topic(v.name), "producer": self.publisher_node,

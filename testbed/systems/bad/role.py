@@ -67,10 +67,12 @@ class BadRole(Role):
                              scenario.duration)
         self.plan_path.write_text(json.dumps(self.plan))
         hub_ip = self.network.ip_of(self.cloud)
-        self.servers[self.cloud] = start_nats(self.network, self.cloud, self.logs, config=hub_config(hub_ip))
+        self.servers[self.cloud] = start_nats(self.network, self.cloud, self.logs, config=hub_config(hub_ip),
+                                             server=scenario.nodes.nats_server)
         for name in self.brokers:
             ip = self.network.ip_of(name)
-            self.servers[name] = start_nats(self.network, name, self.logs, config=leaf_config(hub_ip))
+            self.servers[name] = start_nats(self.network, name, self.logs, config=leaf_config(hub_ip),
+                                            server=scenario.nodes.nats_server)
             self.loaders[name] = self._popen(name, "testbed.systems.bad.brokerload",
                                              ["--node", name, "--nats", nats_url(ip), "--monitor",
                                               f"http://{ip}:{MONITOR_PORT}", "--period", f"{control.period:g}"],

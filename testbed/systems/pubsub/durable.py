@@ -87,14 +87,16 @@ def placement_site(spec: DurableSpec, broker_site: str, cloud_site: str) -> str:
 
 
 def storage_config(node: str, ip: str, site: str, rack: int, routes: list[str], store_dir: str,
-                   client_port: int, monitor_port: int, cluster_port: int) -> str:
+                   client_port: int, monitor_port: int, cluster_port: int, sync_on_ack: bool = True) -> str:
     """A storage node's nats-server configuration: JetStream on, tagged with its site and rack, in
-    the one storage cluster (`routes`: the other storage nodes' cluster addresses, ip:port)."""
+    the one storage cluster (`routes`: the other storage nodes' cluster addresses, ip:port).
+    `sync_on_ack`: a message is on disk before it is acknowledged (`sync_interval: always`, as
+    BookKeeper's journalSyncData; a server older than 2.10 has no such setting and syncs every 2 min)."""
     route_list = ", ".join(f'"nats-route://{r}"' for r in routes)
     return (f'server_name: "{node}"\nlisten: "{ip}:{client_port}"\nhttp: "{ip}:{monitor_port}"\n'
             f'server_tags: ["{SITE_TAG}{site}", "{RACK_TAG}{site}-{rack}"]\n'
             f'jetstream {{ store_dir: "{store_dir}", max_memory_store: 64MB, max_file_store: 2GB, '
-            f'unique_tag: "{RACK_TAG}" }}\n'
+            f'unique_tag: "{RACK_TAG}"{", sync_interval: always" if sync_on_ack else ""} }}\n'
             f'cluster {{ name: "{CLUSTER}", listen: "{ip}:{cluster_port}", routes: [{route_list}] }}\n')
 
 

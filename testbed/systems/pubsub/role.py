@@ -15,6 +15,7 @@ import time
 from dataclasses import astuple, dataclass, field
 from pathlib import Path
 
+from testbed import natsserver
 from testbed.emulation.network import HOST_INTF
 from testbed.procs import LineCounter, json_lines, read_line, stop_group, wait_or_kill
 from testbed.systems.pubsub import balance
@@ -63,6 +64,7 @@ class PubSubSystem:
     tracking: TrackingConfig = TrackingConfig()  # message tracking (Jun and Astley): a tracker beside each broker
     tracking_dir: Path | None = None  # where trackers keep their files (default: the run's tracking/)
     durable: str = "{}"  # durable topic classes (testbed.systems.pubsub.durable.classes_json)
+    nats_server: str = natsserver.DEFAULT  # which nats-server the brokers and storage nodes run
     zk: object = None
     storage: dict = field(default_factory=dict)  # storage node -> its JetStream nats-server
     servers: dict = field(default_factory=dict)
@@ -132,8 +134,10 @@ class PubSubSystem:
         node = self.topology.nodes[name]
         routes = [f"{self.network.ip_of(n)}:{CLUSTER_PORT}" for n in self.storage_nodes() if n != name]
         config = storage_config(name, self.network.ip_of(name), node.site, node.rack, routes,
-                                str(self.log_dir / f"jetstream-{name}"), NATS_PORT, MONITOR_PORT, CLUSTER_PORT)
-        self.storage[name] = start_nats(self.network, name, self.log_dir, config=config, kind="storage")
+                                str(self.log_dir / f"jetstream-{name}"), NATS_PORT, MONITOR_PORT, CLUSTER_PORT,
+                                sync_on_ack=natsserver.syncs_on_ack(self.nats_server))
+        self.storage[name] = start_nats(self.network, name, self.log_dir, config=config, kind="storage",
+                                        server=self.nats_server)
 
     def storage_traffic(self) -> dict:
         """Bytes in and out of every storage node's interface since it came up: what durability
@@ -161,7 +165,7 @@ class PubSubSystem:
 
     def _start_broker(self, name: str) -> None:
         node = self.topology.nodes[name]
-        self.servers[name] = start_nats(self.network, name, self.log_dir)
+        self.servers[name] = start_nats(self.network, name, self.log_dir, server=self.nats_server)
         durable = None
         if self.storage and self.durable != "{}":
             durable = (self.durable, self.storage_urls(node.site), self.topology.nodes[self.cloud].site)
@@ -340,7 +344,7 @@ class PubSubRole(Role):
                            handover=control.handover_trigger.config()),
             monitoring_period=control.monitoring_period, nc_period=control.nc_report_period,
             tracking=run.scenario.tracking.config(), tracking_dir=run.out / TRACKING_DIR,
-            durable=classes_json(run.scenario.workload.topics))
+            durable=classes_json(run.scenario.workload.topics), nats_server=run.scenario.nodes.nats_server)
         self.faults: list[dict] = []
         self._migrations = LineCounter(run.logs, "manager.jsonl", b'"migration_end"')
 

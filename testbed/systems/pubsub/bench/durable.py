@@ -11,6 +11,10 @@ Experiments (each one run; the runs land in results/bench/durable/runs/):
         stored; local: at the owning broker's site, ePulsar; cloud: in the cloud datacentre, as a
         cloud-centric Pulsar places its bookies). (uav-smoke's 4 zones need 15 storage nodes: with
         R3 the machine's two cores were saturated for 57 of 60 s.)
+    latency-local-r1-debian, latency-local-r3-debian
+        latency-local-r1/r3 on Debian's nats-server 2.9.10 (`nodes.nats_server: debian`), which syncs
+        its store every 2 minutes, where the default 2.15.1 syncs before acknowledging: what the
+        sync costs the acknowledgement
     loss-none, loss-r1-enhanced, loss-r3-enhanced, loss-r1-baseline, loss-r3-baseline
         the same flight, then the broker the topics migrated to (bzone2) killed at 25 s and a
         storage node of zone1 (where they fail over to) at 38 s for 6 s, per replica count
@@ -56,6 +60,10 @@ def experiments() -> dict[str, tuple[Path, dict]]:
                           ("cloud-r1", {"replicas": 1, "storage": "cloud"}),
                           ("cloud-r3", {"replicas": 3, "storage": "cloud"})):
         found[f"latency-{name}"] = (BASE, {**FLIGHT, "faults": [], "workload.topics": _topics(durable)})
+    for replicas in (1, 3):  # the same on Debian's nats-server 2.9, which syncs to disk every 2 min, not per ack
+        found[f"latency-local-r{replicas}-debian"] = (BASE, {
+            **FLIGHT, "faults": [], "nodes.nats_server": "debian",
+            "workload.topics": _topics({"replicas": replicas, "storage": "site-local"})})
     found["loss-none"] = (BASE, {**FLIGHT, "faults": FAULTS, "workload.topics": _topics(None)})
     for workflow in ("enhanced", "baseline"):
         for replicas in (1, 3):

@@ -9,7 +9,8 @@ from pathlib import Path
 
 from analysis.headlines import Headline, MissingInput, name_saturated, rule, rules_headline
 
-LATENCY = ("latency-none", "latency-local-r1", "latency-local-r3", "latency-cloud-r1", "latency-cloud-r3")
+LATENCY = ("latency-none", "latency-local-r1", "latency-local-r3", "latency-cloud-r1", "latency-cloud-r3",
+           "latency-local-r1-debian", "latency-local-r3-debian")  # the last two: nats-server 2.9, no sync per ack
 LOSS = ("loss-none", "loss-r1-enhanced", "loss-r3-enhanced", "loss-r1-baseline", "loss-r3-baseline")
 CLOUD_RTT_MS = 80.0  # uav-smoke: the cloud is 40 ms one way from every zone
 REMOTE_SHARE = 0.8  # cloud storage costs at least 80 % of that round trip more than site-local

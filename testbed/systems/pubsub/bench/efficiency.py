@@ -19,6 +19,7 @@ analysis.bench_figures.efficiency), and prints the table.
 
     python -m testbed.systems.pubsub.bench.efficiency [--quick] [--shapers delayline,shared] [--repeats 1] [--loads 0.05,0.1]
     python -m testbed.systems.pubsub.bench.efficiency --shapers shared --clients python,compiled --loads 0.25,0.5
+    python -m testbed.systems.pubsub.bench.efficiency --shapers shared --clients compiled --servers pypi,debian
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed import natsserver
 from testbed.health import explained_by_steal
 from testbed.systems.pubsub.bench.capacity import BASES, OUT, Point, _json_lines, migration_windows, offered, run_point
 
@@ -50,11 +52,12 @@ def points(loads: tuple[float, ...], mmog: bool) -> list[Point]:
     return uav + ([Point("mmog", "rate", 2, r) for r in MMOG_RATES] if mmog else [])
 
 
-def scenario_copy(point: Point, shaper: str, duration: str, settle: str, directory: Path, clients: str = "python") -> Path:
-    """The base scenario at the point's size with `shaper` and the `clients`' data plane (nats-py or
-    the compiled engine), a short duration and settle."""
+def scenario_copy(point: Point, shaper: str, duration: str, settle: str, directory: Path, clients: str = "python",
+                  server: str = natsserver.DEFAULT) -> Path:
+    """The base scenario at the point's size with `shaper`, the `clients`' data plane (nats-py or
+    the compiled engine) and the brokers' nats-`server` (testbed.natsserver), a short duration and settle."""
     data = yaml.safe_load(BASES[point.case].read_text())
-    name = f"eff-{'uav' if point.case == 'uav-swarm' else 'mmog'}-r{point.rate}-{shaper}-{clients}"
+    name = f"eff-{'uav' if point.case == 'uav-swarm' else 'mmog'}-r{point.rate}-{shaper}-{clients}-{server}"
     data.update(name=name, duration=duration,
                 description=f"bench-efficiency point from {BASES[point.case].name} through the {shaper} shaper")
     data["control"]["settle"] = settle
@@ -62,6 +65,7 @@ def scenario_copy(point: Point, shaper: str, duration: str, settle: str, directo
     data["nodes"]["clients"][0]["count"] = point.count
     data.setdefault("emulation", {})["shaper"] = shaper
     data["workload"]["client_engine"] = clients
+    data["nodes"]["nats_server"] = server
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
@@ -132,15 +136,15 @@ def _trace_rows(run_dir: Path):
 
 
 def measure(point: Point, shaper: str, directory: Path, duration: str, settle: str, say, backend: str,
-            clients: str = "python", label: str | None = None) -> dict:
+            clients: str = "python", label: str | None = None, server: str = natsserver.DEFAULT) -> dict:
     """One run at `point`; its row names the configuration `label` (default: the shaper)."""
-    path = scenario_copy(point, shaper, duration, settle, directory, clients)
+    path = scenario_copy(point, shaper, duration, settle, directory, clients, server)
     wakeup = wakeup_cost_us()
     switches = context_switches()
     run_dir = run_point(path, directory / path.stem / str(time.time_ns()), say, backend)
     switches = context_switches() - switches
     row = {"case": point.case, "rate": point.rate, "count": point.count, "shaper": label or shaper, "clients": clients,
-           "offered_per_s": offered(path), "wakeup_us": wakeup}
+           "nats_server": server, "offered_per_s": offered(path), "wakeup_us": wakeup}
     if run_dir is None or not (run_dir / "summary.json").exists():
         return {**row, "error": f"no summary.json (see {directory / path.stem})"}
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -194,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shapers", default="delayline,shared", help="the shapers compared, alternating")
     parser.add_argument("--clients", default="python",
                         help="the clients' data planes compared (python, compiled: workload.client_engine), alternating")
+    parser.add_argument("--servers", default=natsserver.DEFAULT,
+                        help=f"the brokers' nats-servers compared ({', '.join(natsserver.CHOICES)}: nodes.nats_server), "
+                             "alternating")
     parser.add_argument("--loads", default=None, help="fractions of the paper's UAV load (default 0.05,0.1,0.25,0.5,1)")
     parser.add_argument("--no-mmog", action="store_true", help="UAV points only")
     parser.add_argument("--repeats", type=int, default=1, help="alternating pairs per point")
@@ -214,8 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     if not clients or any(c not in ("python", "compiled") for c in clients):
         console.print(f"--clients: {args.clients!r}; known: python, compiled")
         return 2
-    # a configuration: (shaper, clients), named by what varies
-    configs = [(s, c, s if len(clients) == 1 else (c if len(shapers) == 1 else f"{s}+{c}")) for s in shapers for c in clients]
+    servers = [c.strip() for c in args.servers.split(",") if c.strip()]
+    if not servers or any(c not in natsserver.CHOICES for c in servers):
+        console.print(f"--servers: {args.servers!r}; known: {', '.join(natsserver.CHOICES)}")
+        return 2
+    # a configuration: (shaper, clients, nats-server), labelled by what varies (the shaper if nothing does)
+    axes = [(shapers, lambda s: s), (clients, lambda c: c), (servers, lambda v: f"nats {v}")]
+    configs = [(s, c, v, "+".join(name(x) for (values, name), x in zip(axes, (s, c, v)) if len(values) > 1) or s)
+               for s in shapers for c in clients for v in servers]
     loads = tuple(float(x) for x in args.loads.split(",")) if args.loads else (QUICK_LOADS if args.quick else UAV_LOADS)
     todo = points(loads, mmog=not (args.quick or args.no_mmog or clients != ["python"]))
     duration = args.duration or ("20s" if args.quick else "30s")
@@ -226,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             "paper": {case: offered(path) for case, path in BASES.items()}, "target_us": TARGET_US,
             "how": {"runs": f"testbed run on copies of {', '.join(p.name for p in BASES.values())} in {directory}, "
                             f"duration {duration}, settle {args.settle}, configurations alternating "
-                            f"{[label for _, _, label in configs]}",
+                            f"{[label for *_, label in configs]}",
                     "per_delivery": "health.jsonl CPU by class over the workload's seconds outside migration windows, "
                                     "over the deliveries received in them; steal apart; context switches machine-wide",
                     "command": " ".join(["python -m testbed.systems.pubsub.bench.efficiency", *(sys.argv[1:] if argv is None else argv)])},
@@ -235,11 +248,12 @@ def main(argv: list[str] | None = None) -> int:
     for i, point in enumerate(todo):
         for repeat in range(args.repeats):
             order = configs if (i + repeat) % 2 == 0 else configs[::-1]
-            for shaper, client, label in order:
+            for shaper, client, server, label in order:
                 done = len(data["rows"]) + 1
                 console.print(f"[{done}/{runs}] {point.case} at {point.rate} msg/s x {point.count}, shaper {shaper}, "
-                              f"clients {client} ({time.monotonic() - started:.0f}s so far)")
-                row = measure(point, shaper, directory, duration, args.settle, console.print, args.backend, client, label)
+                              f"clients {client}, nats-server {server} ({time.monotonic() - started:.0f}s so far)")
+                row = measure(point, shaper, directory, duration, args.settle, console.print, args.backend, client, label,
+                              server)
                 row["repeat"] = repeat
                 data["rows"].append(row)
                 if "error" not in row:
