@@ -173,6 +173,37 @@ def test_a_publisher_routed_nowhere_holds_and_then_delivers_everything(server, t
     assert sorted(r["seq"] for r in rows) == list(range(300))
 
 
+def test_a_long_run_does_not_run_out_of_connections_or_client_slots(server, tmp_path):
+    """Every flush, route or subscription is a request with an id; the engine keeps 4096 connection
+    slots and 4096 clients. After more requests than that (a long run's migrations), a new
+    connection, a new publisher and a new subscriber still work, and every closed connection is
+    released (the closer thread's: closes queued at once, as a migration's burst does)."""
+
+    async def go():
+        engine = await Engine().start()
+        common = {"owner": ("b1", server), "run_id": "r1", "events": EventLog()}
+        first = await engine.connect("b1", server, 5.0, None)
+        for _ in range(4200):
+            await first.flush()
+        burst = [await engine.connect("b1", server, 5.0, None) for _ in range(40)]
+        await asyncio.gather(*(c.drain() for c in burst))
+        sub = EngineSubscriber("late", "s", trace=tmp_path / "late.jsonl", engine=engine, **common)
+        pub = EnginePublisher("late", "p", 100, 100, engine=engine, **common)
+        await sub.start()
+        await pub.start()
+        sent = await pub.run(duration=0.2, start=time.time() + 0.05)
+        await asyncio.sleep(0.3)
+        await sub.settle()
+        got = sub.summary()
+        for client in (sub, pub, first):
+            await client.close()
+        await engine.stop()
+        return sent, got
+
+    sent, got = run(go(), timeout=120)
+    assert sent == 20 and got["received"] == 20 and got["lost"] == 0
+
+
 def test_a_dead_engine_is_an_error_not_a_silent_gap(server):
     async def go():
         engine = await Engine().start()

@@ -82,6 +82,7 @@ typedef struct conn {
     natsSubscription *marker;     /* flush markers come back on it */
     atomic_int want_write;
     int64_t ts_ns;                /* receive timestamp of what the last read delivered */
+    struct conn *close_next;      /* in the closer's queue */
 } conn_t;
 
 typedef struct {
@@ -235,11 +236,49 @@ static void on_lost(natsConnection *nc, void *closure) { (void)nc; post(3, ((con
 static void on_back(natsConnection *nc, void *closure) { (void)nc; post(4, ((conn_t *)closure)->id, 0, NULL); }
 static void on_closed(natsConnection *nc, void *closure) { (void)nc; post(5, ((conn_t *)closure)->id, 0, NULL); }
 
+/* One closer thread for the engine: libnats's Close flushes with a ping round trip whose answer the
+ * loop must read, so it cannot run in the loop; a thread per close cost a spawn each, and the 32
+ * closes of a migration's burst, all at once, competed with the loop for the two cores (the loop
+ * 10-19 ms late at 128 topics). Nobody waits for a close: the client was answered before it. */
+static pthread_mutex_t close_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t close_wanted = PTHREAD_COND_INITIALIZER;
+static conn_t *close_head, *close_tail;
+static int closer_running;
+
 static void *close_thread(void *arg) {
-    conn_t *c = arg;
-    natsConnection_Close(c->nc);
-    post(6, c->id, 0, NULL);
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&close_lock);
+        while (!close_head) pthread_cond_wait(&close_wanted, &close_lock);
+        conn_t *c = close_head;
+        close_head = c->close_next;
+        if (!close_head) close_tail = NULL;
+        pthread_mutex_unlock(&close_lock);
+        natsConnection_Close(c->nc);
+        post(6, c->id, 0, NULL);
+    }
     return NULL;
+}
+
+/* Queue `c` for the closer (started on the first close); 0 when no closer thread could start. */
+static int close_later(conn_t *c) {
+    pthread_mutex_lock(&close_lock);
+    if (!closer_running) {
+        pthread_t t;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        closer_running = pthread_create(&t, &attr, close_thread, NULL) == 0;
+        pthread_attr_destroy(&attr);
+    }
+    if (closer_running) {
+        c->close_next = NULL;
+        if (close_tail) close_tail->close_next = c; else close_head = c;
+        close_tail = c;
+        pthread_cond_signal(&close_wanted);
+    }
+    pthread_mutex_unlock(&close_lock);
+    return closer_running;
 }
 
 typedef struct {
@@ -318,8 +357,8 @@ static void late(double ms) {
 
 /* -- connections --------------------------------------------------------------------------------- */
 static conn_t *conn_get(int id) {
-    conn_t *c = id >= 0 && id < MAX_CONNS ? conns[id] : NULL;
-    return c && !c->closing ? c : NULL;
+    conn_t *c = id >= 0 ? conns[id % MAX_CONNS] : NULL;
+    return c && c->id == id && !c->closing ? c : NULL;
 }
 
 static void send_marker(conn_t *c, int64_t req, int close_after) {
@@ -331,6 +370,8 @@ static void send_marker(conn_t *c, int64_t req, int close_after) {
     int n = snprintf(body, sizeof body, "%" PRId64, req);
     natsConnection_Publish(c->nc, c->inbox, body, n);
 }
+
+static void conn_closed(conn_t *c);
 
 static void conn_close(conn_t *c) {
     for (int i = 0; i < subs_hi; i++)
@@ -346,26 +387,24 @@ static void conn_close(conn_t *c) {
     if (c->marker) natsSubscription_Destroy(c->marker);
     c->marker = NULL;
     if (!c->nc) {
-        conns[c->id] = NULL;
+        conns[c->id % MAX_CONNS] = NULL;
         graveyard[ngraves++] = c;
         return;
     }
-    /* libnats's Close flushes with a ping round trip first, whose answer this loop must read: it runs
-     * in a thread of its own (in the loop's thread it blocked the node's every client for 0.5 s). */
+    /* libnats's Close flushes with a ping round trip first, whose answer this loop must read: the
+     * closer thread does it (in the loop's thread it blocked the node's every client for 0.5 s). */
     c->closing = 1;
-    pthread_t t;
-    pthread_attr_t attr;
-    pthread_attr_init(&attr);
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &attr, close_thread, c)) natsConnection_Close(c->nc);
-    pthread_attr_destroy(&attr);
+    if (!close_later(c)) {
+        natsConnection_Close(c->nc);
+        conn_closed(c);
+    }
 }
 
 /* Closing ends here, in the loop: the connection's memory is released once libnats is done with it. */
 static void conn_closed(conn_t *c) {
     natsConnection_Destroy(c->nc);
     c->nc = NULL;
-    conns[c->id] = NULL;
+    conns[c->id % MAX_CONNS] = NULL;
     graveyard[ngraves++] = c;
 }
 
@@ -624,15 +663,17 @@ static int command(char *line, char *data, size_t dlen) {
     }
     if (!strcmp(op, "connect") && argc == 6) {
         int id = atoi(argv[2]);
-        if (id < 0 || id >= MAX_CONNS || conns[id]) { say("err %" PRId64 " connection %d exists", req, id); return 0; }
+        /* ids only grow (engine.py's counter); a slot is the id modulo MAX_CONNS, busy only while a
+         * connection outlives 4096 newer ones */
+        if (id < 0 || conns[id % MAX_CONNS]) { say("err %" PRId64 " connection %d: its slot is in use", req, id); return 0; }
         conn_t *c = calloc(1, sizeof *c);
         connect_job_t *job = calloc(1, sizeof *job);
         if (!c || !job) abort();
         c->id = id, c->fd = -1;
         snprintf(c->broker, sizeof c->broker, "%s", argv[4]);
         snprintf(c->inbox, sizeof c->inbox, "_EF.%d.%d.%" PRIu64, getpid(), id, ++seq_marker);
-        conns[id] = c;
-        if (id >= conns_hi) conns_hi = id + 1;
+        conns[id % MAX_CONNS] = c;
+        if (id % MAX_CONNS >= conns_hi) conns_hi = id % MAX_CONNS + 1;
         job->conn = c, job->req = req, job->timeout_ms = atoi(argv[5]);
         snprintf(job->url, sizeof job->url, "%s", argv[3]);
         pthread_t t;
@@ -822,11 +863,12 @@ static void handle_events(void) {
             else say("err %" PRId64 " marker subscription: %s", e->req, natsStatus_GetText(s));
         } else if (e->kind == 2) {
             say("err %" PRId64 " %s", e->req, e->text);
-            if (c) { conns[c->id] = NULL; free(c); }
+            if (c) { conns[c->id % MAX_CONNS] = NULL; free(c); }
         } else if (e->kind == 3 && c && !c->closing) say("lost %d", c->id);
         else if (e->kind == 4 && c && !c->closing) say("back %d", c->id);
         else if (e->kind == 5) say("closed %d", e->conn);
-        else if (e->kind == 6 && c) conn_closed(c);
+        else if (e->kind == 6 && e->conn >= 0 && conns[e->conn % MAX_CONNS] && conns[e->conn % MAX_CONNS]->id == e->conn)
+            conn_closed(conns[e->conn % MAX_CONNS]);      /* closing: conn_get no longer returns it */
         event_t *next = e->next;
         free(e);
         e = next;

@@ -71,13 +71,21 @@ class Message:
         self.subject, self.data = subject, data
 
 
+def health_path(health: Path) -> Path:
+    """Where the engine of a process whose health file is `health` writes its per-second lines (the
+    process's own probe keeps `health`; the monitor's glob and the guard read both)."""
+    return Path(health).with_suffix(".engine.jsonl")
+
+
 class Engine:
     """One engine process and its pipe: requests answered in order of their ids, events dispatched."""
 
     def __init__(self, health: Path | None = None, tick_us: int = TICK_US, read_holdoff_us: int = READ_HOLDOFF_US):
         self.health, self.tick_us, self.read_holdoff_us = health, tick_us, read_holdoff_us
         self.process: asyncio.subprocess.Process | None = None
-        self._ids = itertools.count(1)
+        # one counter per kind of id: requests are many (every flush, route, subscribe), and the engine
+        # keeps clients in a table of 4096 and connections in 4096 slots (id modulo 4096)
+        self._requests, self._connections, self._clients = itertools.count(1), itertools.count(1), itertools.count(1)
         self._waiting: dict[int, asyncio.Future] = {}
         self._subs: dict[int, tuple[str, object]] = {}  # sid -> (subject, callback)
         self._firsts: dict[int, object] = {}             # data sid -> callback on its first message
@@ -92,7 +100,7 @@ class Engine:
         binary = ensure_built()
         argv = [str(binary), "--tick-us", str(int(self.tick_us)), "--read-holdoff-us", str(int(self.read_holdoff_us))]
         if self.health:
-            argv += ["--health", str(Path(self.health).with_suffix(".engine.jsonl"))]
+            argv += ["--health", str(health_path(self.health))]
         self.process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
                                                             stdout=asyncio.subprocess.PIPE, limit=1 << 24)
         line = await asyncio.wait_for(self.process.stdout.readline(), 10)
@@ -102,7 +110,12 @@ class Engine:
         return self
 
     def next_id(self) -> int:
-        return next(self._ids)
+        """A request's (or a subscription's) id."""
+        return next(self._requests)
+
+    def next_client(self) -> int:
+        """A publisher's or subscriber's slot in the engine (at most 4096 per engine process)."""
+        return next(self._clients)
 
     # -- the pipe -------------------------------------------------------------------------------------
     def send(self, line: str, data: bytes = b"") -> None:
@@ -168,7 +181,7 @@ class Engine:
 
     # -- what the clients ask -------------------------------------------------------------------------
     async def connect(self, broker: str, address: str, timeout: float, dropped) -> "EngineConnection":
-        conn = self.next_id()
+        conn = next(self._connections)
         self._lost[conn] = dropped
         try:
             await self.request(["connect", conn, _token(address, "address"), _token(broker, "broker"),
@@ -264,7 +277,7 @@ class EnginePublisher(EngineClient, Publisher):
         if kwargs.get("features"):
             raise ValueError("topic features (durable topics, message tracking) need the Python client")
         super().__init__(topic, name, rate, size, **kwargs)
-        self.engine, self.idx, self._registered = engine, engine.next_id(), False
+        self.engine, self.idx, self._registered = engine, engine.next_client(), False
         _token(name, "client name"), _token(self.site or "-", "site")
 
     async def run(self, duration: float | None = None, count: int | None = None, start: float | None = None) -> int:
@@ -315,7 +328,7 @@ class EngineSubscriber(EngineClient, Subscriber):
         if kwargs.get("features"):
             raise ValueError("topic features (durable topics, message tracking) need the Python client")
         super().__init__(topic, name, trace=None, keep_latencies=False, **kwargs)
-        self.engine, self.idx, self.trace_path = engine, engine.next_id(), trace
+        self.engine, self.idx, self.trace_path = engine, engine.next_client(), trace
         self._final: dict | None = None
         self._forgotten = False
 

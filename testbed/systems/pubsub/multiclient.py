@@ -1,5 +1,7 @@
 """Many publishers (one per topic) in one process: the clients of the migration microbenchmark
-(paper 5.7: one client per topic, up to 128 topics), sharing one event loop.
+(paper 5.7: one client per topic, up to 128 topics), sharing one event loop; with `--client-engine
+compiled` their data plane is one compiled engine (testbed.systems.pubsub.engine), the control plane
+(lookups, redirects, the migration workflows) this loop.
 
     python -m testbed.systems.pubsub.multiclient --topics 32 --prefix mig --lookup nats://IP:4222 --rate 20 --events F
 """
@@ -14,16 +16,16 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.systems.pubsub.client import EventLog, Publisher, run_precise
-from testbed.systems.pubsub.clienthealth import ClientHealth
+from testbed.systems.pubsub.client import EventLog, run_precise
+from testbed.systems.pubsub.workloads import client_classes, data_plane
 
 
 async def _main(args) -> int:
     events = EventLog(args.events)
-    health = ClientHealth(args.health)  # how late the publishers send and how long the loop blocks, per second
-    publishers = [Publisher(f"{args.prefix}{i}", f"{args.name}-{i}", args.rate, args.size, precise_s=0.0,
-                            lookup_url=args.lookup, site=args.site, run_id=args.run_id, events=events,
-                            health=health)
+    engine, health = await data_plane(args)  # how late the publishers send (and the loop's lag), per second
+    publisher = client_classes(engine, health)[0]
+    publishers = [publisher(f"{args.prefix}{i}", f"{args.name}-{i}", args.rate, args.size, precise_s=0.0,
+                            lookup_url=args.lookup, site=args.site, run_id=args.run_id, events=events)
                   for i in range(1, args.topics + 1)]
     await asyncio.gather(*(publisher.start() for publisher in publishers))
     stop = asyncio.Event()
@@ -43,8 +45,12 @@ async def _main(args) -> int:
     for task in [*work, waiter]:
         task.cancel()
     health.close()
-    for publisher in publishers:
-        await publisher.close()
+    for p in publishers:
+        await p.settle()  # the engine's counts
+    for p in publishers:
+        await p.close()
+    if engine is not None:
+        await engine.stop()
     print(json.dumps({"done": True, "sent": sum(p.sent for p in publishers)}), flush=True)
     return 0
 
@@ -62,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", default="")
     parser.add_argument("--events", type=Path)
     parser.add_argument("--health", type=Path, help="per-second publisher lateness and loop lag, JSON lines")
+    parser.add_argument("--client-engine", choices=("python", "compiled"), default="python",
+                        help="the publishers' data plane: nats-py in this loop, or one compiled engine")
     return run_precise(_main(parser.parse_args(argv)))
 
 

@@ -21,7 +21,10 @@ downtime) and prints the table; `analysis.bench_figures` draws fig7a.png and fig
 (`--figures-only` redraws them). `--quick` (what `make paper` runs, ~5 min on the 2-core VM) keeps
 128 topics for Fig. 7a at two WAN latencies, one round each.
 
-    python -m testbed.systems.pubsub.bench.migration [--quick] [--figures-only]
+`--clients compiled` puts each client process's publishers' data plane in one compiled engine
+(testbed.systems.pubsub.engine); `--topics 128` keeps only the configurations with that many topics.
+
+    python -m testbed.systems.pubsub.bench.migration [--quick] [--figures-only] [--clients compiled] [--topics 128]
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from analysis.stats import from_dict, median_ci
 from testbed import health
 from testbed.experiment import Session
 from testbed.procs import json_lines, machine_ticks, read_line, stop_group
+from testbed.systems.pubsub.engine import health_path
 from testbed.systems.pubsub.role import ManagerOptions, PubSubSystem
 from testbed.scenario.loader import load
 
@@ -107,8 +111,9 @@ def _harness(health_files: list[Path], cpu: list[tuple[float, int, int]], since:
 
 
 def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int = 2,
-        period: float = 6.0) -> tuple[dict, list[dict], list[dict]]:
-    """One configuration: `rounds` migrations of every topic. Returns its row (medians with 95 %
+        period: float = 6.0, data_plane: str = "python") -> tuple[dict, list[dict], list[dict]]:
+    """One configuration: `rounds` migrations of every topic, the publishers' data plane in nats-py
+    or in one compiled engine per client process (`data_plane`: python | compiled). Returns its row (medians with 95 %
     intervals, the harness's verdict), every per-topic migration (release sent -> done, and from the
     round's decision) and every client's downtime (both definitions), each tagged with the
     configuration (the columns analysis.bench_figures.fig7 reads)."""
@@ -124,13 +129,16 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
         shares = client_shares(topics)
         events = [log_dir / f"clients-{j}.jsonl" for j in range(len(shares))]
         health_files = [log_dir / f"health-{j}.jsonl" for j in range(len(shares))]
+        if data_plane == "compiled":  # the publishers' lateness is the engine's
+            health_files = [health_path(path) for path in health_files]
         ready = until = float("inf")
         try:
             rate = 20.0 if topics <= 32 else 10.0
             for j, share in enumerate(shares):
                 argv = [session.network.python, "-m", "testbed.systems.pubsub.multiclient", "--topics", str(share),
                         "--prefix", f"m{j}t", "--name", f"mc{j}", "--lookup", system.lookup_url,
-                        "--rate", f"{rate:g}", "--events", str(events[j]), "--health", str(health_files[j])]
+                        "--rate", f"{rate:g}", "--events", str(events[j]), "--health", str(log_dir / f"health-{j}.jsonl"),
+                        "--client-engine", data_plane]
                 clients.append(session.network.popen("cl1", argv, stdout=subprocess.PIPE, text=True,
                                                      stderr=(log_dir / f"mc-{j}.log").open("ab")))
             for j, client in enumerate(clients):
@@ -166,7 +174,8 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
     manager = system.manager_events()
     rounds_at = [e for e in manager if e["type"] == "round" and e.get("migrations") and e["time"] >= ready]
     ends = [e for e in manager if e["type"] == "migration_end" and e["time"] >= ready]
-    config = {"n_topics": topics, "wan_one_way_s": wan_ms / 1e3, "workflow": workflow, "executors": executors}
+    config = {"n_topics": topics, "wan_one_way_s": wan_ms / 1e3, "workflow": workflow, "executors": executors,
+              "clients": data_plane}
     migrations = []
     for end in ends:
         decided = max((r["time"] for r in rounds_at if r["time"] <= end["time"]), default=None)
@@ -181,7 +190,8 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
     downtime = [d["downtime_s"] for d in downtimes]
     reconnect = [d["reconnect_s"] for d in downtimes if d["reconnect_s"] is not None]
     failed = [e for e in ends if not e.get("ok")]
-    row = {"topics": topics, "wan_ms": wan_ms, "workflow": workflow, "executors": executors, "rounds": rounds,
+    row = {"topics": topics, "wan_ms": wan_ms, "workflow": workflow, "executors": executors, "clients": data_plane,
+           "rounds": rounds,
            "migrations": len(ends), "failed": len(failed),
            "migration": _ci(migration_s), "completion": _ci(completion_s), "downtime": _ci(downtime),
            "reconnect": _ci(reconnect),
@@ -212,6 +222,9 @@ def plan(quick: bool) -> list[tuple[str, int, float, str, int]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small sweep, 128 topics kept for Fig. 7a (~5 min)")
+    parser.add_argument("--clients", choices=("python", "compiled"), default="python",
+                        help="the publishers' data plane: nats-py, or the compiled client engine (one per client process)")
+    parser.add_argument("--topics", default="", help="only the configurations with these topic counts (e.g. 128)")
     parser.add_argument("--figures-only", action="store_true",
                         help="redraw fig7a.png and fig7b.png from results/bench/migration.json")
     args = parser.parse_args(argv)
@@ -228,11 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     rows, migrations, downtimes = [], [], []
     measured: dict[tuple, tuple] = {}
+    only = {int(n) for n in args.topics.split(",") if n.strip()}
     for figure, topics, wan, workflow, executors in plan(args.quick):
+        if only and topics not in only:
+            continue
         key = (topics, wan, workflow, executors)
         if key not in measured:
             console.print(f"Fig. {figure}: {topics} topics, WAN {wan} ms, {workflow}, {executors} executors ...")
-            measured[key] = one(topics, wan, workflow, executors, rounds=rounds)
+            measured[key] = one(topics, wan, workflow, executors, rounds=rounds, data_plane=args.clients)
             row = measured[key][0]
             console.print(f"  migrations {row['migrations']} (failed {row['failed']}), per-topic "
                           f"{row['migration_median_s']}, from decision {row['completion_median_s']}, downtime median "
@@ -243,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         migrations += [{**m, "figure": figure} for m in moved]
         downtimes += [{**d, "figure": figure} for d in down]
     data = {"time": time.time(), "scenario": str(SCENARIO.relative_to(SCENARIO.parents[2])), "quick": args.quick,
-            "wall_s": round(time.monotonic() - started, 1), "rows": rows, "migrations": migrations,
+            "clients": args.clients, "wall_s": round(time.monotonic() - started, 1), "rows": rows, "migrations": migrations,
             "downtimes": downtimes}
     (OUT / "migration.json").write_text(json.dumps(data, indent=2))
     draw(data, OUT)
