@@ -6,9 +6,11 @@ subscriber. The whole run with migrations and crashes is in test_durable_live.py
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import nats.errors
@@ -182,6 +184,15 @@ def test_a_subscriber_resumes_from_its_acknowledged_position_at_another_broker(c
     summary = asyncio.run(scenario())
     assert summary["producers"]["pub2"]["received"] == 40 and summary["producers"]["pub2"]["lost"] == 0
     assert "pub1" not in summary["producers"]  # acknowledged before it left: not delivered again
+
+
+def test_every_storage_node_syncs_a_message_to_disk_before_acknowledging_it(cluster):
+    """The default nats-server (2.15) takes `sync_interval: always` from storage_config: its own
+    monitoring says so, for every storage node (2.9's 2-minute sync would say sync_always false)."""
+    for i in range(len(NODES)):
+        with urllib.request.urlopen(f"http://127.0.0.1:{BASE + 100 + i}/varz", timeout=5) as answer:
+            config = json.load(answer)["jetstream"]["config"]
+        assert config["sync_always"] is True, (i, config)
 
 
 def test_a_site_local_stream_follows_its_broker_to_another_site(cluster):
