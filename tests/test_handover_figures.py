@@ -46,3 +46,36 @@ def test_the_figure_and_table_show_both_loops(tmp_path):
     table = handover_figures.markdown_table(RESULT)
     assert table[0].startswith("| run | valid | handovers") and len(table) == 2 + 4
     assert "| trigger-s3 | yes | 5 | 1.40 / 2.20 | 10.0 % | 8 | 4 | 32 / 400 | 8 / 60 |" in table
+
+
+def test_the_paper_sized_flight_is_judged_alone_with_its_reaction_steps():
+    both = copy.deepcopy(RESULT)
+    chain = [{"node": "swarm1", "t": 0.0, "detected": 0.2, "reported": 0.4, "round": 0.6, "moved": 1.1},
+             {"node": "swarm2", "t": 9.0, "detected": 0.6, "reported": 0.8, "round": 1.0, "moved": 1.5}]
+    both["experiments"]["comparable-periodic"] = run([9.0, 11.0])
+    both["experiments"]["comparable-trigger"] = dict(run([1.2, 1.6, 2.9]), chain=chain)
+    verdicts = handover_figures.rules(both)
+    assert [v["claim"].endswith("(uav-comparable)") for v in verdicts] == [False, True, False]
+    assert verdicts[1]["verdict"] == "does not hold"  # median 1.6 s > 1.5 s, though the smoke's holds
+    assert "3 closed windows: median 1.60 s" in verdicts[1]["evidence"]
+    assert "without it, same flights: median 10.00 s" in verdicts[1]["evidence"]
+    assert "from the relink (median s): detected 0.40, reported 0.60, round 0.80, moved 1.30" in verdicts[1]["evidence"]
+
+
+def test_the_reaction_chain_follows_each_relink_until_the_nodes_next_one():
+    from testbed.systems.pubsub.bench.handover import reaction_chain
+
+    events = [{"type": "relink", "time": 100.0, "node": "swarm1"},
+              {"type": "handover_detected", "time": 100.3, "node": "swarm1"},
+              {"type": "handover_detected", "time": 100.1, "node": "swarm2"},  # another node's
+              {"type": "early_report", "time": 100.5, "topics": ["follow_leader-swarm1", "sensor_data-swarm1"]},
+              {"type": "early_round", "time": 100.7, "topics": ["sensor_data-swarm1"]},
+              {"type": "migration_end", "time": 101.0, "topic": "sensor_data-swarm1"},
+              {"type": "migration_end", "time": 101.2, "topic": "follow_leader-swarm1"},
+              {"type": "migration_end", "time": 104.0, "topic": "follow_leader-swarm1"},  # a later move: not the first
+              {"type": "migration_end", "time": 101.1, "topic": "sensor_data-swarm11"},  # swarm11 is not swarm1
+              {"type": "relink", "time": 110.0, "node": "swarm1"},
+              {"type": "migration_end", "time": 118.0, "topic": "sensor_data-swarm1"}]  # the periodic loop's
+    first, second = reaction_chain(events)
+    assert first == {"node": "swarm1", "t": 100.0, "detected": 0.3, "reported": 0.5, "round": 0.7, "moved": 1.2}
+    assert second == {"node": "swarm1", "t": 110.0, "detected": None, "reported": None, "round": None, "moved": 8.0}

@@ -177,6 +177,42 @@ def test_malformed_proxy_queries_are_counted_not_answered():
         service.sock.close()
 
 
+def test_a_lost_query_is_resent_so_a_relink_mid_query_costs_no_timeout():
+    """A query lost on the way (or cut by a relink: the next zone's proxy answers the resent one) is
+    sent again every RESEND_S, so the client is answered long before its timeout."""
+    import threading
+
+    from testbed.nc.coordinate import Coordinate
+
+    service = nc_proxy.ProxyService("p", "127.0.0.1", 0)
+    service.coordinate, service.fetched = Coordinate((0.001,) * 8, 0.2, 0.0, 0.0001), float("inf")
+    port = service.sock.getsockname()[1]
+
+    stop = threading.Event()
+
+    def serve_but_lose_the_first_query() -> None:
+        service.sock.settimeout(0.1)
+        lost = False
+        while not stop.is_set():
+            try:
+                data, peer = service.sock.recvfrom(2048)
+            except TimeoutError:
+                continue
+            if lost:
+                service.handle(data, peer)
+            lost = True
+
+    server = threading.Thread(target=serve_but_lose_the_first_query, daemon=True)
+    server.start()
+    try:
+        answer = nc_proxy.query("127.0.0.1", port, timeout=30.0)  # without the resend: TimeoutError after 30 s
+        assert answer["proxy"] == "p" and answer["coordinate"].vec == (0.001,) * 8 and service.answered >= 1
+    finally:
+        stop.set()
+        server.join()
+        service.sock.close()
+
+
 def test_serf_logs_are_written(tmp_path):
     with Session(parse_text(STAR)) as session:
         agents = SerfAgents(session.network, session.topology, tmp_path)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -12,15 +13,27 @@ from pathlib import Path
 
 import yaml
 
+TEARDOWN_S = 120  # what an interrupted run may take to take its network down (then it is killed)
+
 
 def run_scenario(path: Path, runs: Path, backend: str) -> tuple[Path | None, str]:
     """(the new run's directory, "") or (None, the end of what the run said) when it failed."""
     before = set(runs.glob("*"))
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(path), "--backend", backend,
-                           "--results", str(runs)], capture_output=True, text=True)
+    harness = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(path), "--backend", backend,
+                                "--results", str(runs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = harness.communicate()
+    except BaseException:  # Ctrl-C or a kill of the bench: the run tears its network down, as for a user's Ctrl-C
+        harness.send_signal(signal.SIGINT)
+        try:
+            harness.communicate(timeout=TEARDOWN_S)
+        except subprocess.TimeoutExpired:
+            harness.kill()
+            harness.wait()
+        raise
     made = sorted(set(runs.glob("*")) - before)
-    if done.returncode != 0 or not made:
-        return None, (done.stderr or done.stdout)[-1500:]
+    if harness.returncode != 0 or not made:
+        return None, (err or out)[-1500:]
     return made[0], ""
 
 

@@ -27,6 +27,7 @@ NC_ANYCAST_IP = "10.255.255.253"
 NC_PORT = 7400
 REFRESH_S = 1.0
 PROBES = 3  # the access latency is the smallest of a few probe round trips: processing noise only adds
+RESEND_S = 0.25  # a client resends its query this often until answered (an answer takes PROBES round trips)
 
 
 def _coord_dict(c: Coordinate) -> dict:
@@ -106,17 +107,27 @@ class ProxyService:
             self.handle(data, peer)
 
 
-def query(proxy_ip: str = NC_ANYCAST_IP, port: int = NC_PORT, timeout: float = 1.0, ident: int = 1) -> dict:
-    """Ask the zone's proxy for this client's coordinate; raises TimeoutError when nobody answers."""
+def query(proxy_ip: str = NC_ANYCAST_IP, port: int = NC_PORT, timeout: float = 1.0, ident: int = 1,
+          resend_s: float = RESEND_S) -> dict:
+    """Ask the zone's proxy for this client's coordinate; raises TimeoutError when nobody answers.
+    The query is sent again every `resend_s` until an answer comes (UDP: a query or probe lost, or
+    cut by a relink while in flight, would otherwise cost the whole timeout; the next zone's proxy
+    answers the resent one)."""
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.settimeout(timeout)
-        sock.sendto(json.dumps({"op": "query", "id": ident}).encode(), (proxy_ip, port))
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        request = json.dumps({"op": "query", "id": ident}).encode()
+        now = time.monotonic()
+        deadline, resend_at = now + timeout, now
+        while now < deadline:
+            if now >= resend_at:
+                sock.sendto(request, (proxy_ip, port))
+                resend_at = now + resend_s
+            sock.settimeout(max(1e-3, min(deadline, resend_at) - now))
             try:
                 data, peer = sock.recvfrom(2048)
             except socket.timeout:
-                break
+                now = time.monotonic()
+                continue
+            now = time.monotonic()
             message = json.loads(data)
             if message.get("id") != ident:
                 continue

@@ -1,7 +1,8 @@
 """`make bench-handover`: handover-aware placement (beyond the paper: testbed.policies.handover) against
 the paper's periodic control loop, on the same flights.
 
-Each pair of runs is one UAV flight (scenarios/uav-smoke.yaml, same seed) with the handover trigger
+Each pair of runs is one UAV flight (scenarios/uav-smoke.yaml, same seed; and the paper's own case,
+scenarios/uav-comparable.yaml: 8 swarms for 10 minutes) with the handover trigger
 off (the paper: a swarm stays above its threshold until the next NC report, the next monitoring round
 and the migration) and on (the swarm reports at once, its broker writes its report, the topic manager
 runs an early round for its topics). The runs alternate, so the machine's noise falls on both. A
@@ -27,6 +28,7 @@ from testbed.procs import json_lines
 
 OUT = Path("results/bench")
 FLIGHT = Path("scenarios/uav-smoke.yaml")
+COMPARABLE = Path("scenarios/uav-comparable.yaml")  # the paper's UAV case: 8 swarms, 10 min
 BORDER = Path("scenarios/uav-border.yaml")
 SEEDS = (3, 5)
 ON = {"control.handover_trigger": {"enabled": True}}
@@ -41,6 +43,8 @@ def experiments() -> dict[str, tuple[Path, dict]]:
         found[f"trigger-s{seed}"] = (FLIGHT, {"seed": seed, **ON})
     found["border-periodic"] = (BORDER, OFF)
     found["border-trigger"] = (BORDER, ON)
+    found["comparable-periodic"] = (COMPARABLE, OFF)
+    found["comparable-trigger"] = (COMPARABLE, ON)
     return found
 
 
@@ -60,6 +64,37 @@ def windows(run_dir: Path) -> list[dict]:
         entry["window_s"] = max(entry["window_s"], r["time_above_s"] or 0.0)
         entry["closed"] = entry["closed"] and bool(r["closed"])
     return sorted(per_relink.values(), key=lambda w: w["t_s"])
+
+
+CHAIN = ("detected", "reported", "round", "moved")  # the reaction's steps, in the order they follow a relink
+
+
+def reaction_chain(events: list[dict]) -> list[dict]:
+    """Per relink, when each step of the trigger's reaction came, in seconds after it: the node's
+    clients saw the new coordinate (`handover_detected`), its broker wrote the early report, the
+    manager's early round for its topics, and the last of its topics' migrations ended. A step that
+    did not come before the node's next relink is None (the periodic loop has no early steps)."""
+    relinks = sorted((e for e in events if e.get("type") == "relink"), key=lambda e: e["time"])
+    chains = []
+    for k, relink in enumerate(relinks):
+        node, began = relink["node"], relink["time"]
+        until = min((r["time"] for r in relinks[k + 1:] if r["node"] == node), default=float("inf"))
+
+        def first(kind: str, concerns) -> float | None:
+            times = [e["time"] for e in events if e.get("type") == kind and began <= e["time"] < until and concerns(e)]
+            return round(min(times) - began, 3) if times else None
+
+        mine = f"-{node}"
+        moved: dict[str, float] = {}  # each of its topics' first move after the relink
+        for e in events:
+            if e.get("type") == "migration_end" and began <= e["time"] < until and e.get("topic", "").endswith(mine):
+                moved[e["topic"]] = min(moved.get(e["topic"], e["time"]), e["time"])
+        chains.append({"node": node, "t": round(began, 3),
+                       "detected": first("handover_detected", lambda e: e.get("node") == node),
+                       "reported": first("early_report", lambda e: any(t.endswith(mine) for t in e.get("topics", ()))),
+                       "round": first("early_round", lambda e: any(t.endswith(mine) for t in e.get("topics", ()))),
+                       "moved": round(max(moved.values()) - began, 3) if moved else None})
+    return chains
 
 
 def monitoring(run_dir: Path) -> dict:
@@ -99,7 +134,7 @@ def run_one(path: Path, runs: Path, backend: str) -> dict:
             "migrations_per_handover": (summary.get("migrations") or 0) / concerned if concerned else None,
             "early_rounds": sum(e.get("type") == "early_round" for e in events),
             "detected": sum(e.get("type") == "handover_detected" for e in events),
-            "monitoring": monitoring(run_dir)}
+            "chain": reaction_chain(events), "monitoring": monitoring(run_dir)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -36,22 +36,39 @@ def _monitoring_ratio(runs: list[tuple[str, dict]]) -> tuple[float, float] | Non
     return sum(x.get("nc_reports_now", 0) for x in m) / periodic_nc, sum(x.get("early_reports", 0) for x in m) / periodic_reports
 
 
+FLIGHTS = (("", "uav-smoke"), ("comparable-", "uav-comparable"))  # (experiment prefix, scenario): each judged alone
+
+
+def _chain(runs: list[tuple[str, dict]]) -> str:
+    """The medians of the reaction's steps after a relink (bench.handover.reaction_chain), where they came."""
+    from testbed.systems.pubsub.bench.handover import CHAIN
+
+    parts = []
+    for step in CHAIN:
+        times = [c[step] for _, run in runs for c in run.get("chain", ()) if c.get(step) is not None]
+        if times:
+            parts.append(f"{step} {statistics.median(times):.2f}")
+    return f"; from the relink (median s): {', '.join(parts)}" if parts else ""
+
+
 def rules(result: dict) -> list[dict]:
     out = []
-    on, off = _runs(result, "trigger-"), _runs(result, "periodic-")
-    trig, base = _windows(on), _windows(off)
-    if trig:
+    for prefix, flight in FLIGHTS:
+        on, off = _runs(result, f"{prefix}trigger"), _runs(result, f"{prefix}periodic")
+        trig, base = _windows(on), _windows(off)
+        if not trig:
+            continue
         median, longest = statistics.median(trig), max(trig)
         cost = _monitoring_ratio(on)
         extra = (f"; extra monitoring: {100 * cost[0]:.1f} % more NC reports, {100 * cost[1]:.1f} % more monitoring "
                  "reports than the periodic ones" if cost else "")
-        out.append(rule("Beyond the paper: with the handover trigger a post-handover window closes in about a second",
-                        median <= TARGET_MEDIAN_S and longest <= TARGET_MAX_S,
+        out.append(rule(f"Beyond the paper: with the handover trigger a post-handover window closes in about a second "
+                        f"({flight})", median <= TARGET_MEDIAN_S and longest <= TARGET_MAX_S,
                         f"{len(trig)} closed windows: median {median:.2f} s (target <= {TARGET_MEDIAN_S:g}), max "
                         f"{longest:.2f} s (target <= {TARGET_MAX_S:g}), {len(_windows(on, False))} cut short by the next "
                         "relink or the run's end"
                         + (f"; without it, same flights: median {statistics.median(base):.2f} s, max {max(base):.2f} s"
-                           if base else "") + extra))
+                           if base else "") + _chain(on) + extra))
     border = dict(_runs(result, "border-"))
     if "border-trigger" in border:
         run = border["border-trigger"]
@@ -100,25 +117,27 @@ def draw(result: dict, out: Path, stem: str = "handover") -> list[str]:
     import matplotlib.pyplot as plt
 
     out = Path(out)
-    on, off = _runs(result, "trigger-"), _runs(result, "periodic-")
     border = dict(_runs(result, "border-"))
-    if not (on or off or border):
+    groups = [(f"{mode}\n{flight}", _windows(_runs(result, f"{prefix}{kind}")))  # closed windows
+              for prefix, flight in FLIGHTS for kind, mode in (("periodic", "periodic (paper)"), ("trigger", "trigger"))]
+    if not (any(values for _, values in groups) or border):
         return []
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), gridspec_kw={"width_ratios": [3, 2]})
-    groups = [("periodic (paper)", _windows(off)), ("handover trigger", _windows(on))]  # closed windows
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.4), gridspec_kw={"width_ratios": [3, 2]})
     shown = [(label, values) for label, values in groups if values]
     left.boxplot([v for _, v in shown], showfliers=False)
     for i, (_, values) in enumerate(shown, 1):
         left.scatter([i + 0.08 * ((k % 5) - 2) for k in range(len(values))], values, s=14, alpha=0.7, zorder=3)
-    left.set_xticks(range(1, len(shown) + 1), [label for label, _ in shown])
+    left.set_xticks(range(1, len(shown) + 1), [label for label, _ in shown], fontsize=8)
     left.axhline(PAPER_REACTION_S, color="grey", linestyle=":", label=f"paper's reaction time {PAPER_REACTION_S:g} s")
     left.axhline(TARGET_MAX_S, color="red", linestyle="--", label=f"target max {TARGET_MAX_S:g} s")
     left.axhline(TARGET_MEDIAN_S, color="green", linestyle="--", label=f"target median {TARGET_MEDIAN_S:g} s")
     left.set_ylabel("post-handover window (s): relink until the node's\ntopics are back under 40 ms (closed windows)")
-    left.set_title("Fig. 8's windows, same flights (uav-smoke)", fontsize=10)
-    left.legend(fontsize=7, loc="upper right")
+    left.set_title("Fig. 8's windows, same flights with and without the trigger", fontsize=10)
+    left.set_ylim(bottom=0)
+    left.legend(fontsize=7, loc="center")
     bars = [(name.replace("border-", ""), run["migrations_per_handover"] or 0.0) for name, run in sorted(border.items())]
-    right.bar([b for b, _ in bars], [v for _, v in bars], color=["tab:grey", "tab:green"][:len(bars)])
+    right.bar([b for b, _ in bars], [v for _, v in bars],
+              color=["tab:green" if b == "trigger" else "tab:grey" for b, _ in bars])
     right.axhline(MAX_MIGRATIONS_PER_HANDOVER, color="red", linestyle="--", label="at most one per handover")
     right.set_ylabel("migrations per topic and handover")
     right.set_title("a swarm crossing a zone border every 4 s (uav-border)", fontsize=10)
@@ -126,5 +145,5 @@ def draw(result: dict, out: Path, stem: str = "handover") -> list[str]:
     title = "Beyond the paper: handover-aware placement (early reports and rounds) vs the paper's periodic loop"
     fig.suptitle(title, fontsize=11)
     info = figures.save(fig, out / f"{stem}.png", title, "configuration", "post-handover window (s)",
-                        [label for label, _ in shown] + [b for b, _ in bars])
+                        [label.replace("\n", " ") for label, _ in shown] + [b for b, _ in bars])
     return [f"wrote {info['path']}: {title}"]
