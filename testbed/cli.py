@@ -415,7 +415,10 @@ def topic_set_threshold(run_id: str = typer.Argument(..., help="The running expe
 
     Example: sudo testbed topic set-threshold ab12cd follow_leader-swarm1 30ms
     """
+    import functools
+
     from testbed.emulation import runstate
+    from testbed.emulation.netns import connect_in
     from testbed.roles.launch import node_metadata
     from testbed.systems.pubsub.metadata import ZK_PORT, check_topic
     from testbed.units import parse_duration
@@ -434,7 +437,7 @@ def topic_set_threshold(run_id: str = typer.Argument(..., help="The running expe
         errors.print(f"run {run_id} has no cloud node: no ZooKeeper to set thresholds in")
         raise typer.Exit(EXIT_FAILURE)
     cloud = clouds[0]
-    meta = node_metadata(f"{run['ips'][cloud]}:{ZK_PORT}", run["nodes"][cloud])
+    meta = node_metadata(f"{run['ips'][cloud]}:{ZK_PORT}", functools.partial(connect_in, run["nodes"][cloud]))
     meta.start()
     try:
         meta.set_threshold(topic, seconds)
@@ -475,7 +478,8 @@ def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all r
     console.print(f"clean: removed {len(removed)} leftover item(s)" + (f" of run {run_id}" if run_id else ""))
 
 
-servers_app = typer.Typer(help="Namespace-servers: several ssh-reachable 'servers' on this machine.",
+servers_app = typer.Typer(help="Servers a run spreads over: check machines, or make namespace-servers (several "
+                          "ssh-reachable 'servers' on this machine).",
                           no_args_is_help=True)
 app.add_typer(servers_app, name="servers")
 
@@ -496,6 +500,41 @@ def servers_up(count: int = typer.Argument(3, help="How many (2-20).")) -> None:
     for server in made:
         console.print(f"{server.name}: {server.user}@{server.host} (ssh -F {server.ssh_config})", highlight=False)
     console.print(f"--servers {','.join(s.name for s in made)}", highlight=False)
+
+
+@servers_app.command("check")
+def servers_check(hosts: list[str] = typer.Argument(..., help="Servers: [user@]host or namespace-server names."),
+                  as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """Check machines before a run over them, as the run would reach them: ssh without a password,
+    root or sudo, the project at this path and this commit, the tools a node needs (`testbed doctor`
+    there), the MTU towards each other server, the clock against ours. Exit 1 if any check fails.
+
+    Example: testbed servers check vm1 vm2 admin@vm3
+    """
+    from dataclasses import asdict
+
+    from testbed.emulation import server_check
+    from testbed.emulation import servers as servers_mod
+
+    try:
+        chosen = servers_mod.parse(",".join(hosts), "servers check", least=1)
+    except ValueError as error:
+        raise _fail_input(error) from None
+    project = Path(__file__).resolve().parents[1]
+    # one ssh connection per command, none kept: a check killed halfway leaves nothing behind
+    findings = server_check.survey(chosen, None, project, sys.executable)
+    failed = [f for f in findings if not f.ok]
+    if as_json:
+        print(json.dumps({"ok": not failed, "findings": [asdict(f) for f in findings]}, indent=2))
+    else:
+        table = Table("server", "check", "status", "detail", title="testbed servers check")
+        for f in findings:
+            table.add_row(f.server, f.check, "[green]ok[/green]" if f.ok else "[red]FAIL[/red]", f.detail)
+        console.print(table)
+        console.print(f"{len(chosen)} server(s): " + ("every check passed" if not failed else
+                                                      f"{len(failed)} check(s) failed"), highlight=False)
+    if failed:
+        raise typer.Exit(1)
 
 
 @servers_app.command("down")

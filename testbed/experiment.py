@@ -71,7 +71,6 @@ def git_commit() -> str:
         return "unknown"
 
 
-CLOCK_LIMIT_S = 0.002  # a server clock further off than this would bias one-way latencies
 
 
 class Session:
@@ -146,6 +145,7 @@ class Session:
     def _reach_servers(self) -> Path:
         """Check every server can carry the run, and measure its clock against ours (one-way
         latency across servers is only as good as that offset): refused beyond CLOCK_LIMIT_S."""
+        from testbed.emulation import server_check
         from testbed.emulation import servers as servers_mod
 
         elsewhere = [s.name for s in self.servers if not s.on_this_machine]
@@ -154,18 +154,19 @@ class Session:
         control_dir = runstate.STATE_DIR / f"ssh-{self.run_id}"
         control_dir.mkdir(parents=True, exist_ok=True)
         project = Path(__file__).resolve().parents[1]
-        problems = servers_mod.check(self.servers, control_dir, project, sys.executable)
+        problems = server_check.problems(server_check.survey(self.servers, control_dir, project, sys.executable,
+                                                             thorough=False))
         if problems:
             servers_mod.close(self.servers, control_dir)
             raise BadRunInput("servers: " + "; ".join(problems))
         for server in self.servers:
-            offset, error = servers_mod.clock_offset(server, control_dir, sys.executable)
+            offset, error = server_check.clock_offset(server, control_dir, sys.executable)
             self.clock_offsets[server.name] = {"host": server.host, "offset_ms": round(offset * 1e3, 3),
                                                "error_ms": round(error * 1e3, 3)}
-            if abs(offset) > CLOCK_LIMIT_S:
+            if abs(offset) > server_check.CLOCK_LIMIT_S:
                 servers_mod.close(self.servers, control_dir)
                 raise BadRunInput(f"servers: {server.name}'s clock is {offset * 1e3:+.1f} ms off ours (more than "
-                                  f"{CLOCK_LIMIT_S * 1e3:g} ms): synchronise the clocks (chrony) first")
+                                  f"{server_check.CLOCK_LIMIT_S * 1e3:g} ms): synchronise the clocks (chrony) first")
         self.say("servers: " + ", ".join(f"{name} clock {c['offset_ms']:+.2f} ms (±{c['error_ms']:.2f})"
                                          for name, c in self.clock_offsets.items()))
         return control_dir

@@ -88,7 +88,7 @@ class Plane(PubSubSystem):
         started = time.monotonic()
         super().start()
         self.started_s = time.monotonic() - started
-        self.meta = node_metadata(self.zk.hosts, self.pid("cloud")).start()
+        self.meta = node_metadata(self.zk.hosts, self.network.connector("cloud")).start()
 
     def _start_manager(self) -> None:
         self.managers = {self.cloud: start_lookup(self.net, self.cloud, self.zk.hosts, self.manager.default,
@@ -416,7 +416,7 @@ def test_a_lost_zookeeper_session_gets_the_topic_reacquired(plane):
     before = plane.meta.zk.exists("/epulsar/topics/zkloss/owner").ephemeralOwner
     session = plane.command("bzone2", op="status")["zk_session"]
     started = time.monotonic()
-    expire_session(plane.zk.hosts, (session["id"], bytes.fromhex(session["password"])), plane.pid("cloud"))
+    expire_session(plane.zk.hosts, (session["id"], bytes.fromhex(session["password"])), plane.network.connector("cloud"))
     stat = wait_for(lambda: (s := plane.meta.zk.exists("/epulsar/topics/zkloss/owner")) and
                     s.ephemeralOwner != before and s, timeout=15)
     took = time.monotonic() - started
@@ -452,7 +452,7 @@ def test_zookeeper_restarted_without_its_data_gets_everything_back(plane):
     assert owned.get("zkloss") == "bzone2" and owned.get("mig_enh") == "bzone2"
     plane.meta.stop()
     took = plane.zk.restart(wipe=True)
-    plane.meta = node_metadata(plane.zk.hosts, plane.pid("cloud")).start()
+    plane.meta = node_metadata(plane.zk.hosts, plane.network.connector("cloud")).start()
     started = time.monotonic()
     back = wait_for(lambda: plane.meta.placement() == owned and set(plane.meta.brokers()) == set(BROKERS) and True,
                     timeout=20, step=0.2)

@@ -59,3 +59,47 @@ def test_the_scenario_names_its_servers_and_a_bad_one_is_refused_with_its_line()
     assert scenario.emulation.servers == ["tbs1", "root@vm2.lab"]
     with pytest.raises(ScenarioError, match=r"x.yaml:\d+.*emulation.servers"):
         parse_text(base + "\nemulation:\n  servers: [tbs1, 'vm2; reboot']\n", "x.yaml")
+
+
+def test_servers_check_says_each_failure_with_what_to_fix(monkeypatch):
+    """server_check's decisions on what two machines answer (the ssh commands themselves are
+    exercised on namespace-servers in tests/test_servers_live.py)."""
+    import json
+
+    from testbed.emulation import server_check
+
+    doctor = {"checks": [{"name": n, "ok": n != "serf", "detail": "serf not found" if n == "serf" else "ok"}
+                         for n in (*server_check.SERVER_NEEDS, "nats-server (pypi, default)", "nats-server (debian)",
+                                   "Open vSwitch")]}
+    answers = {  # (host, command start) -> output, or an exception
+        ("10.0.0.1", "id -u"): "0\n", ("10.0.0.2", "id -u"): "1000\n",
+        ("10.0.0.2", "sudo -n true"): servers_mod.ServerError("sudo: a password is required"),
+        ("10.0.0.1", "git -C"): "abc123\n", ("10.0.0.2", "git -C"): "def456-dirty\n",
+        ("10.0.0.1", "ip -o route"): "10.0.0.2 dev eth0 src 10.0.0.1", ("10.0.0.2", "ip -o route"): "10.0.0.1 dev eth1",
+        ("10.0.0.1", "ip -o link"): "2: eth0: <UP> mtu 9000 qdisc", ("10.0.0.2", "ip -o link"): "3: eth1: <UP> mtu 1500 q",
+    }
+
+    def run(server, command, _control, timeout=30.0):
+        if command.startswith("cd "):
+            return json.dumps(doctor)
+        for (host, start), out in answers.items():
+            if host == server.host and command.startswith(start):
+                if isinstance(out, Exception):
+                    raise out
+                return out
+        return ""
+
+    monkeypatch.setattr(server_check, "run", run)
+    monkeypatch.setattr(server_check, "project_version", lambda _p: "abc123")
+    monkeypatch.setattr(server_check, "clock_offset", lambda s, *_a: (0.0001 if s.name == "a" else 0.0035, 0.0002))
+    found = server_check.survey([Server("a", "10.0.0.1"), Server("b", "10.0.0.2", "admin")], None,
+                                servers_mod.Path("/opt/testbed"), "/opt/testbed/.venv/bin/python")
+    failed = {(f.server, f.check): f.detail for f in found if not f.ok}
+    assert set(failed) == {("a", "tools"), ("a", "harness connections"), ("b", "root"), ("b", "version"),
+                           ("b", "tools"), ("b", "MTU to a"), ("b", "clock"), ("b", "harness connections")}
+    assert "no passwordless sudo" in failed[("b", "root")]
+    assert failed[("b", "version")] == "def456-dirty there, abc123 here: check out the same commit on both"
+    assert failed[("a", "tools")] == "serf (serf not found)"  # the debian nats-server and OVS are not needed
+    assert "MTU 1500; VXLAN needs 1550" in failed[("b", "MTU to a")]
+    assert "+3.50 ms" in failed[("b", "clock")] and "chrony" in failed[("b", "clock")]
+    assert server_check.problems(found)[0].startswith("server a: tools: serf")

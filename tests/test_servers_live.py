@@ -120,6 +120,70 @@ def servers():
     assert not servers_mod.NS_DIR.exists()
 
 
+def test_servers_check_passes_namespace_servers_and_says_what_fails(servers):
+    """`testbed servers check` asks what a run needs, over ssh: all of it holds on namespace-servers;
+    a server whose underlay cannot carry VXLAN whole, one ssh cannot reach, and a machine that is not
+    a namespace-server (a run would refuse it) are each named with the check that failed."""
+    from testbed.emulation import server_check
+
+    ok = _testbed("servers", "check", "tbs1", "tbs2", "tbs3", "--json", timeout=300)
+    assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
+    findings = json.loads(ok.stdout)["findings"]
+    assert {f["check"] for f in findings if f["server"] == "tbs1"} == {
+        "ssh", "root", "project", "version", "tools", "MTU to tbs2", "MTU to tbs3", "clock"}
+    assert all(f["ok"] for f in findings), findings
+    subprocess.run(["ip", "-n", "tbs3", "link", "set", "mgmt0", "mtu", "1500"], check=True)
+    try:
+        small = _testbed("servers", "check", "tbs1", "tbs3", "--json", timeout=300)
+    finally:
+        subprocess.run(["ip", "-n", "tbs3", "link", "set", "mgmt0", "mtu", str(servers_mod.MGMT_MTU)], check=True)
+    failed = [f for f in json.loads(small.stdout)["findings"] if not f["ok"]]
+    assert small.returncode == 1 and [(f["server"], f["check"]) for f in failed] == [("tbs3", "MTU to tbs1")], failed
+    assert "MTU 1500; VXLAN needs 1550" in failed[0]["detail"]
+    unreachable = _testbed("servers", "check", "root@10.253.0.99", "--json", timeout=120)  # no server answers there
+    (only,) = json.loads(unreachable.stdout)["findings"]
+    assert unreachable.returncode == 1 and only["check"] == "ssh" and "passwordless ssh" in only["detail"], only
+    table = _testbed("servers", "check", "tbs1", timeout=300)  # as a user reads it
+    assert table.returncode == 0 and "every check passed" in table.stdout, table.stdout
+    project = Path(server_check.__file__).resolve().parents[2]
+    elsewhere = servers_mod.Server("vm1", servers["tbs1"].host, ssh_config=servers["tbs1"].ssh_config)  # as a real machine
+    found = {f.check: f for f in server_check.survey([elsewhere], None, project, sys.executable)}
+    assert [c for c, f in found.items() if not f.ok] == ["harness connections"]
+    assert "not supported yet" in found["harness connections"].detail
+
+
+ECHO = ("import socket\ns = socket.create_server(('127.0.0.1', 0))\nprint(s.getsockname()[1], flush=True)\n"
+        "while True:\n    c, _ = s.accept()\n    while d := c.recv(65536):\n        c.sendall(d)\n    c.close()")
+
+
+def test_a_service_inside_a_server_is_reached_through_ssh_as_another_machines_would_be(servers):
+    """remote.connect_through (what the harness uses for nodes on machines whose namespaces it cannot
+    enter): a socket to a service listening only inside the server, carried by a relay over ssh; a
+    refused connection is an error with the reason; a closed socket leaves no relay behind."""
+    from testbed.emulation import remote
+
+    server = servers["tbs1"]
+    inside = int((servers_mod.NS_DIR / "sshd-tbs1.pid").read_text())  # a process in the server's namespace
+    echo = subprocess.Popen(["ip", "netns", "exec", "tbs1", sys.executable, "-c", ECHO], stdout=subprocess.PIPE, text=True)
+    try:
+        port = int(echo.stdout.readline())
+        ssh = server.ssh(None)
+        with remote.connect_through(ssh, inside, sys.executable, ("127.0.0.1", port)) as sock:
+            payload = bytes(range(256)) * 400  # 100 KB each way, in pieces
+            sock.sendall(payload)
+            got = b""
+            while len(got) < len(payload):
+                got += sock.recv(65536)
+            assert got == payload
+        with pytest.raises(ConnectionError, match="refused"):
+            remote.connect_through(ssh, inside, sys.executable, ("127.0.0.1", 1))
+        _until(lambda: (remote._reap(), not remote._relays)[1])  # every relay's ssh ended with its socket
+    finally:
+        echo.kill()
+        echo.wait()
+        remote.end_relays()
+
+
 def _left_on_servers(names) -> list[str]:
     """Every process in the servers' namespaces but their sshd listeners."""
     left = []

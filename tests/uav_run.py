@@ -122,7 +122,10 @@ def _set_threshold(run_id: str) -> tuple[float, str, float | None]:
     """`testbed topic set-threshold` on the running experiment, and what its ZooKeeper then holds."""
     import time
 
+    import functools
+
     from testbed.emulation import runstate
+    from testbed.emulation.netns import connect_in
     from testbed.roles.launch import node_metadata
     from testbed.systems.pubsub.metadata import ZK_PORT
 
@@ -132,7 +135,7 @@ def _set_threshold(run_id: str) -> tuple[float, str, float | None]:
     assert done.returncode == 0, done.stdout + done.stderr
     run = runstate.known_runs()[run_id]
     cloud = next(n for n, r in run["roles"].items() if r == "cloud")
-    meta = node_metadata(f"{run['ips'][cloud]}:{ZK_PORT}", run["nodes"][cloud]).start()
+    meta = node_metadata(f"{run['ips'][cloud]}:{ZK_PORT}", functools.partial(connect_in, run["nodes"][cloud])).start()
     try:
         return set_at, done.stdout, meta.threshold(TOPIC)
     finally:

@@ -190,12 +190,11 @@ def _machine() -> tuple[float, float]:
 
 def _varz(network) -> dict:
     """nats-server's /varz, fetched from inside the broker's namespace."""
-    from testbed.emulation.netns import connect_in
     from testbed.systems.pubsub.broker import MONITOR_PORT
 
     ip = network.ip_of(BROKER)
     try:
-        with connect_in(network.nodes[BROKER].pid, (ip, MONITOR_PORT), timeout=2.0) as sock:
+        with network.connector(BROKER)((ip, MONITOR_PORT), 2.0) as sock:
             sock.sendall(f"GET /varz HTTP/1.0\r\nHost: {ip}\r\n\r\n".encode())
             data = b""
             while chunk := sock.recv(65536):

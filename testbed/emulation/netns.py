@@ -10,8 +10,10 @@ from __future__ import annotations
 import ctypes
 import os
 import socket
+import sys
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -62,3 +64,34 @@ def pids_in(pid: int) -> list[int]:
         if (st.st_ino, st.st_dev) == (want.st_ino, want.st_dev):
             found.append(int(entry))
     return found
+
+
+def signal_processes(pid: int, signum: int) -> list[str]:
+    """Send `signum` to every process in the network namespace of process `pid` (a node) but the
+    emulator's own shell into it (Containernet's `mininet:` shell); the names of those reached."""
+    reached = []
+    for other in pids_in(pid):
+        try:
+            if b"mininet:" in Path(f"/proc/{other}/cmdline").read_bytes():
+                continue
+            name = Path(f"/proc/{other}/comm").read_text().strip()
+            os.kill(other, signum)
+            reached.append(name)
+        except OSError:
+            continue  # exited meanwhile
+    return sorted(reached)
+
+
+def main(argv: list[str]) -> int:
+    """`python -m testbed.emulation.netns signal PID SIGNUM`: signal_processes on a server, for a
+    harness on another machine; prints the names reached, one per line."""
+    if len(argv) != 3 or argv[0] != "signal" or not argv[1].isdigit() or not argv[2].isdigit():
+        print("usage: python -m testbed.emulation.netns signal PID SIGNUM", file=sys.stderr)
+        return 2
+    for name in signal_processes(int(argv[1]), int(argv[2])):
+        print(name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -10,8 +10,10 @@ relink. Links are shaped in the run's shaper namespace (see shaping.py).
 
 from __future__ import annotations
 
+import functools
 import os
 import shlex
+import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from typing import Callable
 
 from testbed.emulation import runstate
 from testbed.emulation.backends.base import Backend
+from testbed.emulation.netns import connect_in
 from testbed.emulation.servers import Server
 from testbed.emulation.shaping import SHAPERS, ShapedLink, ShaperError, ShaperPerServer
 from testbed.topology import GATEWAY_IP, GATEWAY_MAC, Topology
@@ -296,6 +299,18 @@ class Network:
         """The Python that runs the project inside nodes: the harness's own, or the image's venv."""
         return self.backend.python
 
+    def connector(self, node: str) -> Callable[..., socket.socket]:
+        """How the harness opens a TCP connection to a service that listens only inside `node`:
+        `connect((ip, port), timeout)`. On this machine's kernel it enters the node's namespace
+        (netns.connect_in); on another machine's, a relay in the node carries it over the server's
+        ssh (remote.connect_through)."""
+        pid, server = self.nodes[node].pid, self.server_of(node)
+        if server is None or server.on_this_machine:
+            return functools.partial(connect_in, pid)
+        from testbed.emulation.remote import connect_through
+
+        return functools.partial(connect_through, server.ssh(self.control_dir), pid, self.python)
+
     def popen(self, node: str, argv: list[str], **kwargs) -> subprocess.Popen:
         """Start a process inside a node (tagged with the run id for cleanup); the returned Popen's
         terminate/kill reach the process in the node on every backend."""
@@ -323,20 +338,16 @@ class Network:
         return self._signal_processes(node, signal.SIGCONT)
 
     def _signal_processes(self, node: str, signum: int) -> list[str]:
-        """Send `signum` to every process of the node but the emulator's own shell into it."""
-        from testbed.emulation.netns import pids_in
+        """Send `signum` to every process of the node but the emulator's own shell into it: here, or
+        on the node's server when its kernel is not ours (the same code, run there over ssh)."""
+        from testbed.emulation.netns import signal_processes
 
-        reached = []
-        for pid in pids_in(self.nodes[node].pid):
-            try:
-                if b"mininet:" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                    continue  # the emulator's shell into the node (Containernet's), not the node's own
-                name = Path(f"/proc/{pid}/comm").read_text().strip()
-                os.kill(pid, signum)
-                reached.append(name)
-            except OSError:
-                continue  # exited meanwhile
-        return sorted(reached)
+        pid, server = self.nodes[node].pid, self.server_of(node)
+        if server is None or server.on_this_machine:
+            return signal_processes(pid, signum)
+        out = self.server_shells[server.name].cmd(shlex.join(
+            [self.python, "-m", "testbed.emulation.netns", "signal", str(pid), str(int(signum))]))
+        return sorted(line.strip() for line in out.splitlines() if line.strip())
 
     def cmd(self, node: str, command: str) -> str:
         """Run a shell command in a node and return its output (trusted, internal commands only)."""
@@ -450,9 +461,10 @@ class Network:
             nodes += self.shaper.nodes()
         nodes += list(self.server_shells.values())
         if self.servers:
-            from testbed.emulation.remote import SignalPipe
+            from testbed.emulation.remote import SignalPipe, end_relays
 
             SignalPipe.close_all()
+            end_relays()
         for node in nodes:
             try:
                 node.stop(deleteIntfs=False) if hasattr(node, "stop") else node.terminate()

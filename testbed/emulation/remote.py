@@ -7,6 +7,11 @@ so `cmd()` and everything network.py builds with it work unchanged. Two things a
   itself (the cluster's popen only holds the local ssh client, and joins argv unquoted). The
   process writes its pid to a file on the server, named with the run id so that `testbed clean`
   there removes it; signals are sent there with `kill`.
+- `connect_through`: a TCP connection from the harness to a service that listens only inside a
+  remote node (Serf's RPC, ZooKeeper, NATS): on one machine the harness enters the node's
+  namespace (netns.connect_in), which another machine's kernel does not offer; so a relay started
+  in the node by `mnexec` over the server's ssh connection carries the bytes, and the harness gets
+  one end of a socket pair, used as the TCP socket would be.
 - VXLAN links between servers: the cluster edition tunnels over ssh (`-w`, needs PermitTunnel and
   a process per link) or GRE (this kernel has none). A VXLAN device is made in the server's own
   namespace (its UDP socket stays there, on the underlay) and moved into the node, as Docker's
@@ -19,6 +24,7 @@ import glob
 import secrets
 import shlex
 import signal
+import socket
 import subprocess
 import threading
 from pathlib import Path
@@ -45,6 +51,88 @@ def pid_file_run(path: Path) -> str | None:
 def pid_files(run: str = "*") -> dict[Path, str]:
     """The remote pid files of one run (every run: "*") on this machine, with their run."""
     return {Path(path): pid_file_run(Path(path)) for path in glob.glob(PID_FILE.format(run=run, token="*"))}
+
+
+# The relay in the node: connect, say "+" (or exit with the reason on stderr), then copy both ways;
+# our end closing (EOF on stdin) half-closes the service's, and the service closing ends the relay.
+RELAY = """import os, selectors, socket, sys
+try:
+    s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=float(sys.argv[3]))
+except OSError as e:
+    sys.exit(f"connect {sys.argv[1]}:{sys.argv[2]}: {e.strerror or e}")
+s.settimeout(None)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+os.write(1, b"+")
+sel = selectors.DefaultSelector()
+sel.register(0, selectors.EVENT_READ)
+sel.register(s, selectors.EVENT_READ)
+while True:
+    for key, _ in sel.select():
+        if key.fileobj == 0:
+            data = os.read(0, 65536)
+            if not data:
+                sel.unregister(0)
+                s.shutdown(socket.SHUT_WR)
+            else:
+                s.sendall(data)
+        else:
+            data = s.recv(65536)
+            if not data:
+                sys.exit(0)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(1, view):]
+"""
+_relays: list[subprocess.Popen] = []
+_relays_lock = threading.Lock()
+
+
+def connect_through(ssh: list[str], pid: int, python: str, address: tuple[str, int], timeout: float = 5.0) -> socket.socket:
+    """A socket connected to `address` from inside the remote node whose namespace process `pid`
+    holds, through the server's ssh (`ssh`: its command line up to the remote command). Raises
+    OSError with the reason, as socket.create_connection would, when the node cannot connect."""
+    _reap()
+    ours, theirs = socket.socketpair()
+    relay = subprocess.Popen(ssh + [shlex.join(["mnexec", "-a", str(pid), python, "-c", RELAY, address[0],
+                                                str(address[1]), f"{timeout:g}"])],
+                             stdin=theirs, stdout=theirs, stderr=subprocess.PIPE, start_new_session=True)
+    theirs.close()
+    with _relays_lock:
+        _relays.append(relay)
+    ours.settimeout(timeout + 10.0)  # ssh's own connection comes first
+    try:
+        said = ours.recv(1)
+    except OSError:
+        said = b""
+    if said != b"+":
+        ours.close()
+        try:
+            why = relay.communicate(timeout=10)[1].decode(errors="replace").strip()
+        except subprocess.TimeoutExpired:
+            relay.kill()
+            why = "no answer"
+        raise ConnectionError(f"{address[0]}:{address[1]} in node {pid} through ssh: {why or f'exit {relay.poll()}'}")
+    ours.settimeout(timeout)
+    return ours
+
+
+def _reap() -> None:
+    """Wait for the relays whose connection ended (each is an ssh client of ours)."""
+    with _relays_lock:
+        for relay in [r for r in _relays if r.poll() is not None]:
+            relay.stderr.close()
+            _relays.remove(relay)
+
+
+def end_relays() -> None:
+    """End every relay still open (the run is over)."""
+    with _relays_lock:
+        relays, _relays[:] = list(_relays), []
+    for relay in relays:
+        if relay.poll() is None:
+            relay.kill()
+        relay.wait()
+        relay.stderr.close()
 
 
 def node_class(server: Server, control_dir: Path):

@@ -38,8 +38,7 @@ NS_DIR = runstate.STATE_DIR / "servers"
 NS_PREFIX = "tbs"  # namespace-server names: tbs1, tbs2, ...
 MGMT_BRIDGE = "tbmgmt"
 MGMT_NET = "10.253.0"  # namespace-servers' management network: .1 here, .11, .12, ... the servers
-MGMT_MTU = 9000  # VXLAN adds 50 bytes: emulated frames of 1500 bytes cross whole
-MIN_UNDERLAY_MTU = 1550
+MGMT_MTU = 9000  # VXLAN adds 50 bytes: emulated frames of 1500 bytes cross whole (server_check.MIN_UNDERLAY_MTU)
 SSH_TIMEOUT_S = 10
 PRIVSEP_DIR = Path("/run/sshd")  # sshd's privilege-separation directory
 
@@ -68,16 +67,19 @@ class Server:
         return argv + [f"{self.user}@{self.host}"]
 
 
-ELSEWHERE = ("a run over other machines is not supported yet: the harness's own connections to the services in nodes "
-             "(Serf RPC, ZooKeeper, NATS) and its CPU monitor enter node namespaces on this machine's kernel; "
-             "use namespace-servers (`testbed servers up 3`), docs/guide/multi-host.md says what is missing")
+ELSEWHERE = ("a run over other machines is not supported yet: the harness reaches the services in nodes over ssh "
+             "and signals their processes there, but its CPU monitor still reads this machine's /proc and the "
+             "nodes' traces are not gathered from other file systems; use namespace-servers (`testbed servers up 3`), "
+             "docs/guide/multi-host.md says what is missing")
 
 
-def parse(text: str, where: str = "--servers") -> list[Server]:
-    """`a,b,c` into servers: namespace-servers by name from the registry, others as [user@]host."""
+def parse(text: str, where: str = "--servers", least: int = 2) -> list[Server]:
+    """`a,b,c` into servers: namespace-servers by name from the registry, others as [user@]host. A
+    run needs `least` two (one server is an ordinary run); a check takes one."""
     names = [part.strip() for part in text.split(",") if part.strip()]
-    if len(names) < 2:
-        raise ValueError(f"{where}: name two servers or more (got {text!r}); one server is an ordinary run")
+    if len(names) < least:
+        raise ValueError(f"{where}: name two servers or more (got {text!r}); one server is an ordinary run" if least > 1
+                         else f"{where}: name a server")
     if len(set(names)) != len(names):
         raise ValueError(f"{where}: a server is named twice in {text!r}")
     registry = namespace_servers()
@@ -117,61 +119,6 @@ def run(server: Server, command: str, control_dir: Path | None, timeout: float =
         raise ServerError(f"server {server.name} ({server.user}@{server.host}): '{command}' failed "
                           f"({done.returncode}): {(done.stderr or done.stdout).strip()[-400:]}")
     return done.stdout
-
-
-def check(servers: list[Server], control_dir: Path, project: Path, python: str) -> list[str]:
-    """What keeps these servers from carrying a run (empty when nothing): reachable over ssh, the
-    project and its Python at the same paths, mnexec, and an underlay that carries VXLAN whole."""
-    problems = []
-    needs = " && ".join(f"test -e {shlex.quote(str(p))}" for p in (project, python)) + " && command -v mnexec >/dev/null"
-    for server in servers:
-        try:
-            run(server, needs, control_dir)
-        except ServerError as error:
-            problems.append(f"{error} (each server needs the project at {project}, set up with `make setup`, "
-                            "and Mininet's mnexec)")
-            continue
-        mtu = underlay_mtu(server, [s for s in servers if s != server][0], control_dir)
-        if mtu < MIN_UNDERLAY_MTU:
-            problems.append(f"server {server.name}: the interface towards the other servers has MTU {mtu}; VXLAN "
-                            f"needs {MIN_UNDERLAY_MTU} or more to carry 1500-byte frames (ip link set DEV mtu 9000)")
-    return problems
-
-
-def underlay_mtu(server: Server, peer: Server, control_dir: Path) -> int:
-    out = run(server, f"ip -o route get {peer.host}", control_dir)
-    match = re.search(r"\bdev (\S+)", out)
-    if not match:
-        raise ServerError(f"server {server.name}: no route to {peer.name} ({peer.host}): {out.strip()}")
-    link = run(server, f"ip -o link show dev {match[1]}", control_dir)
-    return int(re.search(r"\bmtu (\d+)", link)[1])
-
-
-CLOCK_ECHO = "import sys, time\nfor _ in sys.stdin: print(repr(time.time()), flush=True)"
-
-
-def clock_offset(server: Server, control_dir: Path, python: str = "python3", samples: int = 20) -> tuple[float, float]:
-    """The server's clock minus ours, NTP-style: a process on the server answers each line with its
-    clock; the offset is taken from the sample with the shortest round trip, whose half bounds the
-    error: (offset s, error bound s)."""
-    echo = subprocess.Popen(server.ssh(control_dir) + [shlex.join([python, "-u", "-c", CLOCK_ECHO])],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
-    best = None
-    try:
-        for _ in range(samples):
-            t0 = time.time()
-            echo.stdin.write("t\n")
-            echo.stdin.flush()
-            line = echo.stdout.readline()
-            t1 = time.time()
-            if not line:
-                raise ServerError(f"server {server.name}: the clock probe ({python}) gave no answer")
-            if best is None or t1 - t0 < best[1]:
-                best = (float(line) - (t0 + t1) / 2, t1 - t0)
-    finally:
-        echo.stdin.close()
-        echo.wait(timeout=10)
-    return best[0], best[1] / 2
 
 
 def clean(servers: list[Server], python: str, run_id: str | None, force: bool) -> list[str]:

@@ -10,8 +10,8 @@ runs them; what they share with this module is their command line and the facts 
 
 from __future__ import annotations
 
-import functools
 import shutil
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -20,7 +20,6 @@ from pathlib import Path
 from kazoo.handlers.threading import SequentialThreadingHandler
 
 from testbed import natsserver, plugin
-from testbed.emulation.netns import connect_in, entered
 from testbed.nc.coordinate import Coordinate
 from testbed.nc.serf import RPC_PORT, SerfError, SerfRPC
 from testbed.procs import read_line, stop_group
@@ -98,7 +97,7 @@ class SerfAgents:
 
     def rpc(self, node: str, timeout: float = 5.0) -> SerfRPC:
         """A connection to `node`'s agent from the harness (its RPC listens inside the node only)."""
-        return SerfRPC(timeout=timeout, connect=functools.partial(connect_in, self.network.nodes[node].pid))
+        return SerfRPC(timeout=timeout, connect=self.network.connector(node))
 
     def wait_joined(self, timeout_s: float = 60.0, progress=lambda _m: None) -> float:
         """Wait until a seed sees every agent alive; returns the seconds it took."""
@@ -171,29 +170,31 @@ class SerfAgents:
 
 
 # -- ZooKeeper clients of the harness ---------------------------------------------------------------
-class NetnsHandler(SequentialThreadingHandler):
-    """kazoo's handler, with its TCP connections opened inside a node's network namespace (node
-    addresses exist only there)."""
+class NodeHandler(SequentialThreadingHandler):
+    """kazoo's handler, with its TCP connections opened from inside a node (node addresses exist
+    only there): `connect`, a node's `Network.connector` or `connect_in` of a node's pid."""
 
-    def __init__(self, pid: int):
+    def __init__(self, connect):
         super().__init__()
-        self.pid = pid
+        self.connect = connect
 
-    def create_connection(self, *args, **kwargs):
-        with entered(self.pid):
-            return super().create_connection(*args, **kwargs)
-
-
-def node_metadata(hosts: str, pid: int, **kwargs) -> Metadata:
-    """A `Metadata` client (not started) for the harness, connecting from inside the namespace of
-    process `pid` (a node's)."""
-    return Metadata(hosts, handler=NetnsHandler(pid), **kwargs)
+    def create_connection(self, address, timeout=None, *_args, **_kwargs):
+        sock = self.connect(address, timeout)
+        if sock.family != socket.AF_UNIX:  # a relay's end (remote.connect_through) sets it on its own
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as kazoo's own handler does
+        return sock
 
 
-def expire_session(hosts: str, session: tuple[int, bytes], pid: int) -> None:
+def node_metadata(hosts: str, connect, **kwargs) -> Metadata:
+    """A `Metadata` client (not started) for the harness, connecting from inside a node (`connect`:
+    see NodeHandler)."""
+    return Metadata(hosts, handler=NodeHandler(connect), **kwargs)
+
+
+def expire_session(hosts: str, session: tuple[int, bytes], connect) -> None:
     """End someone's ZooKeeper session from outside (as a network partition longer than the
     session timeout would): a second client joins the session with its id and password and closes it."""
-    thief = node_metadata(hosts, pid, client_id=session)
+    thief = node_metadata(hosts, connect, client_id=session)
     thief.start()
     thief.stop()
 
@@ -246,7 +247,7 @@ class ZooKeeperServer:
             raise MetadataError(f"ZooKeeper in {self.node} did not answer ruok within {timeout:g}s")
         # ruok is answered before sessions are served: the probe's first connections may be dropped
         # (kazoo warns; testbed.logs routes that to the run's log files).
-        probe = node_metadata(self.hosts, self.network.nodes[self.node].pid)
+        probe = node_metadata(self.hosts, self.network.connector(self.node))
         probe.start(timeout=max(1.0, timeout - (time.monotonic() - started)))
         probe.ensure_layout()
         probe.stop()
@@ -254,7 +255,7 @@ class ZooKeeperServer:
 
     def four_letter(self, word: str) -> str | None:
         try:
-            with connect_in(self.network.nodes[self.node].pid, (self.ip, ZK_PORT), timeout=1.0) as sock:
+            with self.network.connector(self.node)((self.ip, ZK_PORT), 1.0) as sock:
                 sock.sendall(word.encode())
                 chunks = []
                 while chunk := sock.recv(4096):
@@ -306,7 +307,7 @@ def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0, config:
         if process.poll() is not None:
             raise BrokerError(f"nats-server in {node} exited with {process.returncode} (see {log})")
         try:
-            with connect_in(network.nodes[node].pid, (ip, NATS_PORT), timeout=1.0) as sock:
+            with network.connector(node)((ip, NATS_PORT), 1.0) as sock:
                 if sock.recv(4) == b"INFO":
                     return process
         except OSError:

@@ -184,7 +184,7 @@ def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, p
                               ManagerOptions(policy=policy, period=period, default=BROKER, threshold=10.0),
                               monitoring_period=period, nc_period=period)
         system.start()
-        meta = node_metadata(system.zk.hosts, network.nodes[system.cloud].pid).start()
+        meta = node_metadata(system.zk.hosts, network.connector(system.cloud)).start()
         try:
             time.sleep(period)  # the agent's first reports
             idle = _window(network, meta, periods, period)
