@@ -466,17 +466,20 @@ def test_the_rtt_reading_doubles_every_estimate_and_keeps_the_choices():
 # --- handover-aware placement (beyond the paper) ----------------------------------------------------
 
 
-def test_an_early_round_moves_only_the_concerned_violated_topics_and_holds_recent_moves():
+def test_an_early_round_moves_only_the_concerned_violated_topics_and_holds_a_return():
     from testbed.policies.handover import early_round
 
     snap = _cluster()  # T on bc violates (E 150 ms > 100); ba is overloaded, t2 would be shed by a full round
     ep = POLICIES["epulsar"]
     moves, why = early_round(["T"], snap, ep, {}, now=100.0, hold_s=10.0, thresholds=LIMITS)
     assert moves == [Migration("T", "bc", "bb")] and why == {}  # t2's overload is the periodic round's
-    moves, why = early_round(["T", "t3", "gone"], snap, ep, {"T": 95.0}, now=100.0, hold_s=10.0, thresholds=LIMITS)
-    assert moves == [] and why == {"T": "held: moved 5.0 s ago (hold 10 s)", "t3": "E(t) within its threshold",
-                                   "gone": "not placed"}
-    assert early_round(["T"], snap, ep, {"T": 89.0}, now=100.0, hold_s=10.0, thresholds=LIMITS)[0]  # hold over
+    back = {"T": (95.0, "bb")}  # T came from bb 5 s ago: going back there is ping-pong
+    moves, why = early_round(["T", "t3", "gone"], snap, ep, back, now=100.0, hold_s=10.0, thresholds=LIMITS)
+    assert moves == [] and why == {"T": "held: would return to bb, which it left 5.0 s ago (hold 10 s)",
+                                   "t3": "E(t) within its threshold", "gone": "not placed"}
+    assert early_round(["T"], snap, ep, {"T": (89.0, "bb")}, now=100.0, hold_s=10.0, thresholds=LIMITS)[0]  # hold over
+    onwards = {"T": (99.0, "ba")}  # T left ba 1 s ago: a move on to bb (a third zone) is followed at once
+    assert early_round(["T"], snap, ep, onwards, now=100.0, hold_s=10.0, thresholds=LIMITS)[0] == [Migration("T", "bc", "bb")]
     full = _cluster(bb_rate_out=1490.0)  # bb cannot take T (1490 + 20 > 1500); ba is full: T stays
     assert early_round(["T"], full, ep, {}, 100.0, 10.0, LIMITS) == ([], {"T": "no better broker can host it"})
 

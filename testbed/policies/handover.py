@@ -11,9 +11,9 @@ paper's behaviour stays the baseline):
   per `min_interval_s` (`coordinate_moved`, `EarlyReports`);
 - its broker writes its monitoring report at once and tells the topic manager which topic it concerns;
 - the manager runs an early round for those topics only (`early_round`): Algorithm 1's placement for
-  those of them whose E(t) now exceeds Lth(t), skipping a topic that moved less than `hold_s` ago, so
-  a client on a zone border cannot bounce its topics back and forth (the periodic round stays the
-  backstop, unchanged).
+  those of them whose E(t) now exceeds Lth(t), except a move back to the broker a topic left less
+  than `hold_s` ago, so a client on a zone border cannot bounce its topics back and forth (a swarm
+  that goes on to a third zone is followed at once; the periodic round stays the backstop).
 """
 
 from __future__ import annotations
@@ -82,12 +82,23 @@ class EarlyReports:
         return True
 
 
-def early_round(topics: Iterable[str], snapshot: Snapshot, policy: Policy, moved_at: Mapping[str, float], now: float,
-                hold_s: float, thresholds: Overload = Overload(),
+def returns_too_soon(topic: str, target: str, moved: Mapping[str, tuple[float, str]], now: float,
+                     hold_s: float) -> str | None:
+    """Why moving `topic` to `target` now would be ping-pong (None when it would not): `target` is
+    the broker the topic left less than `hold_s` ago (`moved`: each topic's last migration, as
+    (when, the broker it left))."""
+    when, left = moved.get(topic, (float("-inf"), ""))
+    if target == left and now - when < hold_s:
+        return f"held: would return to {left}, which it left {now - when:.1f} s ago (hold {hold_s:g} s)"
+    return None
+
+
+def early_round(topics: Iterable[str], snapshot: Snapshot, policy: Policy, moved: Mapping[str, tuple[float, str]],
+                now: float, hold_s: float, thresholds: Overload = Overload(),
                 clients: Mapping[str, TopicClients] | None = None) -> tuple[list[Migration], dict[str, str]]:
     """An early round for the topics a handover concerns: those whose E(t) exceeds Lth(t) in the
-    snapshot are placed as Algorithm 1's PlaceTopics would (`can_host` included), except those that
-    moved less than `hold_s` ago (`moved_at`: each topic's last migration). Returns the migrations
+    snapshot are placed as Algorithm 1's PlaceTopics would (`can_host` included), except a move back
+    to the broker a topic left less than `hold_s` ago (`returns_too_soon`). Returns the migrations
     and, per concerned topic left where it is, why (held, not violated, not placed, no placement)."""
     placement = snapshot.placement
     why: dict[str, str] = {}
@@ -95,8 +106,6 @@ def early_round(topics: Iterable[str], snapshot: Snapshot, policy: Policy, moved
     for topic in sorted(set(topics)):
         if topic not in placement:
             why[topic] = "not placed"
-        elif now - moved_at.get(topic, float("-inf")) < hold_s:
-            why[topic] = f"held: moved {now - moved_at[topic]:.1f} s ago (hold {hold_s:g} s)"
         elif not latency_violated(topic, snapshot):
             why[topic] = "E(t) within its threshold"
         else:
@@ -106,6 +115,12 @@ def early_round(topics: Iterable[str], snapshot: Snapshot, policy: Policy, moved
         return host_refusal(b, t, p, m, thresholds) is None
 
     result = place_topics(candidates, placement, snapshot, policy, check, clients)
-    migrations = [Migration(t, placement[t], result[t]) for t in candidates if result[t] != placement[t]]
-    why.update({t: "no better broker can host it" for t in candidates if result[t] == placement[t]})
+    migrations = []
+    for topic in candidates:
+        if result[topic] == placement[topic]:
+            why[topic] = "no better broker can host it"
+        elif held := returns_too_soon(topic, result[topic], moved, now, hold_s):
+            why[topic] = held
+        else:
+            migrations.append(Migration(topic, placement[topic], result[topic]))
     return migrations, why

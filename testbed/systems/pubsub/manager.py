@@ -34,7 +34,7 @@ from kazoo.client import KazooState
 from testbed.systems.pubsub.lookup import LookupService
 from testbed.systems.pubsub.metadata import check_topic
 from testbed.systems.pubsub.reports import HANDOVER_SUBJECT
-from testbed.policies.handover import HandoverTrigger, early_round
+from testbed.policies.handover import HandoverTrigger, early_round, returns_too_soon
 from testbed.policies.snapshot import BrokerReport, Migration, Snapshot, TopicClients, TopicReport
 from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DISTANCES, INITIAL_PLACEMENTS, DEFAULT_POLICY,
                                POLICIES, ControlOptions, LoadManagerConfig, Overload, controller_for, get_distance,
@@ -93,7 +93,7 @@ class TopicManager(LookupService):
         self.in_flight: set[str] = set()
         self.round = 0
         self.handover = HandoverTrigger.from_json(args.handover_trigger)  # beyond the paper: early rounds
-        self.moved_at: dict[str, float] = {}  # each topic's last migration (an early round holds it)
+        self.moved: dict[str, tuple[float, str]] = {}  # each topic's last migration: (when, the broker it left)
         self.handover_topics: set[str] = set()  # topics handovers concern, for the next early round
         self._early: asyncio.Task | None = None
         self._leading = False
@@ -221,14 +221,14 @@ class TopicManager(LookupService):
 
     # -- handovers: early rounds (beyond the paper; testbed.policies.handover) --------------------
     def hold(self, migrations: list[Migration], shed: set[str]) -> list[Migration]:
-        """With the handover trigger on, a periodic round does not move a topic back within `hold_s` of
-        its last move either (an overloaded broker's shed topics excepted): a client on a zone border
-        would otherwise have the periodic round bounce what the early rounds hold."""
+        """With the handover trigger on, a periodic round does not move a topic back to the broker it
+        left within `hold_s` either (an overloaded broker's shed topics excepted): a client on a zone
+        border would otherwise have the periodic round bounce what the early rounds hold."""
         if not self.handover.enabled:
             return migrations
         now = time.time()
         held = [m.topic for m in migrations if m.topic not in shed
-                and now - self.moved_at.get(m.topic, float("-inf")) < self.handover.hold_s]
+                and returns_too_soon(m.topic, m.target, self.moved, now, self.handover.hold_s)]
         if held:
             emit("round_held", round=self.round, topics=held, hold_s=self.handover.hold_s)
         return [m for m in migrations if m.topic not in held]
@@ -253,7 +253,7 @@ class TopicManager(LookupService):
             topics, self.handover_topics = sorted(self.handover_topics), set()
             try:
                 snapshot, clients = await asyncio.to_thread(self.state)
-                migrations, why = early_round(topics, snapshot, self.policy, self.moved_at, time.time(),
+                migrations, why = early_round(topics, snapshot, self.policy, self.moved, time.time(),
                                               self.handover.hold_s, self.overload, clients)
             except Exception as error:  # noqa: BLE001 - the periodic round is the backstop
                 emit("early_round_failed", topics=topics, error=f"{type(error).__name__}: {error}")
@@ -305,7 +305,7 @@ class TopicManager(LookupService):
                 await self.migrate(m, brokers)
 
         self.in_flight |= {m.topic for m in migrations}
-        self.moved_at.update({m.topic: started for m in migrations})
+        self.moved.update({m.topic: (started, m.source) for m in migrations})
         try:
             await asyncio.gather(*(one(m) for m in migrations))
         finally:

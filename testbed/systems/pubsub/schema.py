@@ -71,8 +71,9 @@ class HandoverTrigger(Strict):
     """Beyond the paper, off by default (testbed.policies.handover): a client that is handed over
     (its coordinate moved by more than `min_change`, in the run's reading of d, since it last acted;
     it looks every `poll`) reports at once, at most once per `min_interval`; its broker writes its
-    report and the topic manager runs an early round for the topics concerned, leaving a topic that
-    moved less than `hold` ago where it is (no ping-pong on a zone border). A subscription an MMOG
+    report and the topic manager runs an early round for the topics concerned, never moving a topic
+    back to the broker it left less than `hold` ago (no ping-pong on a zone border; a swarm that goes
+    on to a third zone is followed at once). A subscription an MMOG
     group change opens reports at once too. The periodic round stays the backstop."""
 
     enabled: bool = False
