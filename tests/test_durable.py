@@ -195,6 +195,19 @@ def test_every_storage_node_syncs_a_message_to_disk_before_acknowledging_it(clus
         assert config["sync_always"] is True, (i, config)
 
 
+async def _stored(js, subject: str, msg_id: str, failure: str, within_s: float = 10.0):
+    """Publish until acknowledged. A stream just made or moved may not answer yet (no leader: a
+    timeout with no store, or on 2.10+ no responder for a moment); a JetStream client resends with
+    the same id, which is what dedup is for (the broker agent's store retries on any error alike)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return await js.publish(subject, b"x", headers={"Nats-Msg-Id": msg_id}, timeout=2)
+        except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError):
+            assert time.monotonic() < deadline, failure
+            await asyncio.sleep(0.2)
+
+
 def test_a_site_local_stream_follows_its_broker_to_another_site(cluster):
     """A new owner at another site moves the stream there (JetStream moves it by placement tags);
     nothing stored is lost and the ids are still remembered."""
@@ -202,7 +215,7 @@ def test_a_site_local_stream_follows_its_broker_to_another_site(cluster):
         agent, durable = await _broker({"mv": DurableSpec(1, "site-local")}, [0, 1, 2])
         await durable.ensure_stream("mv-a", owner=True)
         for seq in range(20):
-            await durable.js.publish("s.mv-a", b"x", headers={"Nats-Msg-Id": f"p:{seq}"})
+            await _stored(durable.js, "s.mv-a", f"p:{seq}", "the new stream answered no publish in 10 s")
         agent2, durable2 = await _broker({"mv": DurableSpec(1, "site-local")}, [3], site="cloud")
         await durable2.ensure_stream("mv-a", owner=True)
         # the new peer catches up, takes the lead, the old one leaves: seconds when the VM is quiet, and
@@ -214,17 +227,7 @@ def test_a_site_local_stream_follows_its_broker_to_another_site(cluster):
                 break
             assert time.monotonic() < deadline, f"not moved: {info.cluster}"
             await asyncio.sleep(0.2)
-        # the new leader may not answer its first publish yet (a leader change: a timeout with no
-        # store, or on 2.10+ no responder for a moment); a JetStream client resends with the same id,
-        # which is what dedup is for (the broker agent's store retries on any error alike)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                again = await durable2.js.publish("s.mv-a", b"x", headers={"Nats-Msg-Id": "p:3"}, timeout=2)
-                break
-            except (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError):
-                assert time.monotonic() < deadline, "the moved stream answered no publish in 10 s"
-                await asyncio.sleep(0.2)
+        again = await _stored(durable2.js, "s.mv-a", "p:3", "the moved stream answered no publish in 10 s")
         events = agent2.events
         for closing in (durable.close(), durable2.close(), agent.nc.close(), agent2.nc.close()):
             await closing
