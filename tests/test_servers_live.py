@@ -184,6 +184,25 @@ def test_a_service_inside_a_server_is_reached_through_ssh_as_another_machines_wo
         remote.end_relays()
 
 
+def test_a_faults_signal_reaches_a_nodes_processes_by_the_code_run_on_the_server(servers):
+    """`python -m testbed.emulation.netns signal PID SIGNUM` over ssh (how a crash reaches a node on
+    a machine whose kernel is not ours): every process in PID's network namespace but PID itself."""
+    holder = subprocess.Popen(["unshare", "-n", "sleep", "300"])  # a node: a namespace and its shell
+    _until(lambda: os.readlink(f"/proc/{holder.pid}/ns/net") != os.readlink("/proc/self/ns/net"))
+    member = subprocess.Popen(["nsenter", "-t", str(holder.pid), "-n", "sleep", "299"])  # a process in it
+    try:
+        _until(lambda: os.readlink(f"/proc/{member.pid}/ns/net") == os.readlink(f"/proc/{holder.pid}/ns/net"))
+        said = subprocess.run(servers["tbs1"].ssh(None) + [" ".join([sys.executable, "-m", "testbed.emulation.netns",
+                              "signal", str(holder.pid), str(int(signal.SIGTERM))])], capture_output=True, text=True,
+                              timeout=60)
+        assert said.returncode == 0 and said.stdout.split() == ["sleep"], said
+        assert member.wait(timeout=10) == -signal.SIGTERM and holder.poll() is None  # the node's shell is left
+    finally:
+        for process in (member, holder):
+            process.kill()
+            process.wait()
+
+
 def _left_on_servers(names) -> list[str]:
     """Every process in the servers' namespaces but their sshd listeners."""
     left = []
