@@ -7,11 +7,14 @@ plan and area-of-interest rules, without a network."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,7 +25,7 @@ from tests.live import judged_seconds, run_held, unexplained_seconds
 from tests.needs import full_system
 from tests.spans import clean_seconds, detection_window
 from testbed.mobility import GroupChange, group_changes
-from testbed.systems.pubsub.workloads import _due_between, area_of_interest, mmog_plan, served
+from testbed.systems.pubsub.workloads import MmogClient, _due_between, area_of_interest, mmog_plan, served
 from testbed.scenario.loader import ScenarioError, load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +79,45 @@ def test_due_between_counts_the_open_loop_schedule():
     assert _due_between(100.0, 30, 100.0, 101.0) == 30
     assert _due_between(100.0, 30, 99.0, 100.5) == 15  # nothing is due before the start
     assert _due_between(100.0, 30, 101.0, 100.0) == 0
+
+
+class SlowSubscriber:
+    """A subscriber whose close takes a while and counts what it received until closed: the change
+    loop's logic alone (the live runs cover the real clients)."""
+
+    def __init__(self, topic, name, trace=None, **kwargs):
+        self.topic, self.received, self.closed = topic, 0, False
+
+    async def start(self):
+        pass
+
+    async def close(self):
+        await asyncio.sleep(0.2)
+        self.received, self.closed = 25, True
+
+
+def test_the_end_of_a_run_lets_a_group_change_under_way_finish_so_its_subscriptions_are_counted(tmp_path):
+    """The run ends while a change is closing a subscription: the change completes, so what that
+    subscription traced is in the player's count (a cancel halfway left rows uncounted in CI)."""
+    args = SimpleNamespace(node="p0", trace_dir=str(tmp_path), lookup="-", site="s", run_id="r", nc_period=1.0,
+                           rate=10.0, size=100, durable="", track=False, handover=SimpleNamespace(enabled=False))
+    plan = {"players": ["p0", "p1", "p2"], "servers": [], "groups": [0, 0, 1],
+            "changes": [[0.0, 1, 0, 1], [60.0, 2, 1, 0]], "edges": []}
+    client = MmogClient(args, events=None, plan=plan, coord=None)
+    client.sub_class, client.publishers = SlowSubscriber, []
+
+    async def run():
+        await client.subscribe(1)
+        client.start = time.time()
+        end = asyncio.Event()
+        follow = asyncio.create_task(client.follow_groups(end))
+        await asyncio.sleep(0.05)  # the first change is closing avatar 1's subscription
+        end.set()
+        await asyncio.wait_for(follow, 5)  # the second change, a minute later, is not waited for
+
+    client.events = SimpleNamespace(add=lambda *a, **k: None)
+    asyncio.run(run())
+    assert client.subscribers == {} and client.received_closed == 25 and len(client.windows) == 1
 
 
 HARNESS_MAX = 6  # saturated seconds of the harness's own: a few around each migration (its clients reconnect at once)

@@ -296,12 +296,19 @@ class MmogClient:
             self.windows.append((avatar, ready, time.time()))
         self.received_closed += sub.received
 
-    async def follow_groups(self) -> None:
-        """Apply the group changes at their times (relative to the common start)."""
+    async def follow_groups(self, end: asyncio.Event) -> None:
+        """Apply the group changes at their times (relative to the common start) until `end`. It
+        stops between changes, never inside one: a subscription cancelled halfway through closing
+        went on writing its trace uncounted (CI: 32,003 rows for 31,978 delivered)."""
         for at, avatar, old, new in self.plan["changes"]:
             delay = self.start + at - time.time()
             if delay > 0:
-                await asyncio.sleep(delay)
+                try:
+                    await asyncio.wait_for(end.wait(), delay)
+                except asyncio.TimeoutError:
+                    pass
+            if end.is_set():
+                return
             self.groups[avatar] = new
             if avatar == self.avatar:
                 self.events.add("group_change", avatar=self.node, client=self.node, from_group=old, to_group=new,
@@ -384,12 +391,18 @@ async def _main_mmog(args) -> int:
     gc.freeze()
     work = [asyncio.create_task(p.run(duration=args.duration, start=client.start + client.phase(client.avatar)))
             for p in client.publishers]
-    follow = asyncio.create_task(client.follow_groups())
+    end_changes = asyncio.Event()
+    follow = asyncio.create_task(client.follow_groups(end_changes))
     waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
     stopped = time.time()
-    for task in [*work, follow, waiter, probe]:
+    for task in [*work, waiter, probe]:
         task.cancel()
+    end_changes.set()
+    try:
+        await follow  # a group change under way completes: its subscriptions are counted as they trace
+    except Exception as exc:  # noqa: BLE001 - a failed change is reported; the counts are still written
+        print(f"group changes failed: {exc!r}", file=sys.stderr, flush=True)
     health.close()
     await asyncio.sleep(0.5)  # messages in flight reach the subscribers
     await finish(client.publishers, list(client.subscribers.values()))
