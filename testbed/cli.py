@@ -485,16 +485,19 @@ app.add_typer(servers_app, name="servers")
 
 
 @servers_app.command("up")
-def servers_up(count: int = typer.Argument(3, help="How many (2-20).")) -> None:
+def servers_up(count: int = typer.Argument(3, help="How many (2-20)."),
+               isolated: bool = typer.Option(False, "--isolated", help="Each also with its own PID and mount "
+                                             "namespaces (own processes, /tmp, /run/testbed, results/): used as "
+                                             "another machine is, over ssh only.")) -> None:
     """Make COUNT namespace-servers (tbs1, tbs2, ...), each a network namespace with its own sshd on
     a management bridge; `testbed run X --servers tbs1,tbs2,tbs3` then spreads a run over them.
 
-    Example: sudo testbed servers up 3
+    Example: sudo testbed servers up 3 --isolated
     """
     from testbed.emulation import servers as servers_mod
 
     try:
-        made = servers_mod.up(count)
+        made = servers_mod.up(count, isolated=isolated)
     except (ValueError, servers_mod.ServerError) as error:
         raise _fail_input(error) from None
     for server in made:

@@ -24,7 +24,7 @@ from testbed.emulation import choose, runstate
 from testbed.emulation.network import EmulationError, Network
 from testbed.faults import FaultSchedule
 from testbed.logs import route_library_logs
-from testbed.monitor import HealthMonitor
+from testbed.monitor import HealthMonitor, ServerFeeds
 from testbed.scenario.model import Scenario
 
 SNAPSHOT_PERIOD_S = 5.0  # E(t) through the run (analysis.estimates); one RPC per agent
@@ -148,14 +148,14 @@ class Session:
         from testbed.emulation import server_check
         from testbed.emulation import servers as servers_mod
 
-        elsewhere = [s.name for s in self.servers if not s.on_this_machine]
-        if elsewhere:
-            raise BadRunInput(f"servers {', '.join(elsewhere)}: {servers_mod.ELSEWHERE}")
         control_dir = runstate.STATE_DIR / f"ssh-{self.run_id}"
         control_dir.mkdir(parents=True, exist_ok=True)
         project = Path(__file__).resolve().parents[1]
+        # Another machine's project and tools are checked too (its version, `testbed doctor` there);
+        # a namespace-server runs this very checkout.
+        elsewhere = any(not s.on_this_machine for s in self.servers)
         problems = server_check.problems(server_check.survey(self.servers, control_dir, project, sys.executable,
-                                                             thorough=False))
+                                                             thorough=elsewhere))
         if problems:
             servers_mod.close(self.servers, control_dir)
             raise BadRunInput("servers: " + "; ".join(problems))
@@ -288,7 +288,8 @@ def _run_roles(session: Session, scenario: Scenario, out: Path, events, meta: di
 
     run = roles_mod.RunContext(session.network, session.topology, scenario, out, session.run_id, say=session.say)
     roles: list = []
-    monitor = HealthMonitor(session.run_id, session.network.shaper, out / "logs", out / "health.jsonl")
+    feeds = ServerFeeds(session.network.server_feeds(out / "logs")) if session.network.elsewhere else None
+    monitor = HealthMonitor(session.run_id, session.network.shaper, out / "logs", out / "health.jsonl", feeds=feeds)
     try:
         for role in roles_mod.for_run(run):
             roles.append(role)
@@ -298,6 +299,10 @@ def _run_roles(session: Session, scenario: Scenario, out: Path, events, meta: di
         monitor.stop()
         _stop(session, roles)
         meta["harness"] = monitor.finish()
+        if session.network.elsewhere:
+            session.say(f"results: gathering the run directories of {len(session.network.elsewhere)} servers")
+            for problem in session.network.gather():
+                session.say(f"results: not gathered from {problem}")
         meta["faults"] = session.faults.spans if session.faults else []
         _finish(session, roles, events, out, meta)
         session.say(health.describe(meta["harness"]))

@@ -19,12 +19,13 @@ from typing import NamedTuple
 
 from testbed import health, procs
 from testbed.emulation.delayline import BINARY as RELAY_BINARY
-from testbed.emulation.runstate import ENV_TAG
+from testbed.emulation.runstate import ENV_TAG, pid_namespace, pid_namespaces_elsewhere
 
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 FILES_PERIOD_S = 10  # open file descriptors are counted this often (a directory listing per process)
 LAG_S = 3  # clients write a second's line when it ends; relays answer one poll later
 RELAY_NEEDLE = f"/{RELAY_BINARY.parent.name}/{RELAY_BINARY.name} "  # the binary, not a path that names it
+ELSEWHERE = "elsewhere"  # a process of another machine (an isolated namespace-server's), not counted here
 CLASSES = (  # (class, substring of the command line); first match wins
     ("relays", RELAY_NEEDLE), ("storage", "/storage-"), ("nats-server", "nats-server"), ("clients", "testbed.systems.pubsub.workloads"),
     ("clients", "testbed.systems.pubsub.client"), ("clients", "testbed.systems.pubsub.multiclient"),
@@ -39,6 +40,8 @@ def classify(cmdline: str, in_run: bool, harness: bool) -> str:
     """The process class a command line belongs to (`cpu_by_class` keys)."""
     if harness:
         return "harness"
+    if in_run and cmdline.startswith("ssh "):  # the harness's connection to a process on another machine
+        return "ssh"
     for name, needle in CLASSES:
         if needle in cmdline and (in_run or name in ("docker", "kernel-net")):
             return name
@@ -51,12 +54,15 @@ class CpuSampler:
     def __init__(self, run_id: str):
         self.tag = f"{ENV_TAG}={run_id}".encode()
         self.harness = os.getpid()
+        self.elsewhere = pid_namespaces_elsewhere()  # isolated servers' processes: their own monitors count them
         self.known: dict[int, str] = {}
         self.times: dict[int, int] = {}
         self.machine = procs.machine_ticks()
         self.at = time.monotonic()
 
     def _class(self, pid: int) -> str:
+        if self.elsewhere and pid_namespace(pid) in self.elsewhere:
+            return ELSEWHERE
         try:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
@@ -81,6 +87,8 @@ class CpuSampler:
                 self.known[pid] = self._class(pid)
                 self.times[pid] = used  # its CPU before we saw it is not this interval's
             name = self.known[pid]
+            if name == ELSEWHERE:
+                continue
             memory[name] = memory.get(name, 0.0) + stat.rss_pages * PAGE_MB
             if name == "relays":
                 mapped += stat.mapped_bytes / 2**20
@@ -102,7 +110,7 @@ class CpuSampler:
         """Open file descriptors per class of the run's processes (a leak shows as growth in a soak)."""
         found: dict[str, int] = {}
         for pid, name in list(self.known.items()):
-            if name in ("other", "kernel-net", "docker"):
+            if name in ("other", "kernel-net", "docker", ELSEWHERE):
                 continue
             try:
                 found[name] = found.get(name, 0) + len(os.listdir(f"/proc/{pid}/fd"))
@@ -129,20 +137,122 @@ class ClientLines:
 
     def read(self, into: dict[int, dict]) -> None:
         for line in self.tail.read_json():
+            merge_client_line(line, into)
+
+
+def merge_client_line(line: dict, into: dict[int, dict]) -> None:
+    """One client process's health line into its second's slot."""
+    try:
+        second = int(line["s"])
+    except (KeyError, TypeError, ValueError):
+        return
+    slot = into.setdefault(second, {})
+    slot.setdefault("hist", health.LatenessHistogram()).merge(line.get("hist") or {})
+    slot["loop_lag_max_ms"] = max(slot.get("loop_lag_max_ms", 0.0), float(line.get("loop_lag_max_ms", 0)))
+
+
+def sample_fields(sample: Sample) -> dict:
+    """A CPU sample as a health row's (or a server's part of it) fields."""
+    return {"cpu_idle": round(sample.idle, 4), "cpu_steal_ms": sample.steal_ms, "cpu_by_class": sample.cores,
+            "memory_mb_by_class": sample.memory_mb}
+
+
+def feed(run_id: str, log_dir: Path, out=None) -> None:
+    """`python -m testbed.monitor RUN_ID LOG_DIR` on a server whose /proc and files the harness
+    cannot read: each second a line {"s", "cpu": this machine's sample} and one {"client": line}
+    per new line of the clients' health files there, on stdout, until SIGTERM (then the last lines)."""
+    import signal
+    import sys
+
+    out = out or sys.stdout
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    cpu, tail = CpuSampler(run_id), procs.LineTail(Path(log_dir), "health-*.jsonl")
+    cpu.sample()
+    while True:
+        stopping = stop.wait(1.0 - (time.time() % 1.0) + 0.05)
+        lines = [{"s": int(time.time()) - 1, "cpu": sample_fields(cpu.sample())}]
+        lines += [{"client": line} for line in tail.read_json()]
+        try:
+            out.write("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
+            out.flush()
+        except (BrokenPipeError, OSError):
+            return  # the harness is gone
+        if stopping:
+            return
+
+
+class ServerFeeds:
+    """The `feed` of every server whose /proc is not ours, read in a thread each: CPU per second by
+    server, and the clients' health lines there, for HealthMonitor to merge."""
+
+    def __init__(self, feeds: dict[str, object]):
+        """`feeds`: server name -> the Popen of its `feed` (stdout a text pipe)."""
+        self.feeds = feeds
+        self.lines: list[tuple[str, dict]] = []
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self._read, args=(name, process), daemon=True,
+                                         name=f"feed-{name}") for name, process in feeds.items()]
+        for thread in self.threads:
+            thread.start()
+
+    def _read(self, name: str, process) -> None:
+        for text in process.stdout:
             try:
-                second = int(line["s"])
-            except (KeyError, TypeError, ValueError):
+                line = json.loads(text)
+            except ValueError:
                 continue
-            slot = into.setdefault(second, {})
-            slot.setdefault("hist", health.LatenessHistogram()).merge(line.get("hist") or {})
-            slot["loop_lag_max_ms"] = max(slot.get("loop_lag_max_ms", 0.0), float(line.get("loop_lag_max_ms", 0)))
+            with self.lock:
+                self.lines.append((name, line))
+
+    def drain(self, into: dict[int, dict]) -> None:
+        """The lines read so far, into their seconds' slots: a server's CPU under `servers`."""
+        with self.lock:
+            lines, self.lines = self.lines, []
+        for name, line in lines:
+            if "client" in line:
+                merge_client_line(line["client"], into)
+            elif "cpu" in line and isinstance(line.get("s"), int):
+                into.setdefault(line["s"], {}).setdefault("servers", {})[name] = line["cpu"]
+
+    def stop(self) -> None:
+        """Each feed's last lines, then its end."""
+        for process in self.feeds.values():
+            process.terminate()
+        for thread in self.threads:
+            thread.join(10)
+        for process in self.feeds.values():
+            try:
+                process.wait(timeout=5)
+            except Exception:  # noqa: BLE001 - an ssh that does not end is killed
+                process.kill()
+
+
+def with_servers(row: dict) -> dict:
+    """A row whose second has servers' CPU: the machine-wide fields become the busiest machine's
+    (idle the least, steal the most) and CPU per class the sum over machines; each server's own
+    figures stay under `servers`."""
+    servers = row.get("servers")
+    if not servers:
+        return row
+    parts = [row] + list(servers.values()) if "cpu_idle" in row else list(servers.values())
+    row["cpu_idle"] = min(p.get("cpu_idle", 1.0) for p in parts)
+    row["cpu_steal_ms"] = max(p.get("cpu_steal_ms", 0.0) for p in parts)
+    cores: dict[str, float] = {}
+    for part in parts:
+        for name, value in (part.get("cpu_by_class") or {}).items():
+            cores[name] = round(cores.get(name, 0.0) + value, 3)
+    row["cpu_by_class"] = dict(sorted(cores.items()))
+    return row
 
 
 class HealthMonitor:
     """Samples once a second in a thread from `start()` to `stop()`; rows go to `path` and `rows`."""
 
-    def __init__(self, run_id: str, shaper, log_dir: Path, path: Path, budget: health.Budget = health.BUDGET):
-        self.shaper, self.path, self.budget = shaper, Path(path), budget
+    def __init__(self, run_id: str, shaper, log_dir: Path, path: Path, budget: health.Budget = health.BUDGET,
+                 feeds: ServerFeeds | None = None):
+        """`feeds`: the servers' own monitors, for a run over machines whose /proc is not ours."""
+        self.shaper, self.path, self.budget, self.feeds = shaper, Path(path), budget, feeds
         self.cpu = CpuSampler(run_id)
         self.clients = ClientLines(log_dir)
         self.pending: dict[int, dict] = {}
@@ -170,8 +280,7 @@ class HealthMonitor:
         second = int(now) - 1
         sample = self.cpu.sample()
         slot = self.pending.setdefault(second, {})
-        slot.update(cpu_idle=round(sample.idle, 4), cpu_steal_ms=sample.steal_ms, cpu_by_class=sample.cores,
-                    memory_mb_by_class=sample.memory_mb, relays_mapped_mb=sample.relays_mapped_mb)
+        slot.update(**sample_fields(sample), relays_mapped_mb=sample.relays_mapped_mb)
         if second % FILES_PERIOD_S == 0:
             slot["open_files_by_class"] = self.cpu.open_files()
         relays = self.shaper.health() if self.shaper is not None else None
@@ -187,6 +296,8 @@ class HealthMonitor:
                     slot_s["relay_down_ms"] = slot_s.get("relay_down_ms", 0.0) + round(
                         1e3 * (min(ended, s + 1) - max(began, s)), 3)
         self.clients.read(self.pending)
+        if self.feeds is not None:
+            self.feeds.drain(self.pending)
         self._emit(upto=int(now) - LAG_S)
 
     def _emit(self, upto: float) -> None:
@@ -194,8 +305,8 @@ class HealthMonitor:
             slot = self.pending.pop(second)
             if second < int(self.start_time):
                 continue
-            row = {"t": second, "elapsed_s": round(second - self.start_time, 3),
-                   **{k: v for k, v in slot.items() if k != "hist"}}
+            row = with_servers({"t": second, "elapsed_s": round(second - self.start_time, 3),
+                                **{k: v for k, v in slot.items() if k != "hist"}})
             hist = slot.get("hist")
             if hist is not None and hist.n:
                 row.update(publisher_n=hist.n, publisher_over=hist.over(self.budget.publisher_late_p99_ms),
@@ -221,9 +332,18 @@ class HealthMonitor:
         if self.end_time is None:
             self.stop()
         self.clients.read(self.pending)
+        if self.feeds is not None:
+            self.feeds.stop()
+            self.feeds.drain(self.pending)
         self._emit(upto=int(self.end_time) - 1)
         self.pending.clear()
         return health.verdict(self.rows, self.budget)
 
     def latest(self) -> dict | None:
         return self.rows[-1] if self.rows else None
+
+
+if __name__ == "__main__":
+    import sys
+
+    feed(sys.argv[1], Path(sys.argv[2]))

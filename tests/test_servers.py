@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from testbed.emulation import servers as servers_mod
@@ -95,11 +97,27 @@ def test_servers_check_says_each_failure_with_what_to_fix(monkeypatch):
     found = server_check.survey([Server("a", "10.0.0.1"), Server("b", "10.0.0.2", "admin")], None,
                                 servers_mod.Path("/opt/testbed"), "/opt/testbed/.venv/bin/python")
     failed = {(f.server, f.check): f.detail for f in found if not f.ok}
-    assert set(failed) == {("a", "tools"), ("a", "harness connections"), ("b", "root"), ("b", "version"),
-                           ("b", "tools"), ("b", "MTU to a"), ("b", "clock"), ("b", "harness connections")}
+    assert set(failed) == {("a", "tools"), ("b", "root"), ("b", "version"), ("b", "tools"), ("b", "MTU to a"),
+                           ("b", "clock")}
     assert "no passwordless sudo" in failed[("b", "root")]
     assert failed[("b", "version")] == "def456-dirty there, abc123 here: check out the same commit on both"
     assert failed[("a", "tools")] == "serf (serf not found)"  # the debian nats-server and OVS are not needed
     assert "MTU 1500; VXLAN needs 1550" in failed[("b", "MTU to a")]
     assert "+3.50 ms" in failed[("b", "clock")] and "chrony" in failed[("b", "clock")]
     assert server_check.problems(found)[0].startswith("server a: tools: serf")
+
+
+def test_a_node_entered_through_this_kernel_fails_loudly_in_a_run_over_other_machines():
+    """A run over other machines forbids the local shortcuts (a pid a server gave names another
+    process here, or none): entering a node's namespace or signalling its processes from here raises."""
+    from testbed.emulation import netns
+
+    netns.forbid_local("servers tbs1 are other machines")
+    try:
+        with pytest.raises(netns.LocalShortcut, match="tbs1 are other machines"):
+            netns.connect_in(1, ("127.0.0.1", 1))
+        with pytest.raises(netns.LocalShortcut):
+            netns.signal_processes(1, 0)
+    finally:
+        netns.forbid_local(None)
+    assert isinstance(netns.pids_in(os.getpid()), list)  # allowed again

@@ -40,11 +40,11 @@ def _testbed(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 # own two servers before the module's three are up (one file, so one worker owns the names).
 
 
-def _servers_up(count: int) -> dict:
+def _servers_up(count: int, *options: str) -> dict:
     """`count` namespace-servers of this test's own (never someone else's that are already up)."""
     if servers_mod.namespace_servers():
         pytest.skip("namespace-servers are already up (someone else's): not touching them")
-    made = _testbed("servers", "up", str(count))
+    made = _testbed("servers", "up", str(count), *options)
     assert made.returncode == 0, made.stdout + made.stderr
     return servers_mod.namespace_servers()
 
@@ -112,7 +112,9 @@ def test_a_connection_that_outlived_its_servers_name_is_ended_by_clean(two_serve
 
 @pytest.fixture(scope="module")
 def servers():
-    yield _servers_up(3)
+    """Three isolated namespace-servers: their own processes, /tmp, /run/testbed and results/, so
+    the harness reaches them as it would other machines, over ssh only."""
+    yield _servers_up(3, "--isolated")
     down = _testbed("servers", "down")
     assert down.returncode == 0, down.stdout + down.stderr
     assert not servers_mod.namespace_servers()
@@ -121,10 +123,9 @@ def servers():
 
 
 def test_servers_check_passes_namespace_servers_and_says_what_fails(servers):
-    """`testbed servers check` asks what a run needs, over ssh: all of it holds on namespace-servers;
-    a server whose underlay cannot carry VXLAN whole, one ssh cannot reach, and a machine that is not
-    a namespace-server (a run would refuse it) are each named with the check that failed."""
-    from testbed.emulation import server_check
+    """`testbed servers check` asks what a run needs, over ssh: all of it holds on namespace-servers
+    (isolated ones, as other machines are); a server whose underlay cannot carry VXLAN whole and one
+    ssh cannot reach are each named with the check that failed."""
 
     ok = _testbed("servers", "check", "tbs1", "tbs2", "tbs3", "--json", timeout=300)
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-3000:]
@@ -145,11 +146,6 @@ def test_servers_check_passes_namespace_servers_and_says_what_fails(servers):
     assert unreachable.returncode == 1 and only["check"] == "ssh" and "passwordless ssh" in only["detail"], only
     table = _testbed("servers", "check", "tbs1", timeout=300)  # as a user reads it
     assert table.returncode == 0 and "every check passed" in table.stdout, table.stdout
-    project = Path(server_check.__file__).resolve().parents[2]
-    elsewhere = servers_mod.Server("vm1", servers["tbs1"].host, ssh_config=servers["tbs1"].ssh_config)  # as a real machine
-    found = {f.check: f for f in server_check.survey([elsewhere], None, project, sys.executable)}
-    assert [c for c, f in found.items() if not f.ok] == ["harness connections"]
-    assert "not supported yet" in found["harness connections"].detail
 
 
 ECHO = ("import socket\ns = socket.create_server(('127.0.0.1', 0))\nprint(s.getsockname()[1], flush=True)\n"
@@ -163,7 +159,7 @@ def test_a_service_inside_a_server_is_reached_through_ssh_as_another_machines_wo
     from testbed.emulation import remote
 
     server = servers["tbs1"]
-    inside = int((servers_mod.NS_DIR / "sshd-tbs1.pid").read_text())  # a process in the server's namespace
+    inside = 1  # the server's sshd: the first process of its own PID namespace, in its network namespace
     echo = subprocess.Popen(["ip", "netns", "exec", "tbs1", sys.executable, "-c", ECHO], stdout=subprocess.PIPE, text=True)
     try:
         port = int(echo.stdout.readline())
@@ -186,21 +182,28 @@ def test_a_service_inside_a_server_is_reached_through_ssh_as_another_machines_wo
 
 def test_a_faults_signal_reaches_a_nodes_processes_by_the_code_run_on_the_server(servers):
     """`python -m testbed.emulation.netns signal PID SIGNUM` over ssh (how a crash reaches a node on
-    a machine whose kernel is not ours): every process in PID's network namespace but PID itself."""
-    holder = subprocess.Popen(["unshare", "-n", "sleep", "300"])  # a node: a namespace and its shell
-    _until(lambda: os.readlink(f"/proc/{holder.pid}/ns/net") != os.readlink("/proc/self/ns/net"))
-    member = subprocess.Popen(["nsenter", "-t", str(holder.pid), "-n", "sleep", "299"])  # a process in it
+    a machine whose kernel is not ours): every process in PID's network namespace but PID itself,
+    with the pids the server gave (its own PID namespace's)."""
+    ssh = servers["tbs1"].ssh(None)
+
+    def there(command: str) -> str:
+        done = subprocess.run(ssh + [command], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done
+        return done.stdout
+
+    def state(pid: str) -> str:  # R/S while it lives; "" once gone (or "Z" until its parent reaps it)
+        return there(f"cut -d' ' -f3 /proc/{pid}/stat 2>/dev/null || true").strip()
+
+    # a node (a namespace and its shell) and a process in it, made on the server
+    holder, member = there("unshare -n sleep 300 >/dev/null 2>&1 & h=$!; sleep 0.5; "
+                           "nsenter -t $h -n sleep 299 >/dev/null 2>&1 & m=$!; sleep 0.5; echo $h $m").split()
     try:
-        _until(lambda: os.readlink(f"/proc/{member.pid}/ns/net") == os.readlink(f"/proc/{holder.pid}/ns/net"))
-        said = subprocess.run(servers["tbs1"].ssh(None) + [" ".join([sys.executable, "-m", "testbed.emulation.netns",
-                              "signal", str(holder.pid), str(int(signal.SIGTERM))])], capture_output=True, text=True,
-                              timeout=60)
-        assert said.returncode == 0 and said.stdout.split() == ["sleep"], said
-        assert member.wait(timeout=10) == -signal.SIGTERM and holder.poll() is None  # the node's shell is left
+        said = there(" ".join([sys.executable, "-m", "testbed.emulation.netns", "signal", holder, str(int(signal.SIGTERM))]))
+        assert said.split() == ["sleep"], said
+        _until(lambda: state(member) in ("", "Z"))
+        assert state(holder) in ("R", "S")  # the node's shell is left
     finally:
-        for process in (member, holder):
-            process.kill()
-            process.wait()
+        there(f"kill -9 {holder} {member} 2>/dev/null || true")
 
 
 def _left_on_servers(names) -> list[str]:
@@ -213,7 +216,7 @@ def _left_on_servers(names) -> list[str]:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
             except OSError:
                 continue
-            if "[listener]" not in cmdline and not cmdline.startswith("sshd: "):
+            if "[listener]" not in cmdline and not cmdline.startswith(("sshd: ", "unshare --pid")):
                 left.append(f"{name}: {cmdline}")
     return left
 
@@ -248,8 +251,28 @@ def test_probe_across_three_servers_holds_the_configured_rtts(servers):
     assert all(abs(c["offset_ms"]) < 1.0 + c["error_ms"] for c in result["clock_offsets"].values())
 
 
+def test_an_isolated_servers_processes_and_files_are_its_own(servers):
+    """What makes an isolated namespace-server another machine: it sees only its own processes and
+    its own /tmp; the harness's process table leaves its processes out (`everywhere` shows them)."""
+    ssh = servers["tbs1"].ssh(None)
+    seen = subprocess.run(ssh + ["cat /proc/1/cmdline | tr '\\0' ' '; echo; echo mine > /tmp/tb-isolated; ls /tmp"],
+                          capture_output=True, text=True, timeout=60)
+    assert seen.returncode == 0 and seen.stdout.startswith("sshd:"), seen
+    assert not Path("/tmp/tb-isolated").exists()  # its /tmp is not ours
+    def listener(p):
+        return p.title.startswith("sshd:") and "sshd-tbs1.conf" in p.title
+
+    assert not any(listener(p) for p in runstate.processes())
+    assert any(listener(p) for p in runstate.processes(everywhere=True))
+
+
 def test_a_run_over_three_servers_relinks_across_them_and_delivers_everything(servers, tmp_path):
-    run = _testbed("run", str(SMOKE), "--servers", SERVERS, "--duration", "15s", "--results", str(tmp_path))
+    """The smoke over three isolated servers, a broker killed on one of them: nodes reached over ssh
+    only (a local shortcut would raise netns.LocalShortcut and fail the run), every server's CPU in
+    the guard's rows, and the traces and logs the nodes wrote there gathered into the run folder."""
+    scenario = tmp_path / "uav-smoke.yaml"
+    scenario.write_text(SMOKE.read_text() + "faults:\n  - {at: 4s, kill: bzone3}   # holds no topic: all is delivered\n")
+    run = _testbed("run", str(scenario), "--servers", SERVERS, "--duration", "15s", "--results", str(tmp_path))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     (out,) = tmp_path.glob("uav-smoke-*")
     meta = json.loads((out / "run.json").read_text())
@@ -260,9 +283,16 @@ def test_a_run_over_three_servers_relinks_across_them_and_delivers_everything(se
     relinks = [e for e in events if e["type"] == "relink"]
     crossed = [e for e in relinks if e["servers"].split("->")[0] != e["servers"].split("->")[1]]
     assert crossed, relinks
+    (killed,) = [e for e in events if e["type"] == "broker_killed"]
+    assert killed["node"] == "bzone3" and "nats-server" in killed["killed"], killed  # signalled on its server
     summary = json.loads((out / "summary.json").read_text())
     assert summary["expected_deliveries"] > 2000 and summary["delivered"] == summary["expected_deliveries"], summary
-    assert "across servers" in run.stdout
+    assert sorted(p.name for p in (out / "traces").glob("*.jsonl"))  # written on the servers, gathered here
+    assert (out / "logs" / "health-swarm1.jsonl").exists() and (out / "logs" / "broker-bzone1.events.jsonl").exists()
+    rows = [json.loads(line) for line in (out / "health.jsonl").read_text().splitlines()]
+    assert rows and all(set(r.get("servers", {})) == set(servers) for r in rows[1:-1]), rows[:3]
+    assert any(r.get("publisher_n") for r in rows)  # the clients' lateness came through the servers' feeds
+    assert "across servers" in run.stdout and "results: not gathered" not in run.stdout
     assert _left_on_servers(servers) == []
     assert not (runstate.STATE_DIR / f"ssh-{meta['run_id']}").exists()  # its ssh control sockets went too
 

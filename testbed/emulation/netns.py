@@ -18,6 +18,23 @@ from pathlib import Path
 CLONE_NEWNET = 0x40000000
 _libc = ctypes.CDLL(None, use_errno=True)
 _lock = threading.Lock()
+_forbidden: str | None = None  # why nodes may not be entered from here (a run over other machines)
+
+
+class LocalShortcut(RuntimeError):
+    """Something tried to reach a node through this machine's kernel where nodes live on others."""
+
+
+def forbid_local(reason: str | None) -> None:
+    """From now on (None: no longer) entering a node's namespace from this process raises
+    LocalShortcut with `reason`: a pid a server gave names another process here, or none."""
+    global _forbidden
+    _forbidden = reason
+
+
+def _allowed(pid: int) -> None:
+    if _forbidden is not None:
+        raise LocalShortcut(f"node process {pid} entered through this machine's kernel: {_forbidden}")
 
 
 def _setns(fd: int) -> None:
@@ -29,6 +46,7 @@ def _setns(fd: int) -> None:
 @contextmanager
 def entered(pid: int):
     """The calling thread is in the network namespace of process `pid` for the block."""
+    _allowed(pid)
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
         target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
@@ -52,6 +70,7 @@ def connect_in(pid: int, address: tuple[str, int], timeout: float = 5.0) -> sock
 
 def pids_in(pid: int) -> list[int]:
     """Every process that shares the network namespace of process `pid` (a node), `pid` excluded."""
+    _allowed(pid)
     want = os.stat(f"/proc/{pid}/ns/net")
     found = []
     for entry in os.listdir("/proc"):

@@ -22,7 +22,7 @@ from typing import Callable
 
 from testbed.emulation import runstate
 from testbed.emulation.backends.base import Backend
-from testbed.emulation.netns import connect_in
+from testbed.emulation import netns
 from testbed.emulation.servers import Server
 from testbed.emulation.shaping import SHAPERS, ShapedLink, ShaperError, ShaperPerServer
 from testbed.topology import GATEWAY_IP, GATEWAY_MAC, Topology
@@ -113,6 +113,14 @@ class Network:
         self.relinks: list[RelinkEvent] = []
         self.shaper = None
         self._link_counter = 0
+        # Servers whose kernel and file system are not ours: reached over ssh only, the run
+        # directory shipped to and gathered from them.
+        self.elsewhere = [s for s in self.servers if not s.on_this_machine]
+        self.run_files = None
+        if self.elsewhere and log_dir is not None:
+            from testbed.emulation.runfiles import RunFiles
+
+            self.run_files = RunFiles(self.elsewhere, control_dir, Path(log_dir).parent)
 
     # -- build -----------------------------------------------------------------------------
     def start(self) -> None:
@@ -128,6 +136,11 @@ class Network:
         if self.servers:
             on = {s.name: [site for site, at in self.placement.items() if at == s] for s in self.servers}
             self.progress("placement: " + "; ".join(f"{name}: {', '.join(sites)}" for name, sites in on.items()))
+        if self.elsewhere:
+            netns.forbid_local(f"servers {', '.join(s.name for s in self.elsewhere)} are other machines, "
+                               "reached over ssh only (Network.connector, _signal_processes)")
+        if self.run_files is not None:
+            self.run_files.prepare("logs", "traces")
         self.shaper = self._make_shapers()
         self.progress(f"sites: creating {len(topo.sites)} site routers")
         for index, name in enumerate(topo.sites):
@@ -306,10 +319,29 @@ class Network:
         ssh (remote.connect_through)."""
         pid, server = self.nodes[node].pid, self.server_of(node)
         if server is None or server.on_this_machine:
-            return functools.partial(connect_in, pid)
+            return functools.partial(netns.connect_in, pid)
         from testbed.emulation.remote import connect_through
 
         return functools.partial(connect_through, server.ssh(self.control_dir), pid, self.python)
+
+    def share(self, path: Path) -> None:
+        """A file the harness wrote for processes in nodes (a plan, a configuration, the start
+        time): also at its path on servers whose file system is not ours."""
+        if self.run_files is not None:
+            self.run_files.ship(path)
+
+    def gather(self) -> list[str]:
+        """What nodes on other servers wrote in the run directory, merged into ours (after their
+        processes ended); what could not be gathered."""
+        return self.run_files.gather() if self.run_files is not None else []
+
+    def server_feeds(self, log_dir: Path) -> dict[str, subprocess.Popen]:
+        """Each server's own monitor (testbed.monitor's `feed`) where its /proc is not ours, its
+        lines on the Popen's stdout (ServerFeeds reads them)."""
+        return {s.name: self.server_shells[s.name].popen([self.python, "-m", "testbed.monitor", self.run_id, str(log_dir)],
+                                                         env=self.env, stdout=subprocess.PIPE,
+                                                         stderr=subprocess.DEVNULL, text=True)
+                for s in self.elsewhere}
 
     def popen(self, node: str, argv: list[str], **kwargs) -> subprocess.Popen:
         """Start a process inside a node (tagged with the run id for cleanup); the returned Popen's
@@ -447,6 +479,7 @@ class Network:
     def stop(self) -> None:
         """Tear everything down: relays, links, node shells (their namespaces go with them)."""
         os.environ.pop(runstate.ENV_TAG, None)
+        netns.forbid_local(None)
         if self.net is None:
             return
         if self.shaper:

@@ -138,15 +138,33 @@ def _read_process(entry: Path) -> Process | None:
     return Process(int(entry.name), int(fields[19]), title, netns, env)
 
 
-def processes() -> list[Process]:
-    """Every process now running (kernel threads and zombies left out)."""
+def processes(everywhere: bool = False) -> list[Process]:
+    """Every process of this machine now running (kernel threads and zombies left out). The
+    processes of isolated namespace-servers are another machine's: this kernel shows them, but the
+    harness must not act on them here; `everywhere` includes them (what `servers down` ends)."""
+    elsewhere = set() if everywhere else pid_namespaces_elsewhere()
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             process = _read_process(entry)
-            if process is not None:
+            if process is not None and not (elsewhere and pid_namespace(process.pid) in elsewhere):
                 found.append(process)
     return found
+
+
+def pid_namespace(pid: int) -> int:
+    """The inode of a process's PID namespace (0 once it is gone or the kernel will not say)."""
+    try:
+        return os.stat(f"/proc/{pid}/ns/pid").st_ino
+    except OSError:
+        return 0
+
+
+def pid_namespaces_elsewhere() -> set[int]:
+    """The PID namespaces of isolated namespace-servers: another machine's processes."""
+    from testbed.emulation.servers import isolated_pid_namespaces
+
+    return isolated_pid_namespaces()
 
 
 def tagged_processes() -> dict[int, str]:

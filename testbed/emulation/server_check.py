@@ -1,13 +1,12 @@
 """What keeps a server from carrying a run, asked over ssh as a run would: `testbed servers check`
-before a run, and the run's own preflight (the quick part) when it starts.
+before a run, and the run's own preflight when it starts (all of it for another machine; the
+quick part for a namespace-server, which runs this very checkout).
 
 Each finding is one check on one server, said with what to fix: ssh without a password, root (or
 passwordless sudo), the project at the same path and the same version as here, the tools a node
 needs (`testbed doctor` run on the server itself), an underlay towards every other server that
 carries VXLAN whole, and a clock within CLOCK_LIMIT_S of ours (one-way latencies are taken from
-clocks on both sides). A machine that is not a namespace-server gets one more finding: runs over
-other machines are not supported yet (servers.ELSEWHERE), so the check says exactly what a run
-would refuse.
+clocks on both sides).
 """
 
 from __future__ import annotations
@@ -20,7 +19,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.emulation.servers import ELSEWHERE, Server, ServerError, run
+from testbed.emulation.servers import Server, ServerError, run
 
 MIN_UNDERLAY_MTU = 1550  # VXLAN adds 50 bytes: emulated frames of 1500 bytes cross whole
 CLOCK_LIMIT_S = 0.002  # a server clock further off than this would bias one-way latencies
@@ -72,8 +71,6 @@ def survey(servers: list[Server], control_dir: Path | None, project: Path, pytho
                 add(*underlay(server, peer, control_dir))
         if thorough:
             add(*clock(server, control_dir, python))
-            if not server.on_this_machine:
-                add("harness connections", False, ELSEWHERE)
     return found
 
 

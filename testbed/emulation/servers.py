@@ -26,6 +26,7 @@ import shlex
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,6 +55,7 @@ class Server:
     user: str = "root"
     ssh_config: str | None = None  # an ssh config file, or None for the user's own
     on_this_machine: bool = False  # a namespace-server: same kernel, /proc and file system as the harness
+    pid_namespace: int | None = None  # an isolated namespace-server's PID namespace (its processes are not ours)
 
     def ssh(self, control_dir: Path | None) -> list[str]:
         """The ssh command line up to the remote command: one multiplexed connection per server
@@ -65,12 +67,6 @@ class Server:
         if self.ssh_config:
             argv += ["-F", self.ssh_config]
         return argv + [f"{self.user}@{self.host}"]
-
-
-ELSEWHERE = ("a run over other machines is not supported yet: the harness reaches the services in nodes over ssh "
-             "and signals their processes there, but its CPU monitor still reads this machine's /proc and the "
-             "nodes' traces are not gathered from other file systems; use namespace-servers (`testbed servers up 3`), "
-             "docs/guide/multi-host.md says what is missing")
 
 
 def parse(text: str, where: str = "--servers", least: int = 2) -> list[Server]:
@@ -168,9 +164,10 @@ def _ip(*args: str, netns: str | None = None) -> None:
         raise ServerError(f"'{' '.join(argv)}' failed: {done.stderr.strip()}")
 
 
-def up(count: int) -> list[Server]:
+def up(count: int, isolated: bool = False) -> list[Server]:
     """Make `count` namespace-servers, each a network namespace with its own sshd on the management
-    bridge, reachable as root with a key made for them (recorded in REGISTRY)."""
+    bridge, reachable as root with a key made for them (recorded in REGISTRY). `isolated`: each also
+    has its own PID and mount namespaces (isolation.py) and is used as another machine would be."""
     if not 2 <= count <= 20:
         raise ValueError(f"servers up: 2 to 20 servers (got {count})")
     if namespace_servers():
@@ -212,8 +209,12 @@ def up(count: int) -> list[Server]:
                               f"AuthorizedKeysFile {key}.pub\nPermitRootLogin prohibit-password\n"
                               "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nUseDNS no\n"
                               "StrictModes no\nMaxSessions 500\nMaxStartups 500\n")
-            subprocess.run(["ip", "netns", "exec", name, sshd, "-f", str(config)], check=True)
-            servers.append(Server(name, address, "root", str(ssh_config), on_this_machine=True))
+            if isolated:
+                servers.append(_start_isolated(name, address, sshd, config, [config, host_key, Path(f"{key}.pub")],
+                                               ssh_config))
+            else:
+                subprocess.run(["ip", "netns", "exec", name, sshd, "-f", str(config)], check=True)
+                servers.append(Server(name, address, "root", str(ssh_config), on_this_machine=True))
         REGISTRY.write_text(json.dumps([asdict(s) for s in servers]))
         for server in servers:
             _wait_ssh(server)
@@ -221,6 +222,39 @@ def up(count: int) -> list[Server]:
         down()
         raise
     return servers
+
+
+def _start_isolated(name: str, address: str, sshd: str, config: Path, keep: list[Path], ssh_config: Path) -> Server:
+    """The server's sshd as the first process of its own PID and mount namespaces (in the
+    foreground: it is that namespace's init, and the namespace ends with it)."""
+    from testbed.emulation import isolation
+
+    project = Path(__file__).resolve().parents[2]
+    log = (NS_DIR / f"sshd-{name}.log").open("w")
+    launcher = subprocess.Popen(
+        ["ip", "netns", "exec", name, "unshare", "--pid", "--mount", "--fork", "--mount-proc", "--propagation", "private",
+         sys.executable, "-m", isolation.__name__, str(project), *map(str, keep), "--", sshd, "-D", "-f", str(config)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd="/")
+    log.close()
+    deadline = time.monotonic() + 5
+    while True:  # `unshare` itself holds the new namespace for its children: that is the server's
+        try:
+            inode = int(os.readlink(f"/proc/{launcher.pid}/ns/pid_for_children").split("[")[1].rstrip("]"))
+            if inode != os.stat("/proc/self/ns/pid").st_ino:
+                break
+        except (OSError, IndexError, ValueError):
+            pass
+        if launcher.poll() is not None or time.monotonic() > deadline:
+            raise ServerError(f"namespace-server {name}: its isolated sshd did not start: "
+                              f"{(NS_DIR / f'sshd-{name}.log').read_text().strip()[-400:]}")
+        time.sleep(0.02)
+    return Server(name, address, "root", str(ssh_config), pid_namespace=inode)
+
+
+def isolated_pid_namespaces() -> set[int]:
+    """The PID namespaces of the isolated namespace-servers that are up: their processes are
+    another machine's (this kernel shows them in /proc all the same)."""
+    return {s.pid_namespace for s in namespace_servers().values() if s.pid_namespace}
 
 
 def _wait_ssh(server: Server, timeout_s: float = 10.0) -> None:
@@ -277,7 +311,7 @@ def server_processes(orphans_only: bool) -> dict[str, list[runstate.Process]]:
     """Every process in a namespace-server's network namespace, by server (a server whose name
     was deleted is `netns [inode]`). `orphans_only`: only those whose name is gone."""
     named = _named_namespaces()
-    everything = runstate.processes()
+    everything = runstate.processes(everywhere=True)
     # This machine's own namespace is never a server's, whoever connects to whom.
     orphaned = {p.netns for p in everything if is_server_sshd(p)} - set(named) - {runstate.init_netns()}
     spaces = orphaned if orphans_only else orphaned | set(named)
@@ -334,4 +368,4 @@ def down() -> list[str]:
 
 def _other_sshd() -> bool:
     """An sshd that is not a namespace-server's runs here (it needs PRIVSEP_DIR)."""
-    return any(p.title.startswith("sshd") and "[listener]" in p.title for p in runstate.processes())
+    return any(p.title.startswith("sshd") and "[listener]" in p.title for p in runstate.processes(everywhere=True))

@@ -222,6 +222,7 @@ class ZooKeeperServer:
             f"clientPortAddress={self.ip}", "maxClientCnxns=0", "admin.enableServer=false",
             "4lw.commands.whitelist=ruok,srvr,mntr,cons", "minSessionTimeout=1000", "maxSessionTimeout=30000",
             "autopurge.purgeInterval=0", ""]))
+        self.network.share(cfg)
         return cfg
 
     def start(self, timeout: float = 60.0) -> float:
@@ -300,6 +301,7 @@ def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0, config:
     if config is not None:
         path = log_dir / f"{kind}-{node}.conf"
         path.write_text(config)
+        network.share(path)
         argv += ["-c", str(path)]
     process = network.popen(node, argv, stdout=subprocess.DEVNULL, stderr=log.open("ab"))
     deadline = time.monotonic() + timeout

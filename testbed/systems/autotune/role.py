@@ -118,6 +118,7 @@ class AutotuneRole(Role):
         times = arrivals(self.spec.source, self.scenario.duration, self.scenario.seed)
         arrivals_path = self.out / "autotune-arrivals.json"
         arrivals_path.write_text(json.dumps(times))
+        self.network.share(arrivals_path)
         start_path = self.logs / "autotune-start"
         start_path.unlink(missing_ok=True)
         tuning = json.dumps(self.spec.tuning.config().__dict__)
@@ -136,7 +137,7 @@ class AutotuneRole(Role):
         for name, process in self.publishers.items():
             self._ready(process, f"publisher {name} in {self.publisher_node}")
         self.started = time.time() + 1.0
-        release_start(start_path)
+        release_start(start_path, self.network)
         self.run.say(f"workload: {len(times)} requests ({self.spec.source.kind}) into each of "
                      f"{len(self.publishers)} publishers: " + ", ".join(
                          f"{v.name} (N {'from ' if v.tuned else '= '}{v.batch})" for v in self.spec.variants))

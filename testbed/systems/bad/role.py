@@ -66,6 +66,7 @@ class BadRole(Role):
         self.plan = bad_plan(scenario.workload.bad, scenario.workload.message_size, nodes, scenario.seed,
                              scenario.duration)
         self.plan_path.write_text(json.dumps(self.plan))
+        self.network.share(self.plan_path)
         hub_ip = self.network.ip_of(self.cloud)
         self.servers[self.cloud] = start_nats(self.network, self.cloud, self.logs, config=hub_config(hub_ip),
                                              server=scenario.nodes.nats_server)

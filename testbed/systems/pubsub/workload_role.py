@@ -17,14 +17,16 @@ from testbed.systems.pubsub.role import WORKLOADS, PubSubRole, PubSubSystem
 from testbed.systems.pubsub.durable import classes_json
 
 
-def release_start(start_path: Path) -> None:
-    """Write the common start time for the workload processes waiting on `start_path` and return
-    just before it: the run's clock (its run_start event) starts just before the first message, so
-    that message lands in the first time bucket; planned times are counted from `start`, 50 ms later."""
+def release_start(start_path: Path, network) -> None:
+    """Write the common start time for the workload processes waiting on `start_path` (also on
+    servers whose file system is not ours) and return just before it: the run's clock (its
+    run_start event) starts just before the first message, so that message lands in the first time
+    bucket; planned times are counted from `start`, 50 ms later."""
     start = time.time() + 1.0
     partial = start_path.with_suffix(".tmp")
     partial.write_text(f"{start:.6f}")
     partial.replace(start_path)  # atomic: a process polling the file never reads half a number
+    network.share(start_path)
     time.sleep(max(0.0, start - time.time() - 0.05))
 
 
@@ -58,6 +60,8 @@ class PubSubWorkload(Role):
 
     def progress(self) -> str:
         """Deliveries per second since the last call (trace rows written)."""
+        if self.network.elsewhere:
+            return "deliveries counted once gathered from the servers"
         now, delivered = time.monotonic(), self._deliveries.count()
         then, before = self._last_progress
         self._last_progress = (now, delivered)
@@ -99,6 +103,7 @@ class PubSubWorkload(Role):
         plan = mmog_plan(players, servers, self.topology.placed("nc-proxy"), *group_changes(scenario, len(players)))
         plan_path, start_path = self.out / "mmog-plan.json", self.out / "logs" / "mmog-start"
         plan_path.write_text(json.dumps(plan))
+        self.network.share(plan_path)
         start_path.unlink(missing_ok=True)
         own = ["--plan", str(plan_path), "--start-file", str(start_path)]
         for name, edge in zip(plan["players"], plan["edges"]):
@@ -107,7 +112,7 @@ class PubSubWorkload(Role):
         for name in plan["servers"]:
             self._launch(self.topology.nodes[name], "mmog", own, rate)
         self._wait_attached()
-        release_start(start_path)
+        release_start(start_path, self.network)
         edges = len({e["edge"] for e in plan["edges"]})
         self.say(f"workload: {len(plan['players'])} players on {edges} edge sites ({len(plan['servers'])} game "
                  f"servers) in {scenario.workload.groups} groups publishing at {rate:g} msg/s each, "
@@ -122,6 +127,7 @@ class PubSubWorkload(Role):
         plan = plan_hotspot(scenario, self.topology)
         plan_path, start_path = self.out / "hotspot-plan.json", self.out / "logs" / "hotspot-start"
         plan_path.write_text(json.dumps(plan))
+        self.network.share(plan_path)
         start_path.unlink(missing_ok=True)
         used = {c["node"] for c in plan["publishers"] + plan["subscribers"]}
         for name, _ in self.topology.placed("static"):
@@ -129,7 +135,7 @@ class PubSubWorkload(Role):
                 self._launch(self.topology.nodes[name], "hotspot", ["--plan", str(plan_path), "--start-file",
                                                                     str(start_path)], rate)
         self._wait_attached()
-        release_start(start_path)
+        release_start(start_path, self.network)
         spec, surge = scenario.workload.hotspot, scenario.workload.hotspot.surge
         self.say(f"workload: {spec.topics} topics (Zipf {spec.zipf:g}, rank 1 at {rate:g} msg/s), "
                  f"{spec.hot_topics()} at {spec.hot_site}, {len(plan['subscribers'])} subscribers on "
