@@ -437,6 +437,10 @@ def topic_set_threshold(run_id: str = typer.Argument(..., help="The running expe
         errors.print(f"run {run_id} has no cloud node: no ZooKeeper to set thresholds in")
         raise typer.Exit(EXIT_FAILURE)
     cloud = clouds[0]
+    if cloud in run.get("elsewhere", {}):
+        errors.print(f"run {run_id}'s ZooKeeper is in {cloud} on server {run['elsewhere'][cloud]}, another machine: "
+                     "set-threshold reaches nodes on this machine only for now")
+        raise typer.Exit(EXIT_FAILURE)
     meta = node_metadata(f"{run['ips'][cloud]}:{ZK_PORT}", functools.partial(connect_in, run["nodes"][cloud]))
     meta.start()
     try:
@@ -476,6 +480,32 @@ def clean(run_id: Optional[str] = typer.Argument(None, help="One run's id; all r
     for line in removed + notes:
         console.print(line, highlight=False, markup=False, soft_wrap=True)
     console.print(f"clean: removed {len(removed)} leftover item(s)" + (f" of run {run_id}" if run_id else ""))
+
+
+@app.command()
+def gather(run_dir: Path = typer.Argument(..., help="The run's folder here (results/<scenario>-<run id>)."),
+           servers: str = typer.Option(..., help="The servers it ran on, e.g. vm1,vm2,vm3.")) -> None:
+    """Gather a run's folder from servers whose file system is not ours, again: after a harness that
+    died, or a server that did not answer at the run's end. What is already here is kept.
+
+    Example: sudo testbed gather results/uav-smoke-ab12cd --servers vm1,vm2,vm3
+    """
+    from testbed.emulation import servers as servers_mod
+    from testbed.emulation.runfiles import RunFiles
+
+    try:
+        chosen = servers_mod.parse(servers, least=1)
+    except ValueError as error:
+        raise _fail_input(error) from None
+    if not run_dir.is_dir():
+        raise _fail_input(ValueError(f"{run_dir}: no such run folder here"))
+    elsewhere = [s for s in chosen if not s.on_this_machine]
+    problems = RunFiles(elsewhere, None, run_dir.resolve()).gather()
+    for problem in problems:
+        errors.print(f"not gathered from {problem}")
+    console.print(f"gather: {len(elsewhere) - len(problems)} of {len(elsewhere)} servers into {run_dir}"
+                  + (" (the others share this machine's files)" if len(elsewhere) < len(chosen) else ""))
+    raise typer.Exit(EXIT_FAILURE if problems else 0)
 
 
 servers_app = typer.Typer(help="Servers a run spreads over: check machines, or make namespace-servers (several "

@@ -56,6 +56,7 @@ class CpuSampler:
         self.harness = os.getpid()
         self.elsewhere = pid_namespaces_elsewhere()  # isolated servers' processes: their own monitors count them
         self.known: dict[int, str] = {}
+        self.names: dict[int, bytes] = {}  # the command name each was classified under
         self.times: dict[int, int] = {}
         self.machine = procs.machine_ticks()
         self.at = time.monotonic()
@@ -84,8 +85,10 @@ class CpuSampler:
         for pid, stat in running.items():
             used = stat.ticks
             if pid not in self.known:
-                self.known[pid] = self._class(pid)
                 self.times[pid] = used  # its CPU before we saw it is not this interval's
+            if self.names.get(pid) != stat.name:  # new, or another program since an exec (a remote
+                self.known[pid] = self._class(pid)  # process is first the shell that starts it)
+                self.names[pid] = stat.name
             name = self.known[pid]
             if name == ELSEWHERE:
                 continue
@@ -99,6 +102,7 @@ class CpuSampler:
         for pid in set(self.known) - set(running):
             self.known.pop(pid)
             self.times.pop(pid, None)
+            self.names.pop(pid, None)
         steal_ms = 1e3 * (machine.steal - self.machine.steal) / procs.TICKS / elapsed
         self.machine, self.at = machine, now
         return Sample(idle / total if total > 0 else 1.0, round(steal_ms, 1),

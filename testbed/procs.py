@@ -152,14 +152,16 @@ class ProcessStat(NamedTuple):
     kernel_thread: bool    # a kernel thread (ksoftirqd does network work for the emulated links)
     rss_pages: int         # resident memory, in pages
     mapped_bytes: int = 0  # virtual memory size: what could become resident (a relay maps its rings whole)
+    name: bytes = b""      # its command name (comm): another after an exec
 
 
 def parse_process_stat(raw: bytes) -> ProcessStat:
     """`ProcessStat` from the text of /proc/<pid>/stat. The command name may hold spaces and
     parentheses, so fields are counted after the last ')' (index 0 is field 3, the state)."""
-    fields = raw.rsplit(b")", 1)[1].split()
+    head, tail = raw.rsplit(b")", 1)
+    fields = tail.split()
     return ProcessStat(int(fields[11]) + int(fields[12]), bool(int(fields[6]) & 0x200000), int(fields[21]),
-                       int(fields[20]))
+                       int(fields[20]), head.split(b"(", 1)[1] if b"(" in head else b"")
 
 
 def process_stat(pid: int | str) -> ProcessStat | None:

@@ -134,6 +134,74 @@ def test_processes_are_classified_by_command_line_and_run():
     assert classify("dockerd", False, False) == "docker"
     assert classify("anything", True, True) == "harness"
     assert classify("[ksoftirqd/1", False, False) == "kernel-net"
+    # the harness's ssh to a process on another machine: its own class, not the remote process's
+    assert classify("ssh -q -o BatchMode=yes root@10.253.0.11 mnexec -a 7 nats-server -a x", True, False) == "ssh"
+
+
+def test_a_process_is_classified_again_after_an_exec():
+    """A process on a server starts as the shell that writes its pid, untagged, then execs the
+    program with the run's tag: the sampler's class follows the exec."""
+    import subprocess
+    import sys
+    import time
+
+    from testbed.monitor import CpuSampler
+
+    sampler = CpuSampler("abc123")
+    child = subprocess.Popen(["sh", "-c", f"sleep 0.5; exec env TESTBED_RUN=abc123 {sys.executable} -c "
+                                          "'import time; time.sleep(5)' nats-server"])
+    try:
+        sampler.sample()
+        assert sampler.known[child.pid] == "other"
+        deadline = time.monotonic() + 10
+        while sampler.known.get(child.pid) != "nats-server" and time.monotonic() < deadline:
+            time.sleep(0.2)
+            sampler.sample()
+        assert sampler.known[child.pid] == "nats-server"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_servers_feeds_join_the_rows_as_the_busiest_machine_and_the_sum_of_classes(tmp_path):
+    """A run over other machines: each server's monitor sends its CPU per second and its clients'
+    health lines; a row keeps each server's figures, its idle is the least idle machine's, its steal
+    the most, its classes summed, and the clients' lateness is judged as on one machine."""
+    import io
+    import time
+
+    from testbed.monitor import HealthMonitor, ServerFeeds
+
+    now = time.time()
+    second = int(now) - 2
+    late = health.LatenessHistogram()
+    for ms in (0.1, 0.2, 5.0, 6.0):
+        late.add(ms)
+
+    class Feed:  # what a server's `python -m testbed.monitor` prints, through its ssh
+        def __init__(self, idle, steal, cores, client=None):
+            lines = [{"s": second, "cpu": {"cpu_idle": idle, "cpu_steal_ms": steal, "cpu_by_class": cores}}]
+            lines += [{"client": client}] if client else []
+            self.stdout = io.StringIO("".join(json.dumps(x) + "\n" for x in lines))
+
+        def terminate(self):
+            pass
+
+        def wait(self, timeout=None):
+            return 0
+
+    feeds = ServerFeeds({"tbs1": Feed(0.5, 3.0, {"clients": 0.2, "relays": 0.1}),
+                         "tbs2": Feed(0.02, 1.0, {"relays": 0.3},
+                                      {"s": second, "hist": late.as_dict(), "loop_lag_max_ms": 2.0})})
+    monitor = HealthMonitor("none", None, tmp_path, tmp_path / "health.jsonl", feeds=feeds)
+    monitor.start(now - 5)
+    monitor.stop()
+    monitor.finish()
+    row = next(r for r in monitor.rows if r["t"] == second)
+    assert set(row["servers"]) == {"tbs1", "tbs2"} and row["servers"]["tbs1"]["cpu_idle"] == 0.5
+    assert row["cpu_idle"] == 0.02 and row["cpu_steal_ms"] == 3.0
+    assert row["cpu_by_class"]["relays"] == pytest.approx(0.4) and row["cpu_by_class"]["clients"] == pytest.approx(0.2)
+    assert (row["publisher_n"], row["loop_lag_max_ms"]) == (4, 2.0) and row["causes"] == ["publishers", "cpu"]
 
 
 def test_the_monitor_keeps_the_first_end_and_merges_clients_lines(tmp_path):

@@ -115,7 +115,8 @@ def test_machine_ticks_sum_the_first_eight_fields_and_count_iowait_as_idle():
 def test_process_stat_counts_user_and_system_time_after_the_command_name():
     rest = ["S", "1", "1", "1", "0", "-1", str(0x200000)] + ["0"] * 4 + ["12", "30"] + ["0"] * 7 + ["4096", "77"] + ["0"] * 30
     raw = ("42 (odd) name (x)) " + " ".join(rest)).encode()
-    assert procs.parse_process_stat(raw) == procs.ProcessStat(ticks=42, kernel_thread=True, rss_pages=77, mapped_bytes=4096)
+    assert procs.parse_process_stat(raw) == procs.ProcessStat(ticks=42, kernel_thread=True, rss_pages=77, mapped_bytes=4096,
+                                                              name=b"odd) name (x)")
     mine = procs.process_stat(os.getpid())
     assert mine.ticks >= 0 and not mine.kernel_thread and mine.rss_pages > 0
     assert procs.process_stat(2**22 + 1) is None  # beyond pid_max: never a process

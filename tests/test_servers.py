@@ -121,3 +121,28 @@ def test_a_node_entered_through_this_kernel_fails_loudly_in_a_run_over_other_mac
     finally:
         netns.forbid_local(None)
     assert isinstance(netns.pids_in(os.getpid()), list)  # allowed again
+
+
+def test_gathering_takes_what_only_a_server_has_appends_its_side_of_a_log_once_and_keeps_ours(tmp_path):
+    from testbed.emulation.runfiles import merge
+
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    for directory in (ours / "logs", theirs / "logs", theirs / "traces"):
+        directory.mkdir(parents=True)
+    (ours / "plan.json").write_text("{}")  # shipped: the same on both
+    (theirs / "plan.json").write_text("{}")
+    (ours / "logs" / "nats-b1.log").write_text("stderr here\n")  # a process's stderr here, its own log there
+    (theirs / "logs" / "nats-b1.log").write_text("its log there\n")
+    (ours / "logs" / "empty.log").write_text("")
+    (theirs / "logs" / "empty.log").write_text("only there\n")
+    (theirs / "traces" / "t.s1.jsonl").write_text('{"a": 1}\n')
+    again = tmp_path / "again"
+    import shutil
+
+    shutil.copytree(theirs, again)
+    merge(theirs, ours)
+    merge(again, ours)  # `testbed gather` a second time changes nothing
+    assert (ours / "traces" / "t.s1.jsonl").read_text() == '{"a": 1}\n'
+    assert (ours / "logs" / "nats-b1.log").read_text() == "stderr here\nits log there\n"
+    assert (ours / "logs" / "empty.log").read_text() == "only there\n"
+    assert (ours / "plan.json").read_text() == "{}"

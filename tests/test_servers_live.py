@@ -299,7 +299,8 @@ def test_a_run_over_three_servers_relinks_across_them_and_delivers_everything(se
 
 def test_a_killed_run_is_cleaned_on_every_server(servers, tmp_path):
     """SIGKILL the harness mid-run: `testbed clean RUN --servers ...` leaves no process of the run
-    anywhere, and the servers hold nothing but their sshd."""
+    anywhere, and the servers hold nothing but their sshd; `testbed gather` then brings what the
+    nodes wrote there."""
     harness = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(SMOKE), "--servers", SERVERS,
                                 "--results", str(tmp_path)], cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
@@ -321,3 +322,8 @@ def test_a_killed_run_is_cleaned_on_every_server(servers, tmp_path):
     assert run_id not in runstate.tagged_processes().values()
     assert not (runstate.STATE_DIR / f"ssh-{run_id}").exists()
     assert _left_on_servers(servers) == []
+    # what the nodes wrote on their servers is still there: gathered afterwards
+    (out,) = tmp_path.glob(f"uav-smoke-{run_id}")
+    gathered = _testbed("gather", str(out), "--servers", SERVERS)
+    assert gathered.returncode == 0 and "3 of 3 servers" in gathered.stdout, gathered.stdout + gathered.stderr
+    assert "Server is ready" in (out / "logs" / "nats-bzone1.log").read_text()  # nats-server's own log, written there

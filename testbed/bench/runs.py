@@ -16,11 +16,12 @@ import yaml
 TEARDOWN_S = 120  # what an interrupted run may take to take its network down (then it is killed)
 
 
-def run_scenario(path: Path, runs: Path, backend: str) -> tuple[Path | None, str]:
-    """(the new run's directory, "") or (None, the end of what the run said) when it failed."""
+def run_scenario(path: Path, runs: Path, backend: str, extra: list[str] = ()) -> tuple[Path | None, str]:
+    """(the new run's directory, "") or (None, the end of what the run said) when it failed;
+    `extra`: more of `testbed run`'s options."""
     before = set(runs.glob("*"))
     harness = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(path), "--backend", backend,
-                                "--results", str(runs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                "--results", str(runs), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = harness.communicate()
     except BaseException:  # Ctrl-C or a kill of the bench: the run tears its network down, as for a user's Ctrl-C

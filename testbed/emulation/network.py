@@ -170,9 +170,12 @@ class Network:
                 self.progress(f"nodes up: {count}/{total}")
         self._install_routes()
         # Node pids let `testbed topic ...` and other tools act inside a running experiment's nodes.
+        # A pid on another machine names nothing here: those nodes are listed by server instead.
         runstate.update(self.run_id, nodes={name: node.pid for name, node in self.nodes.items()},
                         ips={name: self.ip_of(name) for name in self.nodes},
-                        roles={name: node.role for name, node in self.topology.nodes.items()})
+                        roles={name: node.role for name, node in self.topology.nodes.items()},
+                        elsewhere={name: server.name for name in self.nodes
+                                   if (server := self.server_of(name)) is not None and not server.on_this_machine})
 
     def _node_class(self, site: str):
         """Mininet's Node here, or a node on the server `site` is placed on."""

@@ -5,7 +5,8 @@ the nodes (plans, configurations, the common start time), and gathered back at t
 Nodes write their traces, logs and records where they run; the harness's own copies of their
 stdout and stderr are written here. Gathering merges each server's directory into the harness's:
 a file only there is taken, a file the same on both is left, and a log both wrote to (a process's
-stderr here, its own log file there) keeps ours with theirs appended.
+stderr here, its own log file there) keeps ours with theirs appended, once: gathering again (`testbed
+gather`, after a harness that died or a server that did not answer) changes nothing already here.
 """
 
 from __future__ import annotations
@@ -96,6 +97,16 @@ def merge(source: Path, target: Path) -> None:
             shutil.move(str(path), into)
         elif into.stat().st_size == 0:
             shutil.copyfile(path, into)
-        elif not filecmp.cmp(path, into, shallow=False):
+        elif not filecmp.cmp(path, into, shallow=False) and not _ends_with(into, path):
             with into.open("ab") as ours, path.open("rb") as theirs:
                 shutil.copyfileobj(theirs, ours)
+
+
+def _ends_with(ours: Path, theirs: Path) -> bool:
+    """`ours` already ends with `theirs` (gathered before: a second gather appends nothing)."""
+    size = theirs.stat().st_size
+    if size > ours.stat().st_size:
+        return False
+    with ours.open("rb") as handle:
+        handle.seek(-size, 2)
+        return handle.read() == theirs.read_bytes()

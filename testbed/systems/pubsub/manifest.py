@@ -68,6 +68,10 @@ SYSTEM = System(
                   about="CPU-us per delivered message by process class at fractions of the paper's UAV load and MMOG "
                         "points, the per-link delay line and the shared one alternating run by run -> "
                         "results/bench/efficiency.json, efficiency.png (--quick)"),
+        Benchmark("scaleout", program="bench.scaleout", minutes=6,
+                  about="the same scenario on this machine and over 3 isolated namespace-servers (reached as other "
+                        "machines are), alternating: CPU-us per delivery by class and per server, the guard's "
+                        "verdicts -> results/bench/scaleout.json"),
         Benchmark(
             "tracking",
             program="bench.tracking",
