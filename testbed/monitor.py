@@ -216,8 +216,14 @@ class ServerFeeds:
         for name, line in lines:
             if "client" in line:
                 merge_client_line(line["client"], into)
+                by_server: dict[int, dict] = {}  # the same line in the server's own part of the row
+                merge_client_line(line["client"], by_server)
+                for second, part in by_server.items():
+                    mine = into.setdefault(second, {}).setdefault("servers", {}).setdefault(name, {})
+                    mine.setdefault("hist", health.LatenessHistogram()).merge(part["hist"].as_dict())
+                    mine["loop_lag_max_ms"] = max(mine.get("loop_lag_max_ms", 0.0), part["loop_lag_max_ms"])
             elif "cpu" in line and isinstance(line.get("s"), int):
-                into.setdefault(line["s"], {}).setdefault("servers", {})[name] = line["cpu"]
+                into.setdefault(line["s"], {}).setdefault("servers", {}).setdefault(name, {}).update(line["cpu"])
 
     def stop(self) -> None:
         """Each feed's last lines, then its end."""
@@ -311,16 +317,23 @@ class HealthMonitor:
                 continue
             row = with_servers({"t": second, "elapsed_s": round(second - self.start_time, 3),
                                 **{k: v for k, v in slot.items() if k != "hist"}})
-            hist = slot.get("hist")
-            if hist is not None and hist.n:
-                row.update(publisher_n=hist.n, publisher_over=hist.over(self.budget.publisher_late_p99_ms),
-                           publisher_late_p99_ms=hist.quantile_ms(0.99), publisher_late_max_ms=round(hist.max_ms, 3),
-                           publisher_hist=hist.as_dict())
+            self._lateness(row, slot.get("hist"), keep_hist=True)
+            for part in (row.get("servers") or {}).values():  # each server judged on its own figures too
+                self._lateness(part, part.pop("hist", None))
+                part["causes"] = health.judge(part, self.budget)
             row["causes"] = health.judge(row, self.budget)
             row["saturated"] = bool(row["causes"])
             self.rows.append(row)
             with self.path.open("a") as handle:
                 handle.write(json.dumps(row, separators=(",", ":")) + "\n")
+
+    def _lateness(self, row: dict, hist: health.LatenessHistogram | None, keep_hist: bool = False) -> None:
+        """The publishers' lateness fields of a row (or a server's part of it) from its histogram."""
+        if hist is not None and hist.n:
+            row.update(publisher_n=hist.n, publisher_over=hist.over(self.budget.publisher_late_p99_ms),
+                       publisher_late_p99_ms=hist.quantile_ms(0.99), publisher_late_max_ms=round(hist.max_ms, 3))
+            if keep_hist:
+                row["publisher_hist"] = hist.as_dict()
 
     def stop(self) -> None:
         """The workload phase ended: no more samples (what the clients still write is read by finish).

@@ -202,6 +202,8 @@ def test_servers_feeds_join_the_rows_as_the_busiest_machine_and_the_sum_of_class
     assert row["cpu_idle"] == 0.02 and row["cpu_steal_ms"] == 3.0
     assert row["cpu_by_class"]["relays"] == pytest.approx(0.4) and row["cpu_by_class"]["clients"] == pytest.approx(0.2)
     assert (row["publisher_n"], row["loop_lag_max_ms"]) == (4, 2.0) and row["causes"] == ["publishers", "cpu"]
+    assert row["servers"]["tbs1"]["causes"] == [] and row["servers"]["tbs2"]["causes"] == ["publishers", "cpu"]
+    assert row["servers"]["tbs2"]["publisher_late_max_ms"] == 6.0 and "hist" not in row["servers"]["tbs2"]
 
 
 def test_the_monitor_keeps_the_first_end_and_merges_clients_lines(tmp_path):
