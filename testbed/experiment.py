@@ -286,9 +286,10 @@ def _run_roles(session: Session, scenario: Scenario, out: Path, events, meta: di
     and summaries (even after an error: what was recorded is kept)."""
     from testbed import roles as roles_mod
 
-    run = roles_mod.RunContext(session.network, session.topology, scenario, out, session.run_id, say=session.say)
-    roles: list = []
     feeds = ServerFeeds(session.network.server_feeds(out / "logs")) if session.network.elsewhere else None
+    run = roles_mod.RunContext(session.network, session.topology, scenario, out, session.run_id, say=session.say,
+                               rows_elsewhere=feeds.trace_rows if feeds else None)
+    roles: list = []
     monitor = HealthMonitor(session.run_id, session.network.shaper, out / "logs", out / "health.jsonl", feeds=feeds)
     try:
         for role in roles_mod.for_run(run):

@@ -164,7 +164,8 @@ def sample_fields(sample: Sample) -> dict:
 def feed(run_id: str, log_dir: Path, out=None) -> None:
     """`python -m testbed.monitor RUN_ID LOG_DIR` on a server whose /proc and files the harness
     cannot read: each second a line {"s", "cpu": this machine's sample} and one {"client": line}
-    per new line of the clients' health files there, on stdout, until SIGTERM (then the last lines)."""
+    per new line of the clients' health files there, on stdout, until SIGTERM (then the last lines);
+    the second's line also counts the trace rows written there so far (the progress line's)."""
     import signal
     import sys
 
@@ -172,10 +173,11 @@ def feed(run_id: str, log_dir: Path, out=None) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     cpu, tail = CpuSampler(run_id), procs.LineTail(Path(log_dir), "health-*.jsonl")
+    rows = procs.LineCounter(Path(log_dir).parent / "traces", "*.jsonl")
     cpu.sample()
     while True:
         stopping = stop.wait(1.0 - (time.time() % 1.0) + 0.05)
-        lines = [{"s": int(time.time()) - 1, "cpu": sample_fields(cpu.sample())}]
+        lines = [{"s": int(time.time()) - 1, "cpu": sample_fields(cpu.sample()), "trace_rows": rows.count()}]
         lines += [{"client": line} for line in tail.read_json()]
         try:
             out.write("".join(json.dumps(line, separators=(",", ":")) + "\n" for line in lines))
@@ -194,6 +196,7 @@ class ServerFeeds:
         """`feeds`: server name -> the Popen of its `feed` (stdout a text pipe)."""
         self.feeds = feeds
         self.lines: list[tuple[str, dict]] = []
+        self.rows: dict[str, int] = {}  # trace rows written on each server so far
         self.lock = threading.Lock()
         self.threads = [threading.Thread(target=self._read, args=(name, process), daemon=True,
                                          name=f"feed-{name}") for name, process in feeds.items()]
@@ -208,6 +211,13 @@ class ServerFeeds:
                 continue
             with self.lock:
                 self.lines.append((name, line))
+                if isinstance(line.get("trace_rows"), int):
+                    self.rows[name] = line["trace_rows"]
+
+    def trace_rows(self) -> int:
+        """Trace rows the servers' nodes have written so far (deliveries, for the progress line)."""
+        with self.lock:
+            return sum(self.rows.values())
 
     def drain(self, into: dict[int, dict]) -> None:
         """The lines read so far, into their seconds' slots: a server's CPU under `servers`."""

@@ -24,6 +24,7 @@ class RunContext:
     out: Path
     run_id: str
     say: Callable[[str], None] = lambda _message: None
+    rows_elsewhere: Callable[[], int] | None = None  # trace rows written on other machines so far (their monitors count)
 
     @property
     def logs(self) -> Path:
