@@ -308,7 +308,8 @@ class HealthMonitor:
             earlier = self.pending.setdefault(second - 1, {})
             earlier.update(relay_tx=relays["tx"], relay_over=relays["over_budget"],
                            relay_late_max_ms=round(relays["late_max_ms"], 3),
-                           relay_harness_drops=relays["harness_drops"])
+                           relay_harness_drops=relays["harness_drops"],
+                           relay_forwarded=relays.get("forwarded", 0))  # hop to hop inside a routing shaper
             for began, ended in relays.get("outages", []):  # a dead relay's link forwarded nothing
                 ended = min(ended, now)
                 for s in range(int(began), int(ended) + 1):

@@ -160,6 +160,48 @@ def test_a_killed_shared_relay_is_restarted_with_every_link_and_its_outage_recor
     assert path_off_ms(measured, 40.0) <= 0, measured
 
 
+def forwarded_by_routers(session: Session) -> int:
+    """IPv4 packets the site routers' kernels forwarded so far (ForwDatagrams, each namespace's own)."""
+    total = 0
+    for router in session.network.sites.values():
+        names, values = [line.split() for line in router.cmd("grep '^Ip:' /proc/net/snmp").splitlines()[:2]]
+        total += int(values[names.index("ForwDatagrams")])
+    return total
+
+
+def test_the_routed_shaper_moves_frames_hop_to_hop_itself_and_the_routers_forward_none():
+    """`routed` (the default without netem): pings over a site link and two routers cross the
+    relay once each way, the routers' kernels forwarding nothing, at the configured RTT; the same
+    pings through the `shared` relay pass through the routers (the measure can see it). A killed
+    relay comes back with its routing tables, and routes again."""
+    scenario = parse_text(THREE_SITES)
+    topo = topology.build(scenario)
+    a, b = "gs1", "gs3"  # nyc and atl
+    expected = probe.evaluate(topo, a, b, [1.0], 1).configured_ms
+    with Session(scenario, topology=topo, shaper="shared") as session:
+        before = forwarded_by_routers(session)
+        assert len(rtts(session, a, b, 10)) == 10
+        assert forwarded_by_routers(session) - before >= 20  # 10 requests and 10 replies, each routed
+    with Session(scenario, topology=topo) as session:
+        shaper = session.network.shaper
+        assert shaper.name == "routed"
+        shaper.health()
+        before = forwarded_by_routers(session)
+        assert len(rtts(session, a, b, 10)) == 10
+        time.sleep(0.2)
+        shaper.health()
+        time.sleep(0.2)
+        moved = shaper.health()["forwarded"]
+        assert forwarded_by_routers(session) == before
+        assert moved >= 40  # each of 20 packets moved at both routers of its path (and more on the way)
+        shaper.relay.kill()
+        shaper.relay.wait()
+        assert any("restarted in the shared relay" in p for p in session.network.check())
+        measured = measured_held(lambda: median(rtts(session, a, b, 20)), lambda m: path_off_ms(m, expected))
+        assert forwarded_by_routers(session) == before
+    assert path_off_ms(measured, expected) <= 0, (measured, expected)
+
+
 @pytest.mark.quiet
 def test_relink_changes_the_measured_rtt():
     scenario = parse_text(MOBILE)

@@ -1,7 +1,8 @@
 """Which backend and shaper a run uses, and why: the same answer for `doctor` and `run`.
 
 Backends come from their registry (backends.BACKENDS), each saying whether it can run here; the
-shaper is netem where the kernel has sch_netem, else the delay line shared by every link. Containernet imports only in a venv of its own, so `reexec_argv()` is
+shaper is netem where the kernel has sch_netem, else the delay line shared by every link that
+also routes between them (`routed`). Containernet imports only in a venv of its own, so `reexec_argv()` is
 how `testbed` re-runs itself under that venv's interpreter, and `make scenario` gets Docker hosts
 without the user switching venvs.
 """
@@ -115,8 +116,9 @@ def choose_shaper(requested: str = "auto") -> Choice:
     has_netem = netem_available()
     if requested == "netem":
         return Choice("netem", "asked for") if has_netem else Choice("", "netem was asked for but this kernel has no sch_netem")
-    if requested in ("shared", "delayline"):
+    if requested in ("routed", "shared", "delayline"):
         return Choice(requested, "asked for")
     if has_netem:
         return Choice("netem", "the kernel has sch_netem")
-    return Choice("shared", "the kernel has no sch_netem: user-space delay line, one process for every link")
+    return Choice("routed", "the kernel has no sch_netem: user-space delay line, one process for every link "
+                  "that also does the site routers' forwarding")

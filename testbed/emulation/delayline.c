@@ -44,12 +44,32 @@
  * holdoff (see RX_SET).  The SIGUSR1 line then sums all links per direction
  * ("ab" = A->B of every link) and adds "links", "wakeups", "rx_holdoffs"
  * and "early" (frames sent before their due time).
+ *
+ * Routing inside the shaper (shared mode, ModelNet's core: every packet moved
+ * through its pipes by one process).  Two more lines tell the relay what the
+ * emulated routers do:
+ *   hop ID SIDE ROUTER MAC | hop ID SIDE -      -> "ok ID"
+ *     frames leaving link ID's direction SIDE (0 = A->B, 1 = B->A) enter
+ *     router ROUTER (a small integer) on an interface with address MAC;
+ *   route ROUTER IP LINK SIDE SRC DST | route ROUTER IP -   -> "ok ROUTER"
+ *     that router sends IPv4 for IP (a /32) into link LINK's direction SIDE,
+ *     from Ethernet address SRC to DST.
+ * A frame due to leave a hop into a router, addressed to that router's MAC,
+ * IPv4 with TTL > 1 and a destination the router has a route for, is not sent
+ * into the router's kernel to come back on the next link's port: the relay
+ * does what the router would (addresses rewritten, TTL - 1, IP checksum
+ * updated) and queues it on the next hop as if received at its due time.  So
+ * a path of h hops costs one receive and one send, not h of each, and each
+ * hop keeps its own delay, jitter, loss, rate and queue.  Everything else
+ * (ARP, a router's own addresses, a destination without a route) goes
+ * through the router as before.  "forwarded" counts the frames moved so.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <linux/if_packet.h>
 #include <linux/virtio_net.h>
 #include <math.h>
@@ -114,6 +134,10 @@ struct dir {
     /* RX without a wakeup per frame, see the main loop */
     int rx_armed;
     int64_t holdoff, rx_poll_at;
+    /* Routing inside the shaper: the router this direction's frames enter
+     * (-1: a host, or not told) and the address of its interface. */
+    int to_router;
+    uint8_t to_mac[6];
 };
 
 struct port { char name[IF_NAMESIZE]; int ifindex; int fd; uint64_t kdrops; };
@@ -129,6 +153,19 @@ struct link {
 
 static struct link **links;             /* slots; NULL = free (never reused in one process) */
 static int nslots, slots_cap;
+
+/* Routing inside the shaper (the `hop` and `route` lines).  A hop outlives
+ * its link (a killed link is added again with the same id), so hops are kept
+ * by link id and applied whenever that link starts. */
+struct hop { long link_id; int side, router; uint8_t mac[6]; };
+struct route { uint32_t ip; long link_id; int side, slot; uint8_t src[6], dst[6]; };
+struct router { struct route *routes; int n, cap; };
+#define MAX_ROUTERS 4096
+static struct hop *hops;
+static int nhops, hops_cap;
+static struct router routers[MAX_ROUTERS];
+static uint64_t forwarded;              /* frames moved from hop to hop inside the relay */
+static int64_t moved_due_min = INT64_MAX; /* earliest due of a frame moved this pass */
 static int control;                     /* --control: links come and go on stdin */
 static int ep = -1;                     /* epoll: 0 signalfd, 1 stdin, 2 + 2 * slot + side ports */
 /* Shared mode: the ports are in an epoll set of their own (ep_ports), itself
@@ -269,8 +306,8 @@ static void dump_stats(void)
             sum[i][6], sum[i][7], sum[i][8], queued[i], sum[i][9], sum[i][10], sum[i][11],
             late_max[i] / 1000, late_window_max[i] / 1000);
     snprintf(line + n, sizeof line - n, "\"links\":%d,\"wakeups\":%" PRIu64 ",\"rx_holdoffs\":%" PRIu64
-             ",\"ts_fallback\":%" PRIu64 ",\"wake_lead_us\":%" PRId64 "}\n", count, wakeups, rx_set_disarms,
-             ts_fallback, wake_ns / 1000);
+             ",\"ts_fallback\":%" PRIu64 ",\"wake_lead_us\":%" PRId64 ",\"forwarded\":%" PRIu64 "}\n",
+             count, wakeups, rx_set_disarms, ts_fallback, wake_ns / 1000, forwarded);
     fputs(line, stderr);
     fflush(stderr);
 }
@@ -381,18 +418,93 @@ static void pop(struct dir *d)
     d->count--;
 }
 
-/* Send every frame due by now (+EARLY_NS).  Returns when the queue head is
- * not due yet, or the socket is temporarily full (EAGAIN: retry later). */
+/* A frame leaves its hop (sent, or moved to the next hop): lateness and
+ * counters, then off the queue. */
+static void departed(struct dir *d, int64_t now)
+{
+    int64_t late = now - d->q[d->head].due;
+    wake_vote += late > 0 ? 1 : -1;
+    if (late > d->late_max) d->late_max = late;
+    if (late > d->late_window_max) d->late_window_max = late;
+    if (late > 1000000) d->late_1ms++;
+    if (late > late_budget_ns) d->late_budget++;
+    if (late < 0) d->early++;
+    d->tx++;
+    d->tx_bytes += d->q[d->head].len - VNET_LEN;
+    pop(d);
+}
+
+static int find_link(long id);
+
+/* The route the router at the end of this hop has for the frame, or NULL
+ * when the router's kernel must see it (not addressed to the router, not
+ * IPv4, TTL too small, no route, or the next link is not relayed here). */
+static struct route *route_of(struct dir *d, const struct frame *f)
+{
+    if (d->to_router < 0 || f->len < VNET_LEN + 14 + 20) return NULL;
+    const uint8_t *eth = d->buf + f->off + VNET_LEN, *ip = eth + 14;
+    if (memcmp(eth, d->to_mac, 6) || eth[12] != 0x08 || eth[13] != 0x00) return NULL;
+    if ((ip[0] >> 4) != 4 || ip[8] <= 1) return NULL;
+    uint32_t dst;
+    memcpy(&dst, ip + 16, 4);
+    struct router *r = &routers[d->to_router];
+    for (int i = 0; i < r->n; i++) {
+        struct route *rt = &r->routes[i];
+        if (rt->ip != dst) continue;
+        if (rt->slot < 0 || rt->slot >= nslots || !links[rt->slot] || links[rt->slot]->id != rt->link_id)
+            rt->slot = find_link(rt->link_id);
+        if (rt->slot < 0 || links[rt->slot]->gone || &links[rt->slot]->dirs[rt->side] == d) return NULL;
+        return rt;
+    }
+    return NULL;
+}
+
+/* What the router would do with the head frame: new Ethernet addresses,
+ * TTL - 1 (IP checksum updated, RFC 1624), and onto the next hop as if
+ * received there at the moment it was due to leave this one. */
+static void move(struct dir *d, struct route *rt)
+{
+    struct frame *f = &d->q[d->head];
+    uint8_t *eth = d->buf + f->off + VNET_LEN, *ip = eth + 14;
+    memcpy(eth, rt->dst, 6);
+    memcpy(eth + 6, rt->src, 6);
+    uint16_t old = (uint16_t)(ip[8] << 8 | ip[9]);
+    ip[8]--;
+    uint16_t new = (uint16_t)(ip[8] << 8 | ip[9]);
+    uint32_t sum = (uint16_t)~(ip[10] << 8 | ip[11]);
+    sum += (uint16_t)~old + new;
+    sum = (sum & 0xffff) + (sum >> 16);
+    sum = (sum & 0xffff) + (sum >> 16);
+    uint16_t check = (uint16_t)~sum;
+    ip[10] = check >> 8;
+    ip[11] = check & 0xff;
+    struct dir *next = &links[rt->slot]->dirs[rt->side];
+    uint32_t before = next->count;
+    enqueue(next, d->buf + f->off, f->len, f->due, -1, 0);
+    if (next->count > before && next->q[(next->head + next->count - 1) % QSLOTS].due < moved_due_min)
+        moved_due_min = next->q[(next->head + next->count - 1) % QSLOTS].due;
+    forwarded++;
+}
+
+/* Send every frame due by now (+EARLY_NS), or move it to its next hop.
+ * Returns when the queue head is not due yet, or the socket is temporarily
+ * full (EAGAIN: retry later). */
 static void flush(struct link *l, struct dir *d, int64_t now)
 {
     static int warned_tx;
     struct mmsghdr m[BATCH];
     struct iovec iov[BATCH];
     while (d->count && d->q[d->head].due <= now + early_ns && !l->gone) {
+        struct route *rt = route_of(d, &d->q[d->head]);
+        if (rt) {
+            move(d, rt);
+            departed(d, now);
+            continue;
+        }
         int n = 0;
         for (; n < BATCH && (uint32_t)n < d->count; n++) {
             struct frame *f = &d->q[(d->head + n) % QSLOTS];
-            if (f->due > now + early_ns) break;
+            if (f->due > now + early_ns || (n && route_of(d, f))) break;
             iov[n] = (struct iovec){ d->buf + f->off, f->len };
             m[n] = (struct mmsghdr){ .msg_hdr = { .msg_iov = &iov[n], .msg_iovlen = 1 } };
         }
@@ -409,18 +521,7 @@ static void flush(struct link *l, struct dir *d, int64_t now)
             pop(d);
             continue;
         }
-        for (int i = 0; i < r; i++) {
-            int64_t late = now - d->q[d->head].due;
-            wake_vote += late > 0 ? 1 : -1;
-            if (late > d->late_max) d->late_max = late;
-            if (late > d->late_window_max) d->late_window_max = late;
-            if (late > 1000000) d->late_1ms++;
-            if (late > late_budget_ns) d->late_budget++;
-            if (late < 0) d->early++;
-            d->tx++;
-            d->tx_bytes += d->q[d->head].len - VNET_LEN;
-            pop(d);
-        }
+        for (int i = 0; i < r; i++) departed(d, now);
     }
 }
 
@@ -532,6 +633,7 @@ static int open_port(struct port *p, char *why, size_t wlen, int *gone)
 static int setup_dir(struct dir *d, int side, const char *name, int rx, int tx, uint64_t seed)
 {
     d->name = name; d->rx_fd = rx; d->tx_fd = tx;
+    d->to_router = -1;
     /* Separate streams: jitter draws must not shift the loss pattern. */
     d->loss_rng = seed * 4 + (side == 0 ? 1 : 2);
     d->jit_rng = seed * 4 + (side == 0 ? 3 : 4) + 0x5851f42d4c957f2dULL;
@@ -681,6 +783,11 @@ static int start_link(struct link *l, char *why, size_t wlen, int *gone)
         }
     }
     links[nslots++] = l;
+    for (int h = 0; h < nhops; h++)
+        if (hops[h].link_id == l->id) {
+            l->dirs[hops[h].side].to_router = hops[h].router;
+            memcpy(l->dirs[hops[h].side].to_mac, hops[h].mac, 6);
+        }
     rx_set_recompute();
     return 0;
 }
@@ -705,6 +812,95 @@ static int find_link(long id)
     return -1;
 }
 
+static int parse_mac(const char *text, uint8_t mac[6])
+{
+    unsigned v[6]; char tail;
+    if (sscanf(text, "%x:%x:%x:%x:%x:%x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &tail) != 6) return -1;
+    for (int i = 0; i < 6; i++) {
+        if (v[i] > 255) return -1;
+        mac[i] = (uint8_t)v[i];
+    }
+    return 0;
+}
+
+static int parse_int(const char *text, long lo, long hi, long *out)
+{
+    char *end; errno = 0;
+    long v = strtol(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+/* `hop ID SIDE ROUTER MAC` or `hop ID SIDE -`: 0, or -1 with `why`. */
+static int command_hop(long id, int argc, char **argv, char *why, size_t wlen)
+{
+    long side, router = -1;
+    uint8_t mac[6] = {0};
+    if (argc < 4 || parse_int(argv[2], 0, 1, &side)) { snprintf(why, wlen, "expected 'hop ID SIDE ROUTER MAC' or 'hop ID SIDE -'"); return -1; }
+    int off = argc == 4 && !strcmp(argv[3], "-");
+    if (!off && (argc != 5 || parse_int(argv[3], 0, MAX_ROUTERS - 1, &router) || parse_mac(argv[4], mac))) {
+        snprintf(why, wlen, "expected 'hop ID SIDE ROUTER MAC' (ROUTER 0..%d, MAC aa:bb:cc:dd:ee:ff)", MAX_ROUTERS - 1);
+        return -1;
+    }
+    int h = 0;
+    while (h < nhops && !(hops[h].link_id == id && hops[h].side == side)) h++;
+    if (h == nhops) {
+        if (nhops == hops_cap) {
+            hops_cap = hops_cap ? 2 * hops_cap : 64;
+            struct hop *grown = realloc(hops, hops_cap * sizeof *hops);
+            if (!grown) { snprintf(why, wlen, "out of memory"); return -1; }
+            hops = grown;
+        }
+        nhops++;
+    }
+    hops[h] = (struct hop){ .link_id = id, .side = (int)side, .router = (int)router };
+    memcpy(hops[h].mac, mac, 6);
+    int slot = find_link(id);
+    if (slot >= 0) {
+        links[slot]->dirs[side].to_router = (int)router;
+        memcpy(links[slot]->dirs[side].to_mac, mac, 6);
+    }
+    return 0;
+}
+
+/* `route ROUTER IP LINK SIDE SRC DST` or `route ROUTER IP -`: 0, or -1 with `why`. */
+static int command_route(long router, int argc, char **argv, char *why, size_t wlen)
+{
+    struct in_addr ip;
+    long link_id = -1, side = 0;
+    struct route rt = { .slot = -1 };
+    if (router >= MAX_ROUTERS || argc < 4 || inet_pton(AF_INET, argv[2], &ip) != 1) {
+        snprintf(why, wlen, "expected 'route ROUTER IP LINK SIDE SRC DST' or 'route ROUTER IP -' (ROUTER < %d)", MAX_ROUTERS);
+        return -1;
+    }
+    int off = argc == 4 && !strcmp(argv[3], "-");
+    if (!off && (argc != 7 || parse_int(argv[3], 0, LONG_MAX, &link_id) || parse_int(argv[4], 0, 1, &side) ||
+                 parse_mac(argv[5], rt.src) || parse_mac(argv[6], rt.dst))) {
+        snprintf(why, wlen, "expected 'route ROUTER IP LINK SIDE SRC DST'");
+        return -1;
+    }
+    rt.ip = ip.s_addr; rt.link_id = link_id; rt.side = (int)side;
+    struct router *r = &routers[router];
+    int i = 0;
+    while (i < r->n && r->routes[i].ip != rt.ip) i++;
+    if (off) {
+        if (i < r->n) r->routes[i] = r->routes[--r->n];
+        return 0;
+    }
+    if (i == r->n) {
+        if (r->n == r->cap) {
+            r->cap = r->cap ? 2 * r->cap : 16;
+            struct route *grown = realloc(r->routes, r->cap * sizeof *grown);
+            if (!grown) { snprintf(why, wlen, "out of memory"); return -1; }
+            r->routes = grown;
+        }
+        r->n++;
+    }
+    r->routes[i] = rt;
+    return 0;
+}
+
 /* One line of the control protocol (see the top of this file). */
 static void command(char *line)
 {
@@ -717,7 +913,12 @@ static void command(char *line)
     char *end; errno = 0;
     long id = argc > 1 ? strtol(argv[1], &end, 10) : -1;
     if (argc < 2 || errno || *end || id < 0) {
-        printf("error - expected 'add ID options' or 'del ID'\n");
+        printf("error - expected 'add ID options', 'del ID', 'hop ID ...' or 'route ROUTER ...'\n");
+    } else if (!strcmp(argv[0], "hop") || !strcmp(argv[0], "route")) {
+        int bad = argv[0][0] == 'h' ? command_hop(id, argc, argv, why, sizeof why)
+                                    : command_route(id, argc, argv, why, sizeof why);
+        if (bad) printf("error %ld %s\n", id, why);
+        else printf("ok %ld\n", id);
     } else if (!strcmp(argv[0], "del")) {
         int slot = find_link(id);
         if (slot < 0) printf("error %ld no such link\n", id);
@@ -919,6 +1120,7 @@ int main(int argc, char **argv)
         int64_t now = now_ns(CLOCK_MONOTONIC), next = INT64_MAX;
         wakeups++;
         wake_vote = 0;
+        moved_due_min = INT64_MAX;
         if (control && !rx_set_armed) {                 /* held off: read it now, arm it when due */
             rx_set_read();
             if (now >= rx_set_until) rx_set_arm(1);
@@ -945,6 +1147,11 @@ int main(int argc, char **argv)
                 }
                 if (!d->rx_armed && d->rx_poll_at < next) next = d->rx_poll_at;
             }
+        }
+        if (moved_due_min != INT64_MAX) {               /* onto a hop already passed: its wakeup */
+            int64_t at = moved_due_min;
+            if (tick_ns) at = (at + tick_ns / 2) / tick_ns * tick_ns;
+            if (at - wake_ns < next) next = at - wake_ns;
         }
         reap_gone();
         wake_ns += ((wake_vote > 0) - (wake_vote < 0)) * WAKE_STEP_NS;  /* follow the VM's timer lateness */

@@ -24,7 +24,7 @@ from testbed.emulation import runstate
 from testbed.emulation.backends.base import Backend
 from testbed.emulation import netns
 from testbed.emulation.servers import Server
-from testbed.emulation.shaping import SHAPERS, ShapedLink, ShaperError, ShaperPerServer
+from testbed.emulation.shaping import SHAPERS, NextHop, ShapedLink, ShaperError, ShaperPerServer
 from testbed.topology import GATEWAY_IP, GATEWAY_MAC, Topology
 
 HOST_INTF = "eth0"
@@ -109,6 +109,7 @@ class Network:
         self.site_links: dict[frozenset, tuple[ShapedLink, str, str]] = {}
         self.access: dict[str, ShapedLink] = {}
         self.cut: set[str] = set()  # sites cut off by a fault (scenario `cut:`)
+        self.router_number = {site: number for number, site in enumerate(topology.sites)}  # the shaper's names
         self.node_site: dict[str, str] = {}
         self.relinks: list[RelinkEvent] = []
         self.shaper = None
@@ -160,6 +161,7 @@ class Network:
             self._configure_host(host, node.ip, count)
             shaped = self._new_link(host, HOST_INTF, self.sites[node.site], f"a-{node.name}", node.access)
             shaped.roaming = node.mobile
+            shaped.near_mac, shaped.far_mac = _mac(1, count), GATEWAY_MAC  # the far end: its site's switch
             self.shaper.connect(shaped, near_mac=_mac(1, count))
             for site in sorted(self.reachable.get(node.name, set()) - {node.site}):
                 self.shaper.add_port(shaped, self.sites[site])
@@ -245,6 +247,7 @@ class Network:
         ip_a, ip_b = _p2p_addresses(index)
         mac_a, mac_b = _mac(2, 2 * index), _mac(2, 2 * index + 1)
         shaped = self._new_link(a, f"p-{link.b}", b, f"p-{link.a}", link.shaping)
+        shaped.near_mac, shaped.far_mac = mac_a, mac_b
         self.shaper.connect(shaped, near_mac=mac_a, far_mac=mac_b)
         for router, intf, ip, peer_ip, peer_mac in ((a, f"p-{link.b}", ip_a, ip_b, mac_b),
                                                     (b, f"p-{link.a}", ip_b, ip_a, mac_a)):
@@ -275,17 +278,55 @@ class Network:
             if out.strip():
                 raise EmulationError(f"node {name}: '{command}' failed: {out.strip()}")
 
+    def _way(self, site: str, node: str) -> tuple[str, ShapedLink | None]:
+        """How `site`'s router reaches `node` where it is now: ("local", its access link) on the
+        site's switch, ("via", the site link) to the node's site, or ("cut", None): dropped."""
+        where = self.node_site[node]
+        if where == site:
+            return "local", self.access[node]
+        if site in self.cut or where in self.cut:  # a cut site: silently dropped, as on a dead backhaul
+            return "cut", None
+        return "via", self.site_links[frozenset((site, where))][0]
+
     def _route_lines(self, site: str, node: str) -> list[str]:
         """`ip -batch` lines that point `site`'s router at `node` where it is now."""
         ip, mac = self._host_ip[node]
-        where = self.node_site[node]
-        if where == site:
+        way, link = self._way(site, node)
+        if way == "local":
             return [f"route replace {ip}/32 dev br0", f"neigh replace {ip} lladdr {mac} dev br0 nud permanent"]
-        if site in self.cut or where in self.cut:  # a cut site: silently dropped, as on a dead backhaul
+        if way == "cut":
             return [f"neigh flush to {ip} dev br0", f"route replace blackhole {ip}/32"]
-        shaped, ip_a, ip_b = self.site_links[frozenset((site, where))]
-        peer_ip = ip_b if shaped.near_node.name == site else ip_a
-        return [f"neigh flush to {ip} dev br0", f"route replace {ip}/32 via {peer_ip} dev p-{where}"]
+        _shaped, ip_a, ip_b = self.site_links[frozenset((site, self.node_site[node]))]
+        peer_ip = ip_b if link.near_node.name == site else ip_a
+        return [f"neigh flush to {ip} dev br0", f"route replace {ip}/32 via {peer_ip} dev p-{self.node_site[node]}"]
+
+    def _next_hop(self, site: str, node: str) -> NextHop | None:
+        """The same route for a shaper that routes (shaping.RoutedDelayLineShaper)."""
+        way, link = self._way(site, node)
+        if way == "local":  # from the switch down the access link, to the node's own address
+            return NextHop(link, 1, GATEWAY_MAC, self._host_ip[node][1])
+        if way == "cut":
+            return None
+        forward = link.near_node.name == site
+        return NextHop(link, 0 if forward else 1, *((link.near_mac, link.far_mac) if forward
+                                                    else (link.far_mac, link.near_mac)))
+
+    def _access_hops(self, nodes) -> list[tuple]:
+        """(link, side, (router number, MAC)): each node's access link enters its site's switch."""
+        return [(self.access[n], 0, (self.router_number[self.node_site[n]], GATEWAY_MAC)) for n in nodes]
+
+    def _site_link_hops(self) -> list[tuple]:
+        """Both ways of every site link enter the router at its other end."""
+        return [hop for shaped, _ip_a, _ip_b in self.site_links.values()
+                for hop in ((shaped, 0, (self.router_number[shaped.far_node.name], shaped.far_mac)),
+                            (shaped, 1, (self.router_number[shaped.near_node.name], shaped.near_mac)))]
+
+    def _route_in_shaper(self, nodes, hops: list[tuple]) -> None:
+        """Tell the shaper what the routers now do for `nodes` (a shaper that does not route
+        ignores it), after their kernels were told."""
+        routes = [(self.router_number[site], self.ip_of(node), self._next_hop(site, node))
+                  for node in nodes for site in self.sites]
+        self.shaper.route(hops, routes)
 
     def _ip_batch(self, router, lines: list[str]) -> None:
         """Many route changes in few `ip` calls: `ip -batch` fed by printf, in pieces that fit the
@@ -308,6 +349,7 @@ class Network:
             self._finish_host(name)
         for site, router in self.sites.items():
             self._ip_batch(router, [line for node in self.nodes for line in self._route_lines(site, node)])
+        self._route_in_shaper(self.nodes, self._access_hops(self.nodes) + self._site_link_hops())
 
     # -- run -------------------------------------------------------------------------------
     @property
@@ -400,6 +442,8 @@ class Network:
             f"ip route replace {address}/32 dev br0 && ip neigh replace {address} lladdr {mac} dev br0 nud permanent")
         if out.strip():
             raise EmulationError(f"{node}: cannot add anycast address {address}: {out.strip()}")
+        self.shaper.route([], [(self.router_number[self.node_site[node]], address,
+                                NextHop(self.access[node], 1, GATEWAY_MAC, mac))])
 
     def server_of(self, node: str) -> Server | None:
         """The server a node's namespace is on (None on one machine); a site's nodes are on its."""
@@ -436,6 +480,7 @@ class Network:
             problems = [f"{site}: {out.strip()}" for site in order if (out := self.sites[site].waitOutput()).strip()]
             if problems:
                 raise EmulationError(f"relink {node} to {to_site}: {'; '.join(problems)}")
+            self._route_in_shaper([node], self._access_hops([node]))
         event = RelinkEvent(started, node, from_site, to_site, time.monotonic() - t0)
         self.relinks.append(event)
         return event
@@ -473,6 +518,7 @@ class Network:
             lines = [line for node in self.nodes for line in self._route_lines(site, node) if line.startswith("route")]
             self._ip_batch(router, lines)
             changed += len(lines)
+        self._route_in_shaper(self.nodes, [])
         return changed
 
     def check(self) -> list[str]:

@@ -36,6 +36,17 @@ class ShaperError(RuntimeError):
     """A link could not be shaped (relay failed to start, tc refused a qdisc)."""
 
 
+@dataclass(frozen=True)
+class NextHop:
+    """Where a router sends an address: into `link` in direction `side` (0: from its near end to
+    its far end, 1: back), from Ethernet address `src` to `dst`."""
+
+    link: "ShapedLink"
+    side: int
+    src: str
+    dst: str
+
+
 @dataclass
 class ShapedLink:
     """One emulated link and its shaping (the same parameters in both directions)."""
@@ -51,6 +62,8 @@ class ShapedLink:
     relay: subprocess.Popen | None = None
     roaming: bool = False  # a mobile node's access link: its far end switches between sites (`ports`)
     ports: dict = field(default_factory=dict)  # far node name -> the shaper's port towards it
+    near_mac: str = ""  # the Ethernet addresses of the interfaces at its ends (routing in the shaper)
+    far_mac: str = ""
 
     @property
     def shaper_a(self) -> str:
@@ -212,6 +225,12 @@ class Shaper:
         no such process (netem lives in the kernel)."""
         return False
 
+    def route(self, hops: list[tuple], routes: list[tuple]) -> None:
+        """What the routers do, for a shaper that does it itself (`routed`): `hops` are (link,
+        side, (router number, interface MAC) or None), the router a direction's frames enter;
+        `routes` are (router number, IPv4 address, NextHop or None where the router drops it: a
+        cut). The other shapers leave routing to the routers' kernels."""
+
     def health(self) -> dict | None:
         """The shaper's own timeliness since the last call, for the saturation guard
         ({"tx", "over_budget", "late_max_ms", "harness_drops"}), or None where it is not measured."""
@@ -372,22 +391,32 @@ class SharedDelayLineShaper(UserSpaceShaper):
         return line.decode(errors="replace").strip()
 
     def _ask(self, command: str) -> tuple[bool, str]:
-        """(ok, why) of one control line; `gone` lines met on the way mark their links down."""
-        index = command.split()[1]
-        try:
-            self.relay.stdin.write(command.encode() + b"\n")
-        except (BrokenPipeError, OSError) as error:
-            return False, f"the shared delay line does not listen: {error}"
-        while True:
-            line = self._line(READY_TIMEOUT_S)
-            if line is None:
-                return False, f"the shared delay line did not answer '{command}': {_tail(self.log_path)}"
-            word, _, rest = line.partition(" ")
-            number, _, why = rest.partition(" ")
-            if word == "gone":
-                self.down.setdefault(int(number), time.time())
-            elif number == index:
-                return word == "ok", why
+        """(ok, why) of one control line."""
+        return self._ask_all([command])[0]
+
+    def _ask_all(self, commands: list[str]) -> list[tuple[bool, str]]:
+        """(ok, why) of each control line, written together and answered in order (a relink's
+        routes in one round trip); `gone` lines met on the way mark their links down."""
+        answers = []
+        for start in range(0, len(commands), 200):  # well inside a pipe's buffer
+            chunk = commands[start:start + 200]
+            try:
+                self.relay.stdin.write("".join(f"{c}\n" for c in chunk).encode())
+            except (BrokenPipeError, OSError) as error:
+                return answers + [(False, f"the shared delay line does not listen: {error}")] * (len(commands) - len(answers))
+            for command in chunk:
+                while True:
+                    line = self._line(READY_TIMEOUT_S)
+                    if line is None:
+                        why = f"the shared delay line did not answer '{command}': {_tail(self.log_path)}"
+                        return answers + [(False, why)] * (len(commands) - len(answers))
+                    word, _, rest = line.partition(" ")
+                    number, _, why = rest.partition(" ")
+                    if word != "gone":
+                        answers.append((word == "ok", why))
+                        break
+                    self.down.setdefault(int(number), time.time())
+        return answers
 
     def _alive(self) -> bool:
         return self.relay is not None and self.relay.poll() is None
@@ -469,6 +498,43 @@ class SharedDelayLineShaper(UserSpaceShaper):
         return found
 
 
+class RoutedDelayLineShaper(SharedDelayLineShaper):
+    """The shared delay line doing the site routers' forwarding itself, as ModelNet's core moves
+    each packet through all of its pipes: a frame due to leave a hop into a router goes straight
+    onto the router's next hop (addresses rewritten, TTL - 1), so a path costs one receive and one
+    send in the relay instead of one of each per hop plus each router's kernel. Every hop keeps
+    its own delay, jitter, loss, rate and queue; frames the routers' tables do not cover (ARP, a
+    router's own address) still go through the router. The tables come from the network
+    (`route`) whenever its routes change, and are sent again to a restarted relay."""
+
+    name = "routed"
+
+    def __init__(self, net, shaper_node, run_id: str, env: dict[str, str], log_dir: Path | None = None):
+        super().__init__(net, shaper_node, run_id, env, log_dir)
+        self.tables: dict[tuple, str] = {}  # ("hop", link, side) | ("route", router, ip) -> its line
+
+    def _start(self) -> None:
+        super()._start()
+        self._send(list(self.tables.values()))
+
+    def route(self, hops: list[tuple], routes: list[tuple]) -> None:
+        lines = {}
+        for link, side, target in hops:
+            where = f"{target[0]} {target[1]}" if target else "-"
+            lines[("hop", link.index, side)] = f"hop {link.index} {side} {where}"
+        for router, ip, hop in routes:
+            where = f"{hop.link.index} {hop.side} {hop.src} {hop.dst}" if hop else "-"
+            lines[("route", router, ip)] = f"route {router} {ip} {where}"
+        self.tables.update(lines)
+        if self._alive():
+            self._send(list(lines.values()))
+
+    def _send(self, lines: list[str]) -> None:
+        refused = [f"'{line}': {why}" for line, (ok, why) in zip(lines, self._ask_all(lines)) if not ok]
+        if refused:
+            raise ShaperError(f"the shared delay line refused {len(refused)} routing lines, first {refused[0]}")
+
+
 class NetemShaper(Shaper):
     """tc netem on both shaper-side interfaces, frames handed across with mirred redirects."""
 
@@ -530,16 +596,18 @@ class RelayCounters:
         self.last: dict[Path, dict] = {}
 
     def poll(self, relays: list[tuple[subprocess.Popen, Path]]) -> dict:
-        total = {"tx": 0, "over_budget": 0, "late_max_ms": 0.0, "harness_drops": 0, "relays": 0}
+        total = {"tx": 0, "over_budget": 0, "late_max_ms": 0.0, "harness_drops": 0, "relays": 0, "forwarded": 0}
         for relay, log in relays:
             line = self._last_line(log)
             if line is not None:
                 now = {f: sum(d.get(f, 0) for d in (line.get("ab", {}), line.get("ba", {}))) for f in self.FIELDS}
-                before = self.last.get(log, dict.fromkeys(self.FIELDS, 0))
+                now["forwarded"] = line.get("forwarded", 0)  # moved hop to hop by a relay that routes
+                before = self.last.get(log, dict.fromkeys(now, 0))
                 fresh = now["tx"] < before["tx"]
-                delta = {f: now[f] - (0 if fresh else before[f]) for f in self.FIELDS}
+                delta = {f: now[f] - (0 if fresh else before[f]) for f in now}
                 self.last[log] = now
                 total["tx"] += delta["tx"]
+                total["forwarded"] += delta["forwarded"]
                 total["over_budget"] += delta["late_budget"]
                 total["harness_drops"] += delta["kernel_drops"] + delta["tx_err"] + delta["rx_err"]
                 worst = max(line.get(d, {}).get("late_window_max_us", 0) for d in ("ab", "ba")) / 1e3
@@ -598,6 +666,15 @@ class ShaperPerServer:
     def nodes(self) -> list:
         return [shaper.node for shaper in self.shapers.values()]
 
+    def route(self, hops: list[tuple], routes: list[tuple]) -> None:
+        """Each server's shaper routes between the links it holds: a hop goes to its link's shaper,
+        a route to the shaper holding its next link (the others forget it: their frames for that
+        address go through the router, whichever server holds the next link)."""
+        for shaper in self.shapers.values():
+            shaper.route([hop for hop in hops if self._of(hop[0]) is shaper],
+                         [(router, ip, hop if hop is not None and self._of(hop.link) is shaper else None)
+                          for router, ip, hop in routes])
+
     def stop(self) -> None:
         for shaper in self.shapers.values():
             shaper.stop()
@@ -609,10 +686,12 @@ class ShaperPerServer:
         found = [h for h in (shaper.health() for shaper in self.shapers.values()) if h is not None]
         if not found:
             return None
-        total = {key: sum(h.get(key, 0) for h in found) for key in ("tx", "over_budget", "harness_drops", "relays")}
+        total = {key: sum(h.get(key, 0) for h in found)
+                 for key in ("tx", "over_budget", "harness_drops", "relays", "forwarded")}
         total["late_max_ms"] = max(h.get("late_max_ms", 0.0) for h in found)
         total["outages"] = [o for h in found for o in h.get("outages", [])]
         return total
 
 
-SHAPERS = {"shared": SharedDelayLineShaper, "delayline": DelayLineShaper, "netem": NetemShaper}
+SHAPERS = {"routed": RoutedDelayLineShaper, "shared": SharedDelayLineShaper, "delayline": DelayLineShaper,
+           "netem": NetemShaper}

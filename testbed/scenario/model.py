@@ -484,7 +484,7 @@ ServerName = Annotated[str, StringConstraints(pattern=r"^([a-z_][a-z0-9_-]{0,31}
 
 class Emulation(Strict):
     backend: Literal["auto", "containernet", "mininet"] = "auto"
-    shaper: Literal["auto", "shared", "delayline", "netem"] = "auto"
+    shaper: Literal["auto", "routed", "shared", "delayline", "netem"] = "auto"
     switch: Literal["bridge", "ovs"] = "bridge"
     servers: list[ServerName] = []  # spread the run over these ([user@]host; docs/guide/multi-host.md)
 
