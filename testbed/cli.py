@@ -88,7 +88,8 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
             if scale is not None:
                 scenario = scenario.with_scale(scale)
             topology = topo_mod.checked(scenario, str(path))
-            refusal = _impossible(path, _offered_load(scenario, topology, capacity)[1], capacity)
+            judged_by = load_mod.capacity_file(scenario.workload.client_engine, capacity)
+            refusal = _impossible(path, _offered_load(scenario, topology, judged_by)[1], judged_by)
             if refusal is not None:
                 raise refusal
             console.print(f"{path}: ok ({scenario.name})", highlight=False)
@@ -165,7 +166,9 @@ def show(path: Path = typer.Argument(..., help="Scenario file."),
 
 
 def _offered_load(scenario: Scenario, topology: topo_mod.Topology, capacity: Path):
-    """The scenario's offered load and its comparison with the capacity file (testbed.load)."""
+    """The scenario's offered load and its comparison with the capacity file (testbed.load; by
+    default the one measured with the scenario's client data plane)."""
+    capacity = load_mod.capacity_file(scenario.workload.client_engine, capacity)
     try:
         measured = load_mod.read_capacity(capacity)
     except ValueError as error:
@@ -360,6 +363,7 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
             scenario = with_settle(scenario, settle)
         except ValueError as error:
             raise _fail_input(error) from None
+    capacity = load_mod.capacity_file(scenario.workload.client_engine, capacity)
     est, verdict = _offered_load(scenario, topology, capacity)
     for line in load_mod.lines(est, verdict):
         console.print(line, highlight=False, markup=False, soft_wrap=True, style="yellow" if verdict.beyond else None)

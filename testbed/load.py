@@ -89,6 +89,14 @@ def estimate(scenario: Scenario, topology: Topology) -> Estimate:
                     scenario.workload.message_size)
 
 
+def capacity_file(client_engine: str, asked: Path = CAPACITY_FILE) -> Path:
+    """The capacity a run is judged against: what was asked for, but for the default file the
+    one measured with the run's client data plane (`make bench-capacity ARGS="--clients
+    compiled"` writes capacity-compiled.json) when it exists."""
+    own = CAPACITY_FILE.with_name(f"capacity-{client_engine}.json")
+    return own if Path(asked) == CAPACITY_FILE and client_engine != "python" and own.exists() else Path(asked)
+
+
 def read_capacity(path: Path = CAPACITY_FILE) -> dict | None:
     """The measured capacity (`make bench-capacity`), or None when this machine was not measured.
 

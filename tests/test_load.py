@@ -141,3 +141,19 @@ def test_a_broken_capacity_file_is_bad_input(tmp_path):
     path.write_text("{not json")
     result = CliRunner().invoke(app, ["show", str(REPO / "scenarios" / "uav.yaml"), "--capacity", str(path)])
     assert result.exit_code == 2 and "not a capacity file" in result.output
+
+
+def test_a_run_is_judged_against_the_capacity_measured_with_its_own_client_data_plane(tmp_path, monkeypatch):
+    """The default capacity file gives way to capacity-compiled.json for a run through the compiled
+    engine once that sweep exists; a file asked for by name is always the one used."""
+    from pathlib import Path
+
+    from testbed.load import CAPACITY_FILE, capacity_file
+
+    monkeypatch.chdir(tmp_path)
+    assert capacity_file("compiled") == CAPACITY_FILE  # not measured with the engine: the default
+    CAPACITY_FILE.parent.mkdir(parents=True)
+    CAPACITY_FILE.with_name("capacity-compiled.json").write_text("{}")
+    assert capacity_file("compiled") == CAPACITY_FILE.with_name("capacity-compiled.json")
+    assert capacity_file("python") == CAPACITY_FILE
+    assert capacity_file("compiled", Path("mine.json")) == Path("mine.json")

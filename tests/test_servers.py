@@ -146,3 +146,32 @@ def test_gathering_takes_what_only_a_server_has_appends_its_side_of_a_log_once_a
     assert (ours / "logs" / "nats-b1.log").read_text() == "stderr here\nits log there\n"
     assert (ours / "logs" / "empty.log").read_text() == "only there\n"
     assert (ours / "plan.json").read_text() == "{}"
+
+
+def test_each_servers_shaper_routes_only_onto_links_it_holds_and_forgets_routes_that_moved_away():
+    """A run over servers has a routing shaper per server (shaping.ShaperPerServer): a hop goes to
+    the shaper holding its link, a route to the one holding its next link, and every other shaper
+    drops that route, so its frames for the address go through the router (pure bookkeeping; the
+    live runs over isolated servers carry the packets)."""
+    from types import SimpleNamespace
+
+    from testbed.emulation.shaping import NextHop, ShapedLink, ShaperPerServer
+
+    class Recorder:
+        name = "routed"
+
+        def __init__(self):
+            self.calls = []
+
+        def route(self, hops, routes):
+            self.calls.append((hops, routes))
+
+    node = {name: SimpleNamespace(name=name, testbed_server=SimpleNamespace(name=name)) for name in ("s1", "s2")}
+    one, two = Recorder(), Recorder()
+    per_server = ShaperPerServer({"s1": one, "s2": two})
+    on_one = ShapedLink(1, node["s1"], "p-b", node["s2"], "p-a", shaping=None, seed=1)
+    on_two = ShapedLink(2, node["s2"], "eth0", node["s2"], "a-x", shaping=None, seed=2)
+    hop = NextHop(on_two, 1, "02:00:00:00:00:01", "02:00:00:00:00:02")
+    per_server.route([(on_one, 0, (1, "02:00:00:00:00:03"))], [(1, "10.0.0.9", hop), (0, "10.0.0.9", None)])
+    assert one.calls == [([(on_one, 0, (1, "02:00:00:00:00:03"))], [(1, "10.0.0.9", None), (0, "10.0.0.9", None)])]
+    assert two.calls == [([], [(1, "10.0.0.9", hop), (0, "10.0.0.9", None)])]

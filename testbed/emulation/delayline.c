@@ -38,12 +38,13 @@
  *   del ID                                                 ->  "ok ID" | "error ID why"
  * and a link whose interface disappears is dropped with "gone ID" (the
  * process goes on).  One timer serves every link: with --tick-us T, frames
- * leave on a grid of period T (each within T/2 of its due time), so one
- * wakeup serves every frame of every link due around a grid point; and the
- * ports' receive events are held off while they come faster than one per
- * holdoff (see RX_SET).  The SIGUSR1 line then sums all links per direction
- * ("ab" = A->B of every link) and adds "links", "wakeups", "rx_holdoffs"
- * and "early" (frames sent before their due time).
+ * leave on a grid of period T, or of the RX holdoff if smaller (each within
+ * half a period of its due time), so one wakeup serves every frame of every
+ * link due around a grid point; and the ports' receive events are off while
+ * a wakeup comes within the holdoff anyway (see RX_SET).  The SIGUSR1 line
+ * then sums all links per direction ("ab" = A->B of every link) and adds
+ * "links", "wakeups", "rx_holdoffs", "early" (frames sent before their due
+ * time) and "tick_us" (the grid's period now).
  *
  * Routing inside the shaper (shared mode, ModelNet's core: every packet moved
  * through its pipes by one process).  Two more lines tell the relay what the
@@ -169,12 +170,12 @@ static int64_t moved_due_min = INT64_MAX; /* earliest due of a frame moved this 
 static int control;                     /* --control: links come and go on stdin */
 static int ep = -1;                     /* epoll: 0 signalfd, 1 stdin, 2 + 2 * slot + side ports */
 /* Shared mode: the ports are in an epoll set of their own (ep_ports), itself
- * in `ep` as RX_SET while armed.  When frames arrive faster than one per
- * `rx_set_holdoff`, the set is disarmed for that long and read at the next
- * wakeup that comes anyway (or when the holdoff ends): at load one wakeup
- * reads many links' frames instead of one wakeup per frame.  Frames carry
- * kernel timestamps, and the holdoff is at most half the smallest delay of
- * any link, so a frame read late is still read before it is due. */
+ * in `ep` as RX_SET while armed.  It is off while a wakeup comes within
+ * `rx_set_holdoff` anyway (that wakeup reads it), and for a holdoff after two
+ * of its events came within two holdoffs: at load one wakeup reads many
+ * links' frames instead of one wakeup per frame.  Frames carry kernel
+ * timestamps, and the holdoff is at most half the smallest delay of any
+ * link, so a frame read late is still read before it is due. */
 #define RX_SET (1ULL << 62)
 static int ep_ports = -1;               /* = ep for a lone relay */
 static int rx_set_armed = 1;
@@ -185,11 +186,17 @@ static uint64_t ts_fallback;            /* frames without a usable timestamp */
 static uint64_t wakeups;                /* loop passes, for the cost per frame */
 static uint8_t *scratch;                /* BATCH receive slots */
 static int64_t late_budget_ns = 500000; /* --late-budget-us */
-/* --tick-us: departures on a grid of this period; a frame due within half a
- * tick of a grid point leaves at that point (up to half a tick early or
+/* --tick-us: departures on a grid of this period (shared mode: at most the
+ * RX holdoff, see rx_set_recompute); a frame due within half a tick of a grid point leaves at that point (up to half a tick early or
  * late, zero on average), so one wakeup serves every frame of every link due
  * around it.  0: no grid, a frame leaves at most EARLY_NS before its time. */
 static int64_t tick_ns, early_ns = EARLY_NS;
+static int64_t tick_max_ns;             /* --tick-us; in shared mode at most the RX holdoff */
+static void set_tick(int64_t ns)
+{
+    tick_ns = ns;
+    early_ns = tick_ns ? tick_ns / 2 + WAKE_NS : EARLY_NS;
+}
 static int64_t wake_ns = WAKE_NS;   /* timer lead, adapted (see Timing) */
 static int64_t wake_vote;           /* this wakeup's frames: late ones minus early ones */
 static int name_fd = -1;                /* for SIOCGIFNAME */
@@ -306,8 +313,9 @@ static void dump_stats(void)
             sum[i][6], sum[i][7], sum[i][8], queued[i], sum[i][9], sum[i][10], sum[i][11],
             late_max[i] / 1000, late_window_max[i] / 1000);
     snprintf(line + n, sizeof line - n, "\"links\":%d,\"wakeups\":%" PRIu64 ",\"rx_holdoffs\":%" PRIu64
-             ",\"ts_fallback\":%" PRIu64 ",\"wake_lead_us\":%" PRId64 ",\"forwarded\":%" PRIu64 "}\n",
-             count, wakeups, rx_set_disarms, ts_fallback, wake_ns / 1000, forwarded);
+             ",\"ts_fallback\":%" PRIu64 ",\"wake_lead_us\":%" PRId64 ",\"forwarded\":%" PRIu64
+             ",\"tick_us\":%" PRId64 "}\n", count, wakeups, rx_set_disarms, ts_fallback, wake_ns / 1000, forwarded,
+             tick_ns / 1000);
     fputs(line, stderr);
     fflush(stderr);
 }
@@ -730,8 +738,8 @@ static int parse_options(int argc, char **argv, struct link *l, struct process_o
         case 14: late_budget_ns = (int64_t)(v * 1000); break;
         case 15: control = 1; break;
         case 16:  /* a wakeup comes WAKE_NS before its grid point: it sends up to half a tick after */
-            tick_ns = (int64_t)(v * 1000);
-            early_ns = tick_ns ? tick_ns / 2 + WAKE_NS : EARLY_NS;
+            tick_max_ns = (int64_t)(v * 1000);
+            set_tick(tick_max_ns);
             break;
         default: snprintf(why, wlen, "unknown option or missing value"); return -1;
         }
@@ -995,6 +1003,9 @@ static void rx_set_recompute(void)
             if (mine < h) h = mine;
         }
     rx_set_holdoff = h < 50000 ? 0 : h;
+    /* A grid no coarser than the holdoff: under load the grid's wakeups then
+     * read every port in time, and frames never wake the process. */
+    set_tick(rx_set_holdoff && tick_max_ns > rx_set_holdoff ? rx_set_holdoff : tick_max_ns);
 }
 
 static void rx_set_arm(int armed)
@@ -1121,11 +1132,7 @@ int main(int argc, char **argv)
         wakeups++;
         wake_vote = 0;
         moved_due_min = INT64_MAX;
-        if (control && !rx_set_armed) {                 /* held off: read it now, arm it when due */
-            rx_set_read();
-            if (now >= rx_set_until) rx_set_arm(1);
-            else next = rx_set_until;
-        }
+        if (control && !rx_set_armed) rx_set_read();    /* off: every wakeup reads it */
         for (int s = 0; s < nslots; s++) {
             struct link *l = links[s];
             if (!l) continue;
@@ -1154,6 +1161,16 @@ int main(int argc, char **argv)
             if (at - wake_ns < next) next = at - wake_ns;
         }
         reap_gone();
+        if (control && rx_set_holdoff) {
+            /* Frames carry kernel timestamps: they need reading before they
+             * are due, not at once.  While a wakeup comes within the holdoff
+             * anyway, the RX set stays off and that wakeup reads it; held
+             * off after a burst, it stays off until rx_set_until. */
+            int held = rx_set_until > now;
+            if (held && rx_set_until < next) next = rx_set_until;
+            int arm = !held && !(next != INT64_MAX && next - now <= rx_set_holdoff);
+            if (arm != rx_set_armed) rx_set_arm(arm);
+        }
         wake_ns += ((wake_vote > 0) - (wake_vote < 0)) * WAKE_STEP_NS;  /* follow the VM's timer lateness */
         if (wake_ns < 0) wake_ns = 0;
         if (wake_ns > WAKE_MAX_NS) wake_ns = WAKE_MAX_NS;

@@ -140,9 +140,10 @@ def command(
     return [str(binary), *link_options(if_a, if_b, a_to_b, b_to_a, seed), *process_options(tag, rt_priority)]
 
 
-#: The shared relay's departure grid (delayline.c --tick-us): a frame leaves within half a tick of
-#: its due time, zero on average, so a path of h hops is off by a sum of h such errors (medians
-#: unchanged, well inside the probe's 0.5 ms), and one wakeup serves every frame due around a tick.
+#: The shared relay's departure grid at most (delayline.c --tick-us; the relay makes it no coarser
+#: than its RX holdoff, half the smallest link delay: 250 us with 0.5 ms links): a frame leaves
+#: within half a tick of its due time, zero on average (a routing relay rounds only a path's last
+#: hop), and one wakeup serves every frame due around a tick and reads every port.
 SHARED_TICK_US = 200
 
 

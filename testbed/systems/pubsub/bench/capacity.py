@@ -67,9 +67,11 @@ QUICK = ([Point("uav-swarm", "rate", 8, r) for r in (2, 10)] + [Point("uav-swarm
          + [Point("mmog", "rate", 2, r) for r in (3, 10)])
 
 
-def scenario_copy(point: Point, duration: str, settle: str, directory: Path) -> Path:
-    """The base scenario with the point's size, a short duration and settle, as a file to run."""
+def scenario_copy(point: Point, duration: str, settle: str, directory: Path, clients: str = "python") -> Path:
+    """The base scenario with the point's size, a short duration and settle and the clients' data
+    plane (workload.client_engine), as a file to run."""
     data = yaml.safe_load(BASES[point.case].read_text())
+    data["workload"]["client_engine"] = clients
     data.update(name=point.name, duration=duration,
                 description=f"bench-capacity point from {BASES[point.case].name}: {point.axis} axis")
     data["control"]["settle"] = settle
@@ -475,9 +477,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="testbed run --backend (default: what run would choose)")
     parser.add_argument("--no-references", action="store_true", help="skip nats-server and delay line alone")
     parser.add_argument("--reanalyse", action="store_true", help="re-apply the knee rule to the JSON's rows, redraw")
+    parser.add_argument("--clients", default="python", choices=["python", "compiled"],
+                        help="the clients' data plane (workload.client_engine); compiled writes capacity-compiled.*, "
+                             "which runs with the compiled engine are judged against")
     args = parser.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
     name = "capacity-quick" if args.quick else "capacity"  # a smoke run never replaces the full sweep
+    name += "" if args.clients == "python" else f"-{args.clients}"  # testbed.load.capacity_file
     if args.reanalyse:
         data = json.loads((OUT / f"{name}.json").read_text())
         data["rows"] = [reanalysed(row) for row in data["rows"]]
@@ -497,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     points = [p for p in (QUICK if args.quick else FULL) if p.case in cases]
     directory = Path(tempfile.mkdtemp(prefix="capacity-", dir=OUT))
     started = time.monotonic()
-    data = {"time": time.time(), "quick": args.quick, "machine": _machine_facts(), "cpus": os.cpu_count(),
+    data = {"time": time.time(), "quick": args.quick, "clients": args.clients, "machine": _machine_facts(), "cpus": os.cpu_count(),
             "paper": {case: offered(path) for case, path in BASES.items()},
             "how": {"points": f"testbed run on copies of {', '.join(p.name for p in BASES.values())} in {directory}, "
                               f"duration {duration}, settle {settle}",
@@ -516,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, point in enumerate(points, 1):
         console.print(f"[{i}/{len(points)}] {point.case}, {point.axis} axis: {point.count} nodes at {point.rate} msg/s "
                       f"({time.monotonic() - started:.0f}s so far)")
-        scenario_copy(point, duration, settle, directory)
+        scenario_copy(point, duration, settle, directory, args.clients)
         row = measure(point, directory, parse_duration(duration), console.print, args.backend)
         data["rows"].append(row)
         console.print(f"    delivered {row['delivered_per_s']:,.0f}/s, overhead p50 {_ms(row['overhead_p50_ms'])} ms, "
