@@ -329,7 +329,12 @@ def test_a_shared_relay_takes_links_on_its_stdin_and_answers_each_line(own_topo)
     assert t.control("move 1").startswith("error 1 unknown command")
     assert t.control("add x").startswith("error - expected")
     # routing lines (the routed shaper): well-formed ones taken, the rest refused with the form
+    # ports may be read late by half the smallest delay (link 1 has none B->A: never) ...
+    assert t.stats()["holdoff_us"] == 0
     assert t.control("hop 1 0 7 02:00:00:00:00:0a") == "ok 1"
+    # ... but once the relay routes, only by those of directions into a router: link 1 A->B's 10 ms
+    # frames go on for at least one more hop (their half, at most 500 us)
+    assert t.stats()["holdoff_us"] == 500
     assert t.control("hop 1 1 -") == "ok 1"
     assert t.control("hop 1 2 7 02:00:00:00:00:0a").startswith("error 1 expected 'hop ID SIDE")
     assert t.control("hop 1 0 7 02:00:00:00:0a").startswith("error 1 expected 'hop ID SIDE ROUTER MAC'")
@@ -338,6 +343,7 @@ def test_a_shared_relay_takes_links_on_its_stdin_and_answers_each_line(own_topo)
     assert t.control("route 7 10.0.0.500 1 0 02:00:00:00:00:01 02:00:00:00:00:02").startswith("error 7 expected")
     assert t.control("route 7 10.0.0.5 1 0 02:00:00:00:00:01").startswith("error 7 expected")
     assert t.control("route 99999 10.0.0.5 -").startswith("error 99999 expected")
+    assert t.control("hop 1 0 -") == "ok 1" and t.stats()["holdoff_us"] == 0  # routing nothing any more
     assert t.stats()["links"] == 2
     assert len(t.ping(5, 0.01, answered=True)) == 5  # link 0 relays through all of it
     subprocess.run(["ip", "-n", t.relay_ns, "link", "del", "C"], check=True)  # D goes with it

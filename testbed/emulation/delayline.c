@@ -44,7 +44,8 @@
  * a wakeup comes within the holdoff anyway (see RX_SET).  The SIGUSR1 line
  * then sums all links per direction ("ab" = A->B of every link) and adds
  * "links", "wakeups", "rx_holdoffs", "early" (frames sent before their due
- * time) and "tick_us" (the grid's period now).
+ * time), "tick_us" (the grid's period now) and "holdoff_us" (how late a
+ * port may be read).
  *
  * Routing inside the shaper (shared mode, ModelNet's core: every packet moved
  * through its pipes by one process).  Two more lines tell the relay what the
@@ -314,8 +315,8 @@ static void dump_stats(void)
             late_max[i] / 1000, late_window_max[i] / 1000);
     snprintf(line + n, sizeof line - n, "\"links\":%d,\"wakeups\":%" PRIu64 ",\"rx_holdoffs\":%" PRIu64
              ",\"ts_fallback\":%" PRIu64 ",\"wake_lead_us\":%" PRId64 ",\"forwarded\":%" PRIu64
-             ",\"tick_us\":%" PRId64 "}\n", count, wakeups, rx_set_disarms, ts_fallback, wake_ns / 1000, forwarded,
-             tick_ns / 1000);
+             ",\"tick_us\":%" PRId64 ",\"holdoff_us\":%" PRId64 "}\n", count, wakeups, rx_set_disarms, ts_fallback,
+             wake_ns / 1000, forwarded, tick_ns / 1000, rx_set_holdoff / 1000);
     fputs(line, stderr);
     fflush(stderr);
 }
@@ -868,6 +869,7 @@ static int command_hop(long id, int argc, char **argv, char *why, size_t wlen)
     if (slot >= 0) {
         links[slot]->dirs[side].to_router = (int)router;
         memcpy(links[slot]->dirs[side].to_mac, mac, 6);
+        rx_set_recompute();
     }
     return 0;
 }
@@ -992,14 +994,32 @@ static void set_armed(struct link *l, int side, int slot, int armed)
     epoll_ctl(ep_ports, EPOLL_CTL_MOD, l->ports[side].fd, &ev);
 }
 
-/* The RX set's holdoff: half the smallest (delay - jitter) of any link, at
- * most HOLDOFF_MAX; 0 (always armed) when some link is too short for it. */
+/* The RX set's holdoff: how late a port may be read, at most HOLDOFF_MAX; 0
+ * (always armed) when some link is too short for it.  A frame must be read
+ * before it is due to leave, less half a grid period and the timer's lead:
+ * half the smallest (delay - jitter) of any direction keeps that margin.  A
+ * relay that routes only needs it of the directions that enter a router:
+ * their frames go on for at least one more hop (the holdoff becomes half
+ * their delay plus the smallest of any hop), while what the routers' kernels
+ * send into the other directions is their own traffic (ARP, ICMP errors),
+ * none of the emulated hosts'. */
 static void rx_set_recompute(void)
 {
-    int64_t h = HOLDOFF_MAX;
+    int64_t h = HOLDOFF_MAX, shortest = INT64_MAX;
+    int routing = 0;
     for (int s = 0; s < nslots; s++)
         for (int i = 0; links[s] && i < 2; i++) {
-            int64_t mine = (int64_t)((links[s]->dirs[i].delay - links[s]->dirs[i].jitter) * 1e9 / 2);
+            struct dir *d = &links[s]->dirs[i];
+            int64_t own = (int64_t)((d->delay - d->jitter) * 1e9);
+            if (own < shortest) shortest = own;
+            routing |= d->to_router >= 0;
+        }
+    for (int s = 0; s < nslots; s++)
+        for (int i = 0; links[s] && i < 2; i++) {
+            struct dir *d = &links[s]->dirs[i];
+            int64_t own = (int64_t)((d->delay - d->jitter) * 1e9);
+            if (routing && d->to_router < 0) continue;
+            int64_t mine = (routing ? own + shortest : own) / 2;
             if (mine < h) h = mine;
         }
     rx_set_holdoff = h < 50000 ? 0 : h;

@@ -63,10 +63,11 @@ SYSTEM = System(
         # this machine's capacity for the UAV and MMOG workloads: `testbed run` warns past it (testbed.load)
         Benchmark("capacity", program="bench.capacity", minutes=26,
                   about="load the harness carries within its error budget: UAV and MMOG knees vs the paper's load, "
-                        "nats-server and the delay line alone -> results/bench/capacity.json, capacity.png (--quick)"),
+                        "nats-server and the delay line alone -> results/bench/capacity.json, capacity.png (--quick; "
+                        "--clients compiled -> capacity-compiled.*)"),
         Benchmark("efficiency", program="bench.efficiency", minutes=25,
                   about="CPU-us per delivered message by process class at fractions of the paper's UAV load and MMOG "
-                        "points, the per-link delay line and the shared one alternating run by run -> "
+                        "points, shapers (--shapers routed,shared,delayline) or client data planes alternating run by run -> "
                         "results/bench/efficiency.json, efficiency.png (--quick)"),
         Benchmark("scaleout", program="bench.scaleout", minutes=6,
                   about="the same scenario on this machine and over 3 isolated namespace-servers (reached as other "

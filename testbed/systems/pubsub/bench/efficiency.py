@@ -17,9 +17,9 @@ run (A B, then B A at the next repeat) so drift on this noisy VM falls on both a
 Writes results/bench/efficiency.json (--quick: efficiency-quick.json) and efficiency.png (drawn by
 analysis.bench_figures.efficiency), and prints the table.
 
-    python -m testbed.systems.pubsub.bench.efficiency [--quick] [--shapers delayline,shared] [--repeats 1] [--loads 0.05,0.1]
-    python -m testbed.systems.pubsub.bench.efficiency --shapers shared --clients python,compiled --loads 0.25,0.5
-    python -m testbed.systems.pubsub.bench.efficiency --shapers shared --clients compiled --servers pypi,debian
+    python -m testbed.systems.pubsub.bench.efficiency [--quick] [--shapers shared,routed] [--repeats 1] [--loads 0.05,0.1]
+    python -m testbed.systems.pubsub.bench.efficiency --shapers routed --clients python,compiled --loads 0.25,0.5
+    python -m testbed.systems.pubsub.bench.efficiency --shapers routed --clients compiled --servers pypi,debian
 """
 
 from __future__ import annotations
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=170)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"UAV at {QUICK_LOADS} of the paper's load, no MMOG")
-    parser.add_argument("--shapers", default="delayline,shared", help="the shapers compared, alternating")
+    parser.add_argument("--shapers", default="shared,routed", help="the shapers compared, alternating")
     parser.add_argument("--clients", default="python",
                         help="the clients' data planes compared (python, compiled: workload.client_engine), alternating")
     parser.add_argument("--servers", default=natsserver.DEFAULT,
