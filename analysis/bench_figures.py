@@ -237,7 +237,7 @@ FIGURES = {"nc": lambda data, d, name: [fig3b(data, d / "fig3b.png")],
 
 def draw(name: str, data: dict | None = None, directory: Path = OUT) -> list[dict]:
     """Draw benchmark `name`'s figures into `directory`, from `data` or `directory`/<name>.json."""
-    kind = name.removesuffix("-quick")
+    kind = name.split("-", 1)[0]  # capacity-quick, capacity-compiled, efficiency-quick: the same figure
     if kind not in FIGURES:
         raise ValueError(f"no figures for {name!r}; known: {', '.join(FIGURES)}")
     if data is None:

@@ -116,3 +116,5 @@ def test_analysis_and_figure_from_generated_rows(tmp_path):
     (drawn,) = draw("capacity", data, tmp_path)
     assert drawn["path"] == str(tmp_path / "capacity.png") and (tmp_path / "capacity.png").stat().st_size > 10_000
     assert "(ms)" in drawn["ylabel"] and drawn["series"]
+    (compiled,) = draw("capacity-compiled", data, tmp_path)  # the sweep through the compiled engine
+    assert compiled["path"] == str(tmp_path / "capacity-compiled.png")
