@@ -234,16 +234,39 @@ class LineTail:
 
 class LineCounter:
     """Counts the lines (or the lines holding `needle`) appended to growing files, reading only
-    what is new since the last call: cheap enough for a progress line every few seconds."""
+    what is new since the last call. Without a needle it counts newlines in 1 MiB reads and keeps no
+    line: the progress line counts the traces' rows, ~7 MB a second at the paper's UAV load, where
+    splitting them into lines cost the harness a tenth of a core in bursts."""
+
+    CHUNK = 1 << 20
 
     def __init__(self, directory: Path, pattern: str, needle: bytes | None = None):
         self.tail, self.needle = LineTail(directory, pattern), needle
+        self.offsets: dict[Path, int] = {}
         self.total = 0
 
     def count(self) -> int:
-        lines = self.tail.read()
-        self.total += sum(self.needle in line for line in lines) if self.needle else len(lines)
+        if self.needle:
+            self.total += sum(self.needle in line for line in self.tail.read())
+            return self.total
+        for pattern in self.tail.patterns:
+            for path in sorted(self.tail.directory.glob(pattern)):
+                self.total += self._newlines(path)
         return self.total
+
+    def _newlines(self, path: Path) -> int:
+        """Newlines appended to `path` since the last call: a line still being written counts once
+        its newline is there."""
+        found = 0
+        try:
+            with path.open("rb") as handle:
+                handle.seek(self.offsets.get(path, 0))
+                while chunk := handle.read(self.CHUNK):
+                    found += chunk.count(b"\n")
+                self.offsets[path] = handle.tell()
+        except OSError:
+            pass
+        return found
 
 
 def ping_deadline_s(count: int, interval_s: float, timeout_s: float = 2.0) -> int:

@@ -134,6 +134,36 @@ def test_sequence_tracking_counts_as_the_python_client_does(server, tmp_path):
     assert [r["seq"] for r in _rows(tmp_path / "seqs.jsonl")] == [0, 1, 3, 2, 6]
 
 
+def test_the_engine_runs_at_its_nice_and_a_forgotten_trace_is_complete_when_forget_is_answered(server, tmp_path):
+    """The engine's threads run at `engine.NICE` (its wakes go first on a busy machine), and its trace
+    rows reach the disk from a writer thread: once a subscriber is closed (the engine's "forget"
+    answered), every row it counted is in its file, also with thousands of rows in the buffers."""
+    from testbed.systems.pubsub import engine as engine_module
+
+    async def go():
+        engine = await Engine().start()
+        pid = engine.process.pid
+        nices = {int(Path(f"/proc/{pid}/task/{t.name}/stat").read_text().rsplit(")", 1)[1].split()[16])
+                 for t in Path(f"/proc/{pid}/task").iterdir()}
+        common = {"owner": ("b1", server), "site": "zone1", "run_id": "r1", "events": EventLog()}
+        reader = EngineSubscriber("many", "se", trace=tmp_path / "many.jsonl", engine=engine, **common)
+        sending = EnginePublisher("many", "pe", 4000, 200, engine=engine, **common)
+        for client in (reader, sending):
+            await client.start()
+        await sending.run(duration=1.0, start=time.time() + 0.1)
+        await asyncio.sleep(0.3)
+        await sending.settle()
+        await reader.close()
+        received, rows = reader.summary()["received"], len(_rows(tmp_path / "many.jsonl"))
+        await sending.close()
+        await engine.stop()
+        return nices, received, rows
+
+    nices, received, rows = run(go())
+    assert nices == {engine_module.NICE} if os.geteuid() == 0 else nices
+    assert received >= 3900 and rows == received
+
+
 def test_a_publisher_routed_nowhere_holds_and_then_delivers_everything(server, tmp_path):
     """A baseline move: the publisher has no connection for a while (what its open loop produces is
     held), then a new one: the held messages go first, a round trip confirms them, nothing is lost."""
@@ -251,3 +281,15 @@ def test_a_scenario_the_engine_cannot_carry_is_refused_at_its_line(tmp_path, cha
     with pytest.raises(ScenarioError, match=rf"engine.yaml:19: workload.client_engine: .*{message}"):
         topology.checked(load(path), str(path))
     assert load(ROOT / "scenarios" / "uav-smoke.yaml").workload.client_engine == "python"
+
+
+def test_bench_client_measures_the_engine_alone_beside_the_whole_swarm_process():
+    """`make bench-client CLIENT_ARGS="--engine compiled"`: one short run of a 3-UAV swarm through its
+    engine delivers every message and reports the engine's own CPU per message apart from the
+    process's (which holds Python's start-up)."""
+    from testbed.bench.client import REPO, measure
+
+    row = measure(3, 50, 1.0, REPO, engine="compiled")
+    followers = 2  # each reads the leader's 50, the leader reads each follower's 50
+    assert row["engine"] == "compiled" and row["sent"] == 150 and row["received"] == 2 * followers * 50
+    assert 0 < row["engine_us_per_message"] < row["client_us_per_message"]

@@ -126,3 +126,26 @@ def test_process_stat_counts_user_and_system_time_after_the_command_name():
         math.sqrt(2.0)
     assert procs.process_stat("self").ticks > mine.ticks
     assert procs.cpu_seconds(os.getpid()) >= 3 / procs.TICKS and procs.cpu_seconds(2**22 + 1) == 0.0
+
+
+def test_a_line_counter_counts_complete_lines_once_across_reads_and_files_that_appear_later(tmp_path):
+    """The progress line's count of trace rows: a row still being written counts once its newline
+    is there, a file created later is found, and with a needle only the lines holding it count."""
+    from testbed.procs import LineCounter
+
+    rows = LineCounter(tmp_path, "*.jsonl")
+    first = tmp_path / "a.jsonl"
+    first.write_bytes(b'{"x":1}\n{"x":2}\n{"x":')
+    assert rows.count() == 2
+    with first.open("ab") as handle:
+        handle.write(b'3}\n')
+    (tmp_path / "b.jsonl").write_bytes(b"{}\n" * (LineCounter.CHUNK // 3 + 5))  # more than one read
+    (tmp_path / "c.log").write_bytes(b"not counted\n")
+    assert rows.count() == 3 + LineCounter.CHUNK // 3 + 5
+    assert rows.count() == 3 + LineCounter.CHUNK // 3 + 5
+
+    ends = LineCounter(tmp_path, "a.jsonl", b'"x":3')
+    assert ends.count() == 1
+    with first.open("ab") as handle:
+        handle.write(b'{"x":3}\n')
+    assert ends.count() == 2

