@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from testbed import probe, topology
-from testbed.emulation import installed, runstate
+from testbed.emulation import installed, network, runstate
 from testbed.experiment import Session
 from testbed.scenario.loader import ScenarioError, parse_text
 from tests.live import measured_held
@@ -114,8 +114,11 @@ def test_two_hosts_with_20ms_path_measure_40ms_rtt():
     with Session(scenario) as session:
         rtts(session, "n1", "n2", 3)
         measured = measured_held(lambda: rtts(session, "n1", "n2", 50), lambda m: path_off_ms(median(m), 40.0))
+        # Linux's default congestion control in every node, not the machine's (BBR's PROBE_RTT stalls)
+        congestion = {session.network.cmd(n, "sysctl -n net.ipv4.tcp_congestion_control").strip() for n in ("n1", "n2")}
     assert len(measured) == 50
     assert path_off_ms(median(measured), 40.0) <= 0, median(measured)
+    assert congestion == {network.TCP_CONGESTION} == {"cubic"}
 
 
 @pytest.mark.quiet
@@ -320,3 +323,14 @@ def test_sigterm_tears_down_and_keeps_what_was_recorded(tmp_path):
     meta = __import__("json").loads((run_dir / "run.json").read_text())
     assert meta["interrupted"] == "SIGTERM" and meta["complete"] is False
     assert (run_dir / "events.jsonl").read_text().strip()
+
+
+def test_the_nodes_congestion_control_is_added_to_the_machines_allowed_list_only_when_missing(tmp_path):
+    """A namespace can make cubic its default only if the machine allows it: added once, kept, and a
+    machine that refuses the write is said (the nodes then keep the machine's default)."""
+    knob = tmp_path / "tcp_allowed_congestion_control"
+    knob.write_text("reno bbr\n")
+    assert "added" in network.allow_congestion_control("cubic", knob)
+    assert knob.read_text().split() == ["reno", "bbr", "cubic"]
+    assert network.allow_congestion_control("cubic", knob) is None
+    assert "cannot be allowed" in network.allow_congestion_control("cubic", tmp_path / "missing" / "knob")

@@ -323,7 +323,10 @@ def test_policy_override_is_validated_and_lands_in_the_run_metadata(tmp_path):
     assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4, distance="rtt") is None
 
 
-def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat():
+def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat(monkeypatch, tmp_path):
+    from testbed import load
+
+    monkeypatch.setattr(load, "capacity_file", lambda *_: tmp_path / "capacity-compiled.json")  # not measured
     names = [name for name, _ in paper.plan(paper.Options(repeats=2, policies=("epulsar", "allpairs")))]
     runs = [n for n in names if "(repeat" in n]
     assert len(runs) == 2 * (2 * 2 + 1) and all("(repeat 1/2)" in n for n in runs[:5])
@@ -429,3 +432,24 @@ def test_harness_notes_are_listed_without_marking_the_figure_missing(tmp_path):
     assert entry.status(tmp_path) == "ok"
     md = write_index(tmp_path, [entry], {})[0].read_text()
     assert "- Fig. 9: note: epulsar run ab12cd: harness saturated for 4 s" in md and "| ok |" in md
+
+
+@pytest.mark.parametrize("steady, scenario, said", [
+    (22_400, "scenarios/uav.yaml", "at its own size (the steady knee through the compiled engine, 22,400"),
+    (11_200, "scenarios/uav-comparable.yaml", "rate scaled to 5 msg/s: the steady knee through the compiled engine "
+                                              "is 11,200 deliveries/s, below the paper's 22,400"),
+    (None, "scenarios/uav-comparable.yaml", "is not measured"),
+])
+def test_fig8_runs_the_papers_own_size_where_the_capacity_through_the_engine_holds_it(tmp_path, steady, scenario, said):
+    """make paper's Fig. 8 aside: uav.yaml (22,400 deliveries/s through the compiled engine) when
+    bench-capacity's steady knee through the engine reaches the paper's load, else the same flight at
+    5 msg/s, and its index entry says which and why."""
+    capacity = tmp_path / "capacity-compiled.json"
+    if steady is not None:
+        capacity.write_text(json.dumps({"knee": {"uav-swarm": {"deliveries_per_s": 2_800, "paper_deliveries_per_s": 22_400,
+                                                               "steady": {"deliveries_per_s": steady}}}}))
+    aside = paper.fig8_aside(capacity)
+    assert (aside.name, aside.figure, aside.scenario) == ("comparable", "fig8", scenario)
+    assert said in aside.note
+    if scenario == paper.PAPER_UAV:  # the paper's load is only carried through the engine
+        assert yaml.safe_load((paper.REPO / scenario).read_text())["workload"]["client_engine"] == "compiled"

@@ -256,7 +256,7 @@ def test_every_experiment_s_scenarios_exist_and_run_its_kind():
         for path in experiment.scenarios.values():
             assert yaml.safe_load((ROOT / path).read_text())["workload"]["kind"] == kind, path
     assert sum(e.balance for e in plugin.experiments().values()) <= 1  # make paper runs one balance experiment
-    for aside in paper.ASIDES:  # an aside redraws a compared kind's figure
+    for aside in paper.asides():  # an aside redraws a compared kind's figure
         assert aside.kind in paper.SCALES["smoke"], aside.name
 
 

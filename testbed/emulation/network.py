@@ -37,8 +37,30 @@ RESERVED_PREFIX = SHAPER_NODE  # shaper1.., shaper-srv1..: the namespaces of a r
 Progress = Callable[[str], None]
 # IPv4-only network (no IPv6 chatter on shaped links); TCP buffers large enough for
 # bandwidth x delay of WAN-like links (the defaults cap a 40 ms path well below 1 Gbit/s).
+# Congestion control: Linux's default (cubic), whatever the machine's own is. A namespace inherits
+# the machine's, and with BBR every connection quiet on min-RTT for 10 s cut its window to 4 packets
+# for 200 ms (PROBE_RTT), then sent what had piled up at once: every ~10 s a client's messages 180 ms
+# late, a drop-tail drop on its access link and a retransmission timeout (3 such stalls in 40 s held
+# one swarm's p99 at 7.7 ms).
+TCP_CONGESTION = "cubic"
 NODE_SYSCTLS = ("sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1 "
                 "net.ipv4.tcp_rmem='4096 131072 33554432' net.ipv4.tcp_wmem='4096 65536 33554432'")
+CONGESTION_SYSCTL = f"sysctl -qw net.ipv4.tcp_congestion_control={TCP_CONGESTION}"
+ALLOWED_CONGESTION = Path("/proc/sys/net/ipv4/tcp_allowed_congestion_control")
+
+
+def allow_congestion_control(name: str = TCP_CONGESTION, knob: Path = ALLOWED_CONGESTION) -> str | None:
+    """A namespace may only make an algorithm its default if the machine allows it
+    (tcp_allowed_congestion_control, set in the root namespace): add `name` to that list when it is
+    missing. Returns what was done, or why it could not be (the nodes then keep the machine's own)."""
+    try:
+        allowed = knob.read_text().split()
+        if name in allowed:
+            return None
+        knob.write_text(" ".join([*allowed, name]) + "\n")
+        return f"tcp congestion control: {name} added to the machine's allowed list (was: {' '.join(allowed)})"
+    except OSError as error:
+        return f"tcp congestion control: {name} cannot be allowed here ({error}): nodes keep the machine's default"
 
 
 class EmulationError(RuntimeError):
@@ -143,6 +165,9 @@ class Network:
         if self.run_files is not None:
             self.run_files.prepare("logs", "traces")
         self.shaper = self._make_shapers()
+        said = allow_congestion_control()
+        if said:
+            self.progress(said)
         self.progress(f"sites: creating {len(topo.sites)} site routers")
         for index, name in enumerate(topo.sites):
             router = self.net.addHost(name, cls=self._node_class(name), inNamespace=True, ip=None)
@@ -266,6 +291,7 @@ class Network:
         ip, _mac_addr = self._host_ip[name]
         # Best effort: a Docker host's /proc/sys is read-only (its sysctls are set when it is created).
         host.cmd(NODE_SYSCTLS + " 2>/dev/null")
+        host.cmd(CONGESTION_SYSCTL + " 2>/dev/null")
         commands = [
             "ip link set lo up",
             f"ip addr replace {ip}/32 dev {HOST_INTF}",

@@ -21,7 +21,8 @@ from testbed.emulation.images import ROLES, image_name
 
 # The same settings as network.NODE_SYSCTLS for namespace hosts; Docker applies them at creation.
 DOCKER_SYSCTLS = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1",
-                  "net.ipv4.tcp_rmem": "4096 131072 33554432", "net.ipv4.tcp_wmem": "4096 65536 33554432"}
+                  "net.ipv4.tcp_rmem": "4096 131072 33554432", "net.ipv4.tcp_wmem": "4096 65536 33554432",
+                  "net.ipv4.tcp_congestion_control": "cubic"}
 ROLE_IMAGES = {"cloud": "cloud", "broker": "broker", "storage": "broker", "nc-proxy": "nc-proxy"}  # storage: nats-server
 DEFAULT_IMAGE_ROLE = "client"
 IMAGE_PYTHON = "/opt/venv/bin/python"  # the project's venv in images/project
