@@ -104,7 +104,8 @@ def fig8_aside(capacity: Path | None = None) -> Aside:
 
 
 def asides() -> tuple[Aside, ...]:
-    """The asides `make paper` runs (ePulsar once each), decided when it starts."""
+    """The asides `make paper` runs (ePulsar once each); Fig. 8's is read from the capacity file at each
+    call (a small JSON), so the plan, the scale statement and the index agree while it is unchanged."""
     return (fig8_aside(), Aside("one_way", "fig9-one_way", "scenarios/mmog-smoke.yaml",
                                 "one-way distances (d = RTT / 2), ePulsar only; ", distance="one_way"))
 # The balance experiment (the hot spot) under ePulsar, Pulsar's load manager and the paper's baseline
