@@ -370,6 +370,41 @@ def test_a_publish_to_the_old_broker_is_forwarded_with_a_redirect(plane):
     assert got["producers"]["ghost"]["received"] == 5 and got["brokers"] == {"bzone2": 5}
 
 
+def test_a_publisher_whose_data_waits_behind_a_cut_path_notices_its_silent_broker(plane):
+    """cl1 publishes 0.5 MB/s to bzone2, then its path there drops everything in silence (a route in
+    cl1 into a veth whose peer is down; a blackhole route would fail the writes at once). Its writes block within a second, and nats-py's ping, written behind them, was
+    never sent: the publisher noticed nothing until TCP's retransmission got through after the heal
+    (once 5.4 s after a 6 s site cut). The client's own round trip notices within NOTICE_S."""
+    from testbed.systems.pubsub.client import NOTICE_S, PING_INTERVAL_S
+
+    events = plane.log_dir / "events-cut_pub-cl1.jsonl"
+    assert plane.command("bzone2", op="acquire", topic="cut_pub")["ok"]
+    pub = plane.client("pub", "cl1", "cut_pub", "--rate", "500", "--size", "1000")
+    broker_ip = plane.net.ip_of("bzone2")
+    held = 3 * NOTICE_S  # the cut lasts well past the notice, so that only the client's own check can explain one
+
+    def lost() -> list[dict]:
+        kinds = [json.loads(line) for line in events.read_text().splitlines()] if events.exists() else []
+        return [e for e in kinds if e["type"] == "broker_lost"]
+    try:
+        time.sleep(2 * PING_INTERVAL_S)
+        assert not lost()
+        plane.net.cmd("cl1", f"ip link add cut0 type veth peer name cut1 && ip link set cut0 up && "
+                             f"ip neigh replace {broker_ip} lladdr 02:00:00:00:00:01 dev cut0 nud permanent && "
+                             f"ip route replace {broker_ip}/32 dev cut0")
+        cut = time.time()
+        try:
+            noticed = wait_for(lost, timeout=held)
+        finally:
+            plane.net.cmd("cl1", "ip link del cut0")  # its routes and neighbours go with it
+            healed = time.time()
+    finally:
+        plane.summary(pub, stop=True)
+    assert noticed, f"the publisher did not notice its broker's silence in {held:g} s"
+    print(f"\nbroker lost {noticed[0]['time'] - cut:.2f} s into the cut (notice {NOTICE_S:g} s)")
+    assert cut < noticed[0]["time"] < healed and noticed[0]["broker"] == "bzone2"
+
+
 def test_nc_reports_are_aggregated_and_malformed_ones_counted(plane):
     assert plane.command("bzone1", op="acquire", topic="ncagg")["ok"]
     before = plane.command("bzone1", op="status")["counters"]["malformed"]

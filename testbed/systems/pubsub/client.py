@@ -59,8 +59,11 @@ RELOOKUP_PAUSE_MAX_S = 0.5
 # in the dropped connection's buffer and is never answered, so after a site's cut heals a client
 # would wait out the whole wait (a site-cut run: 10 s, all but 4 s of them after the heal).
 LOOKUP_ATTEMPT_S = 3.0
+NATS_CONNECT_TIMEOUT_S = 5.0  # one attempt to (re)connect to a nats-server: its SYNs go at 0, 1 and 3 s
+NATS_RECONNECT_WAIT_S = 0.2  # between two attempts
 PING_INTERVAL_S = 1.0  # nats-py's default is 2 minutes: a paused broker would hold its clients that long
 MAX_PINGS_OUT = 2      # unanswered pings before the connection counts as dropped (~2-3 s)
+NOTICE_S = PING_INTERVAL_S * (MAX_PINGS_OUT + 1)  # a broker that answers no ping for this long is lost
 
 
 def run_precise(coro):
@@ -84,15 +87,33 @@ async def _log_error(error: Exception) -> None:
     logging.getLogger("nats").warning("nats: %s: %s", type(error).__name__, error)  # one line, no traceback
 
 
-async def connect_nats(address: str, name: str | None = None, timeout: float = 10.0, disconnected_cb=None):
+async def connect_nats(address: str, name: str | None = None, timeout: float = 10.0, disconnected_cb=None,
+                       reconnected_cb=None):
     """A NATS connection that reconnects forever once up (a restarted nats-server) but gives up on
     a first connect after `timeout` (a broker that is gone). Agents use it too. `disconnected_cb`
     (a coroutine function) runs each time the connection drops, also when a server stops answering
-    pings (PING_INTERVAL_S x MAX_PINGS_OUT: a paused broker, whose TCP connections stay open)."""
-    return await asyncio.wait_for(nats.connect(address, name=name, connect_timeout=5, max_reconnect_attempts=-1,
-                                               reconnect_time_wait=0.2, error_cb=_log_error,
+    pings (PING_INTERVAL_S x MAX_PINGS_OUT: a paused broker, whose TCP connections stay open);
+    `reconnected_cb` each time it is back."""
+    return await asyncio.wait_for(nats.connect(address, name=name, connect_timeout=NATS_CONNECT_TIMEOUT_S,
+                                               max_reconnect_attempts=-1, reconnect_time_wait=NATS_RECONNECT_WAIT_S,
+                                               error_cb=_log_error,
                                                ping_interval=PING_INTERVAL_S, max_outstanding_pings=MAX_PINGS_OUT,
-                                               disconnected_cb=disconnected_cb), timeout)
+                                               disconnected_cb=disconnected_cb, reconnected_cb=reconnected_cb),
+                                  timeout)
+
+
+async def close_quietly(nc, wait: float = 5.0) -> None:
+    """Closes a connection, waiting `wait` at most: nats-py closes a socket only once what it holds is
+    written, which a cut path holds back until TCP gives up (minutes), and then raised the
+    CancelledError of its own reconnect task into the caller (a client ended during a cut lost
+    its summary)."""
+    try:
+        await asyncio.wait_for(nc.close(), wait)
+    except asyncio.CancelledError:
+        if asyncio.current_task().cancelling():
+            raise
+    except Exception:  # noqa: BLE001 - closing what may already be gone
+        pass
 
 
 async def reachable(address: str, timeout: float = 1.0) -> None:
@@ -187,7 +208,14 @@ class TopicClient:
         would report), so a topic nobody owns yet can start near it; later ones (after a disconnect or
         a lost broker) ask for a topic the manager already knows, and save the coordinate query."""
         if self._lookup_nc is None:
-            self._lookup_nc = await connect_nats(self.lookup_url)
+            async def dropped() -> None:
+                self.events.add("lookup_dropped", topic=self.topic, client=self.name, role=self.role)
+
+            async def back() -> None:
+                self.events.add("lookup_back", topic=self.topic, client=self.name, role=self.role)
+
+            # when a lookup waits on its connection to the topic manager, the record says so
+            self._lookup_nc = await connect_nats(self.lookup_url, disconnected_cb=dropped, reconnected_cb=back)
         asker = {"client": self.name, "role": self.role, "coord": await self._coordinate()} if first else None
         while True:
             try:
@@ -206,6 +234,8 @@ class TopicClient:
 
         ep = Endpoint(broker, address, await self._connect(broker, address, timeout, dropped))
         attached.append(ep)
+        if isinstance(ep.nc, nats.aio.client.Client):
+            self._spawn(self._watch(ep))
         if self.downtime is not None and "reconnected" not in self.downtime:
             self.downtime["reconnected"] = time.time()  # the paper's end of the downtime (5.7)
         ep.subs.append(await ep.nc.subscribe(f"_ep.ctl.{self.topic}", cb=functools.partial(self._on_ctl, ep)))
@@ -214,6 +244,24 @@ class TopicClient:
             await ep.nc.flush()
         self._spawn(self._send_report(ep))  # a broker that does not own the topic answers with a redirect
         return ep
+
+    async def _watch(self, ep: Endpoint) -> None:
+        """nats-py tells of a dropped connection only once its socket has closed, and a socket closes
+        only once what it holds is written: a producer whose path was cut found its connection stale
+        within NOTICE_S but said nothing until TCP's retransmission got through after the heal (5.4 s
+        after a 6 s site cut, once). A round trip awaited here notices the silent broker either way.
+        (The compiled engine's libnats closes at once.)"""
+        while not ep.nc.is_closed and not self._closing:
+            await asyncio.sleep(PING_INTERVAL_S)
+            if ep is not self.current:
+                continue
+            # not cancelled on time out: nats-py's ping, waiting to be written, would swallow that
+            round_trip = asyncio.ensure_future(ep.nc.flush(timeout=NOTICE_S))
+            round_trip.add_done_callback(lambda task: task.cancelled() or task.exception())
+            done, _ = await asyncio.wait({round_trip}, timeout=NOTICE_S)
+            if (not done or round_trip.exception() is not None) and ep is self.current:
+                self._lost(ep)
+                return
 
     async def _connect(self, broker: str, address: str, timeout: float, dropped):
         """A connection to a broker (nats-py here; through the node's compiled engine in
@@ -239,7 +287,7 @@ class TopicClient:
         try:
             await asyncio.wait_for(ep.nc.drain(), 5.0)
         except Exception:  # noqa: BLE001 - the old broker may be gone
-            await ep.nc.close()
+            await close_quietly(ep.nc)
 
     def _spawn(self, coro) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -400,10 +448,7 @@ class TopicClient:
             task.cancel()
         for nc in (self.current and self.current.nc, self._lookup_nc):
             if nc is not None:
-                try:
-                    await nc.close()
-                except Exception:  # noqa: BLE001
-                    pass
+                await close_quietly(nc)
         for feature in self.features:
             feature.close()
 
