@@ -157,3 +157,16 @@ def test_a_run_is_judged_against_the_capacity_measured_with_its_own_client_data_
     assert capacity_file("compiled") == CAPACITY_FILE.with_name("capacity-compiled.json")
     assert capacity_file("python") == CAPACITY_FILE
     assert capacity_file("compiled", Path("mine.json")) == Path("mine.json")
+
+
+def test_a_load_within_the_steady_knee_is_judged_by_it_when_no_point_held_strictly():
+    """bench-capacity through the compiled engine: one 17.9 ms stall failed the strict rule at every
+    load, while the steady rule's knee held the paper's UAV load. `run` judges by the steady knee and
+    says so, instead of calling the paper's load beyond capacity."""
+    steady = {"knee": {"uav-swarm": {"deliveries_per_s": None, "reached": True,
+                                      "steady": {"deliveries_per_s": 22_400.0, "reached": True}}}}
+    verdict = load.compare(estimate("uav"), steady)
+    assert verdict.beyond == [] and verdict.limits == {load.HARNESS_KNEE_STEADY: 22_400.0}
+    assert "strict rule" in verdict.notes[0] and "steady rule" in verdict.notes[0]
+    beyond = load.compare(estimate("uav", scale=1.5), steady).beyond
+    assert beyond and beyond[0].endswith(f"> {load.HARNESS_KNEE_STEADY} 22,400")

@@ -221,7 +221,7 @@ def point_row(point: Point, offered_per_s: float, summary: dict, health: list[di
             "steady_saturated_share": steady_share}
 
 
-STEADY_SATURATED_MAX = 0.05  # the steady rule tolerates isolated bad seconds (VM timer stalls)
+from testbed.load import STEADY_SATURATED_MAX  # noqa: E402 - the steady rule's share of bad seconds
 
 
 def unhealthy(row: dict, rule: str = "strict") -> list[str]:
