@@ -52,7 +52,7 @@ def test_run_limits_read_the_scenario_saved_in_the_run(tmp_path):
     (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
     limits = bounds.run_limits(tmp_path)
     assert limits.bound.seconds == pytest.approx(0.0883, abs=2e-4)
-    assert limits.reaction_s == 10.0  # a 5 s NC report and a 5 s monitoring round
+    assert limits.reaction_s == 15.0  # a 5 s NC report, a 5 s broker report, a 5 s manager round
     assert bounds.run_limits(tmp_path / "missing") == bounds.Limits(None, None)
     (tmp_path / "scenario.yaml").write_text("name: broken\n")
     assert bounds.run_limits(tmp_path) == bounds.Limits(None, None)
@@ -76,10 +76,10 @@ def test_a_migration_lasts_until_its_clients_use_the_new_broker():
 def test_run_limits_add_the_runs_own_migration_time(tmp_path):
     scenario = load(REPO / "scenarios" / "uav-smoke.yaml")
     (tmp_path / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
-    assert bounds.run_limits(tmp_path).window_s == 10.0  # no events: reports and rounds only
+    assert bounds.run_limits(tmp_path).window_s == 15.0  # no events: reports and rounds only
     moves = [[{"type": "migration_start", "time": 10.0 * i, "topic": f"t{i}"},
               {"type": "migration_end", "time": 10.0 * i + 0.1 * i, "topic": f"t{i}"}] for i in range(1, 21)]
     (tmp_path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for pair in moves for e in pair))
     limits = bounds.run_limits(tmp_path)
     assert limits.migration_s == pytest.approx(2.0)  # the p95 of 0.1 .. 2.0 s (the higher rank: 20 of 20)
-    assert limits.window_s == pytest.approx(12.0)
+    assert limits.window_s == pytest.approx(17.0)
