@@ -30,6 +30,7 @@ import threading
 import time
 
 from kazoo.client import KazooState
+from kazoo.exceptions import KazooException
 
 from testbed.systems.pubsub.lookup import LookupService
 from testbed.systems.pubsub.metadata import check_topic
@@ -351,7 +352,13 @@ class TopicManager(LookupService):
             loop.call_soon_threadsafe(leader.set)
             resign.wait()
 
-        threading.Thread(target=election.run, args=(elected,), daemon=True).start()
+        def lead() -> None:
+            try:
+                election.run(elected)
+            except KazooException:  # resigned as the run stops: the session closed under the lock's release
+                pass
+        leading = threading.Thread(target=lead, daemon=True)
+        leading.start()
         await leader.wait()
         restore = getattr(self.controller, "restore", None)
         if restore is not None and (previous := await asyncio.to_thread(self.meta.ownership)):
@@ -374,6 +381,7 @@ class TopicManager(LookupService):
         finally:
             control.cancel()
             resign.set()
+            await asyncio.to_thread(leading.join, 2.0)  # its lock released before the process goes (no traceback)
 
     def step_down(self) -> None:
         """The ZooKeeper session that won the election expired (ZooKeeper was away longer than the
