@@ -40,6 +40,8 @@ from pathlib import Path
 
 import yaml
 
+from testbed.load import STEADY_SATURATED_MAX  # the steady rule's share of bad seconds, one home
+
 REPO = Path(__file__).resolve().parents[4]
 OUT = Path("results/bench")
 BASES = {"uav-swarm": REPO / "scenarios" / "uav.yaml", "mmog": REPO / "scenarios" / "mmog.yaml"}
@@ -219,9 +221,6 @@ def point_row(point: Point, offered_per_s: float, summary: dict, health: list[di
             "migrations": summary.get("migrations"),
             "steady_overhead_p50_ms": quantile(steady or [], 0.50), "steady_overhead_p99_ms": quantile(steady or [], 0.99),
             "steady_saturated_share": steady_share}
-
-
-from testbed.load import STEADY_SATURATED_MAX  # noqa: E402 - the steady rule's share of bad seconds
 
 
 def unhealthy(row: dict, rule: str = "strict") -> list[str]:
