@@ -50,3 +50,17 @@ def test_a_trigger_that_cannot_act_is_refused_against_the_rest_of_the_control_bl
     hashed = _scenario(tmp_path, "control:\n  policy: pulsar-hash\n  handover_trigger: {enabled: true}\n")
     with pytest.raises(ScenarioError, match="policy 'pulsar-hash' does not place by latency"):
         topology.checked(load(hashed), str(hashed))
+
+
+def test_the_gain_asked_of_an_infeasible_move_is_read_and_refused_where_it_cannot_apply(tmp_path):
+    """`control.infeasible_min_gain` (beyond the paper; testbed.policies.repartition.too_little_gain):
+    0 by default, Algorithm 1 as written; refused, with its file and line, under a policy that does
+    not move topics by latency."""
+    assert load(ROOT / "scenarios" / "uav-smoke.yaml").control.infeasible_min_gain == 0.0
+    assert load(_scenario(tmp_path, "control:\n  policy: allpairs\n  infeasible_min_gain: 5ms\n")) \
+        .control.infeasible_min_gain == pytest.approx(0.005)
+    for policy in ("pulsar-hash", "pulsar-lm"):
+        with pytest.raises(ScenarioError, match=rf"trigger.yaml:\d+: control.*infeasible_min_gain: policy '{policy}'"):
+            load(_scenario(tmp_path, f"control:\n  policy: {policy}\n  infeasible_min_gain: 5ms\n"))
+    with pytest.raises(ScenarioError, match=r"trigger.yaml:\d+: control.infeasible_min_gain"):
+        load(_scenario(tmp_path, "control:\n  policy: epulsar\n  infeasible_min_gain: -5ms\n"))

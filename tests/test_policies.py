@@ -497,3 +497,41 @@ def test_a_client_reports_early_when_its_coordinate_moved_at_most_once_per_inter
     assert [limit.allow(t) for t in (0.0, 0.5, 0.99, 1.0, 1.5, 2.1)] == [True, False, False, True, False, True]
     trigger = HandoverTrigger(True, 0.002, 0.25, 0.5, 8.0)
     assert HandoverTrigger.from_json(trigger.to_json()) == trigger and HandoverTrigger.from_json(None).enabled is False
+
+
+def _infeasible(on: str) -> Snapshot:
+    """"far" (producer at 0, consumer at 200 ms RTT) on broker `on`: every broker of the line 0-60-200
+    scores W = 100 ms one-way, over its 50 ms threshold; "near" (0 and 60) on bc: W bc 170, ba/bb 30 ms,
+    over its 20 ms threshold too, but ba gains 140 ms."""
+    far = _report("far", on, [c(0)], [c(200)], 10, 10)
+    near = _report("near", "bc", [c(0)], [c(60)], 10, 10)
+    brokers = {b: BrokerReport(b, BROKERS[b], topics=tuple(t for t in (far, near) if t.broker == b)) for b in BROKERS}
+    return OneWaySnapshot(brokers, {"far": on, "near": "bc"}, {"far": 0.050, "near": 0.020})
+
+
+def test_an_infeasible_topic_moves_only_for_the_gain_asked():
+    """Algorithm 1 as written moves a topic no broker can serve to the lowest-scoring broker, by any
+    margin (a tie broken by name here; estimates a millisecond apart on the live system): with
+    `min_gain` such a move must gain that much, and the topic stays, reported in `kept`."""
+    from testbed.policies import too_little_gain
+    from testbed.policies.control import Algorithm1, ControlOptions
+
+    epulsar, snap = POLICIES["epulsar"], _infeasible("bb")
+    assert EPulsar().scores("far", snap) == pytest.approx({"ba": 0.100, "bb": 0.100, "bc": 0.100})
+    assert perform_repartitioning(snap, epulsar, LIMITS) == [Migration("far", "bb", "ba"), Migration("near", "bc", "ba")]
+    kept: set[str] = set()
+    assert perform_repartitioning(snap, epulsar, LIMITS, min_gain=0.005, kept=kept) == [Migration("near", "bc", "ba")]
+    assert kept == {"far"}
+    assert too_little_gain("far", snap, epulsar, 0.005) and not too_little_gain("near", snap, epulsar, 0.005)
+    assert too_little_gain("near", snap, epulsar, 0.141)  # 140 ms gained < 141 asked: stays
+    assert not too_little_gain("far", snap, epulsar, 0.0)  # 0: Algorithm 1 as written
+    # AllPairs ranks on every client's coordinate and is kept the same way
+    clients = {"far": TopicClients((ClientNC("p", c(0)),), (ClientNC("s", c(200)),)),
+               "near": TopicClients((ClientNC("p", c(0)),), (ClientNC("s", c(60)),))}
+    assert perform_repartitioning(snap, POLICIES["allpairs"], LIMITS, clients=clients, min_gain=0.005) \
+        == [Migration("near", "bc", "ba")]
+    # the controller takes it from its options and says which topics it kept
+    decision = Algorithm1(epulsar, ControlOptions(overload=LIMITS, infeasible_min_gain=0.005)).round(snap, 0.0)
+    assert decision.migrations == [Migration("near", "bc", "ba")]
+    assert decision.events == [{"type": "infeasible_kept", "topics": ["far"], "min_gain_s": 0.005}]
+    assert Algorithm1(epulsar, ControlOptions(overload=LIMITS)).round(snap, 0.0).events == []

@@ -32,7 +32,8 @@ from testbed.policies.overload import (NATS_OUTPUT_RATE_THRESHOLD, RESOURCES, Ov
                                        overloaded_brokers, topics_to_shed)
 from testbed.policies.pulsar_hash import PulsarHash, hash_broker, hash_slot
 from testbed.policies.registry import DEFAULT_POLICY, FAMILIES, POLICIES, get_policy
-from testbed.policies.repartition import CanHost, latency_violated, perform_repartitioning, place_topics
+from testbed.policies.repartition import (CanHost, latency_violated, perform_repartitioning, place_topics,
+                                         too_little_gain)
 from testbed.policies.control import Algorithm1, ControlOptions, Controller, choose_brokers, controller_for
 from testbed.policies.pulsar_lm import LoadManagerConfig, PulsarLoadManager
 from testbed.policies.topics import topic_class, topic_name
@@ -40,7 +41,7 @@ from testbed.policies.topics import topic_class, topic_name
 __all__ = ["latency", "Policy", "EPulsar", "AllPairs", "PulsarHash", "hash_broker", "hash_slot", "Overload",
            "NATS_OUTPUT_RATE_THRESHOLD", "RESOURCES", "overloaded_brokers", "topics_to_shed", "can_host", "host_refusal",
            "CanHost",
-           "latency_violated", "place_topics", "perform_repartitioning", "choose_brokers", "POLICIES", "FAMILIES",
+           "latency_violated", "place_topics", "perform_repartitioning", "too_little_gain", "choose_brokers", "POLICIES", "FAMILIES",
            "DEFAULT_POLICY", "get_policy", "topic_class", "topic_name", "Distance", "DISTANCES", "DEFAULT_DISTANCE",
            "ONE_WAY", "RTT", "get_distance", "INITIAL_PLACEMENTS", "DEFAULT_INITIAL_PLACEMENT", "asker_clients",
            "unowned_broker", "Algorithm1", "ControlOptions", "Controller", "controller_for", "LoadManagerConfig",

@@ -31,6 +31,7 @@ class ControlOptions:
     default: str | None = None  # the cloud broker: where `cloud` start-up puts new topics
     seed: int = 0  # ties broken at random (Pulsar's placement) are drawn from it
     load_manager: LoadManagerConfig = LoadManagerConfig()
+    infeasible_min_gain: float = 0.0  # beyond the paper: testbed.policies.repartition.too_little_gain (s)
 
 
 class Controller(Protocol):
@@ -63,10 +64,14 @@ class Algorithm1:
         """Algorithm 1; each overloaded broker and the topics it sheds (3.4.3) are reported, each
         topic with where it goes (None: it stays) and the candidates the policy ranked for it, with
         why each one before the chosen was refused (a topic shed every round that never moves says
-        why: every candidate over a threshold, or none ranked)."""
+        why: every candidate over a threshold, or none ranked). Violating topics kept where they are
+        because no move could end their violation and none gained `infeasible_min_gain` are reported
+        as one `infeasible_kept` event."""
         limits = self.options.overload
         considered: dict[str, list[dict]] = {}
-        migrations = perform_repartitioning(snapshot, self.policy, limits, clients=clients, considered=considered)
+        kept: set[str] = set()
+        migrations = perform_repartitioning(snapshot, self.policy, limits, clients=clients, considered=considered,
+                                            min_gain=self.options.infeasible_min_gain, kept=kept)
         moved = {m.topic: m.target for m in migrations}
         shed = []
         for b in overloaded_brokers(snapshot, limits):
@@ -74,6 +79,9 @@ class Algorithm1:
             shed.append({"type": "overload_shed", "broker": b, "rate_out": snapshot.brokers[b].rate_out,
                          "topics": topics, "moved": {t: moved.get(t) for t in topics},
                          "candidates": {t: considered.get(t, []) for t in topics}})
+        if kept:
+            shed.append({"type": "infeasible_kept", "topics": sorted(kept),
+                         "min_gain_s": self.options.infeasible_min_gain})
         return Decision(migrations, shed)
 
 

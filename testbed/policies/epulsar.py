@@ -19,7 +19,8 @@ class EPulsar:
     latency_aware = True
     needs_clients = False
 
-    def scores(self, topic: str, snapshot: Snapshot) -> dict[str, float] | None:
+    def scores(self, topic: str, snapshot: Snapshot,
+               clients: Mapping[str, TopicClients] | None = None) -> dict[str, float] | None:
         report = snapshot.report(topic)
         if report is None:
             return None

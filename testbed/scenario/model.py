@@ -336,11 +336,15 @@ class ControlCore(Strict):
     """The control plane. `distance`: how d is read from Serf's RTT estimate (`one_way` halves it,
     `rtt` takes it as the paper writes d; testbed.policies.distance). `initial_placement`: where a
     topic starts (`first_lookup`: placed by the policy from the first asking client's coordinate;
-    `cloud`: on the cloud broker until its first report and round; testbed.policies.initial)."""
+    `cloud`: on the cloud broker until its first report and round; testbed.policies.initial).
+    `infeasible_min_gain` (beyond the paper, 0: Algorithm 1 as written): a violating topic that no
+    broker can serve within its threshold moves only when the best broker's estimate beats its own
+    broker's by at least this much (testbed.policies.repartition.too_little_gain)."""
 
     policy: PolicyName = DEFAULT_POLICY
     distance: DistanceName = DEFAULT_DISTANCE
     initial_placement: InitialPlacement = DEFAULT_INITIAL_PLACEMENT
+    infeasible_min_gain: Duration = 0.0
     monitoring_period: PositiveDuration = 5.0
     nc_report_period: PositiveDuration = 5.0
     settle: Settle = Settle()
@@ -351,6 +355,16 @@ class ControlCore(Strict):
     def load_manager(self) -> LoadManagerConfig:
         """pulsar-lm's parameters for this run: the given ones, the capacities scaled to Rth_out."""
         return LoadManagerConfig.scaled(self.overload.output_rate, **self.pulsar_lm.model_dump())
+
+    @model_validator(mode="after")
+    def _infeasible_min_gain(self) -> ControlCore:
+        from testbed.policies import get_policy
+
+        policy = get_policy(self.policy)
+        if self.infeasible_min_gain > 0 and (not policy.latency_aware or getattr(policy, "controller", None)):
+            raise ValueError(f"infeasible_min_gain: policy {self.policy!r} does not move topics by latency with "
+                             "Algorithm 1, so the gain asked of a move could never apply (epulsar or allpairs)")
+        return self
 
     @model_validator(mode="after")
     def _load_manager(self) -> ControlCore:

@@ -9,8 +9,9 @@
  *
  * Built on the official NATS C client (libnats, Debian's libnats-dev) in its external event loop
  * mode: no reader or flusher thread per connection; one epoll loop serves every connection, a
- * timer and the command pipe. Wakeups are budgeted: publishing wakes fall on a grid (--tick-us,
- * default 1000), so one wake sends every message due in its tick; after a read, data alone wakes
+ * timer and the command pipe. Wakeups are budgeted: a publishing wake comes at the next due time
+ * but at least a tick (--tick-us, default 1000) after the last wake, so one wake sends every
+ * message due by then; after a read, data alone wakes
  * the loop again only --read-holdoff-us later (default 1000), and every wake reads what is there.
  * Messages are never sent before their due time: a message leaves at most one tick (plus the VM's
  * wake-up lateness) after it, and that lateness is measured and part of its latency, as in the
@@ -1194,10 +1195,13 @@ int main(int argc, char **argv) {
     while (!quit) {
         int64_t now = now_ns();
         int64_t next = publish_due(now);
-        /* the next wake: the tick that holds the next due message, the end of a read hold-off, or a
-         * second (health and traces); wakes for publishing fall on the tick grid, so one serves
-         * every message due in it */
-        int64_t wake = next == INT64_MAX ? now + 1000000000LL : ((next + tick_ns - 1) / tick_ns) * tick_ns;
+        /* the next wake: the next due message's time, but not within a tick of the last wake (so one
+         * wake serves every message due in that tick, and there is at most one publishing wake a
+         * tick); the end of a read hold-off; or a second (health and traces). A message due more
+         * than a tick after the last wake leaves at its time: a grid would have added up to a tick
+         * to every low-rate publisher's messages for no saving */
+        int64_t wake = next == INT64_MAX ? now + 1000000000LL : next;
+        if (next != INT64_MAX && wake < last_wake + tick_ns) wake = last_wake + tick_ns;
         if (!reads_armed && reads_resume < wake) wake = reads_resume;
         if (wake > now + 1000000000LL) wake = now + 1000000000LL;
         if (wake != armed) {

@@ -30,7 +30,7 @@ from testbed.systems.pubsub.client import Endpoint, Publisher, Subscriber
 SOURCE = Path(__file__).with_name("engine.c")
 BINARY = Path(__file__).with_name("_build") / "engine"
 HEADER = Path("/usr/include/nats/nats.h")
-TICK_US = 1000  # publishing wakes on this grid: one wake sends every message due in the tick
+TICK_US = 1000  # publishing wakes at most once a tick: one wake sends every message due by then
 READ_HOLDOFF_US = 1000  # after a read, data alone wakes the engine again only this much later
 #: The engine's nice value: its wakes are short bursts, and with the default weight a wake waited behind
 #: the brokers' threads for up to 20 ms on a busy VM (every message due in it that late). With -10 it is

@@ -77,7 +77,7 @@ class TopicManager(LookupService):
         self.overload = Overload.from_config(args)
         self.controller = controller_for(self.policy, ControlOptions(
             self.overload, args.initial_placement, args.default or args.node, args.seed,
-            LoadManagerConfig.from_arguments(args)))
+            LoadManagerConfig.from_arguments(args), args.infeasible_min_gain))
         self.workflow = self.controller.workflow or args.workflow
         self.executors = args.executors if self.workflow == "enhanced" else 1
         self.period = args.period
@@ -418,6 +418,8 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--initial-placement", default=DEFAULT_INITIAL_PLACEMENT, choices=list(INITIAL_PLACEMENTS),
                         help="an unowned topic's first broker: from the asking client's coordinate, or the cloud")
     parser.add_argument("--seed", type=int, default=0, help="the scenario's seed (a policy's random ties)")
+    parser.add_argument("--infeasible-min-gain", type=float, default=0.0,
+                        help="beyond the paper: s an infeasible topic's move must gain (0: Algorithm 1 as written)")
     parser.add_argument("--handover-trigger", help="beyond the paper: early rounds on handovers, "
                         "testbed.policies.handover.HandoverTrigger as JSON (default: off)")
     Overload.add_arguments(parser)

@@ -49,6 +49,7 @@ class ManagerOptions:
     distance: str = DEFAULT_DISTANCE  # the reading of d (testbed.policies.distance); brokers need the same
     initial_placement: str = DEFAULT_INITIAL_PLACEMENT  # where unowned topics start (testbed.policies.initial)
     seed: int = 0  # the scenario's: a policy's random ties (Pulsar's placement)
+    infeasible_min_gain: float = 0.0  # beyond the paper: control.infeasible_min_gain (s)
     load_manager: LoadManagerConfig = LoadManagerConfig()  # pulsar-lm's parameters (control.pulsar_lm)
     handover: HandoverTrigger = HandoverTrigger()  # beyond the paper: early rounds (control.handover_trigger)
 
@@ -215,7 +216,7 @@ class PubSubSystem:
                 "--period", f"{m.period:g}", "--mode", m.mode, "--threshold", f"{m.threshold:g}",
                 "--cpu", f"{cpu:g}", "--memory", f"{memory:g}", "--network", f"{network:g}",
                 "--output-rate", f"{output_rate:g}", "--distance", m.distance, "--initial-placement", m.initial_placement,
-                "--seed", str(m.seed), *m.load_manager.to_argv(), *(["--default", m.default] if m.default else []),
+                "--seed", str(m.seed), "--infeasible-min-gain", f"{m.infeasible_min_gain:g}", *m.load_manager.to_argv(), *(["--default", m.default] if m.default else []),
                 *(["--handover-trigger", m.handover.to_json()] if m.handover.enabled else [])]
         suffix = "" if node == self.cloud else f"-{node}"
         log = (self.log_dir / f"manager{suffix}.log").open("ab")
@@ -340,7 +341,7 @@ class PubSubRole(Role):
                            threshold=min(thresholds),
                            overload=astuple(Overload.from_config(control.overload)),
                            distance=control.distance, initial_placement=control.initial_placement,
-                           seed=run.scenario.seed, load_manager=control.load_manager(),
+                           infeasible_min_gain=control.infeasible_min_gain, seed=run.scenario.seed, load_manager=control.load_manager(),
                            handover=control.handover_trigger.config()),
             monitoring_period=control.monitoring_period, nc_period=control.nc_report_period,
             tracking=run.scenario.tracking.config(), tracking_dir=run.out / TRACKING_DIR,
