@@ -53,6 +53,7 @@
 #include <math.h>
 #include <nats/nats.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -155,7 +156,7 @@ static out_t health = {.fd = -1};
 static int64_t health_second;
 static uint64_t hist[NBUCKETS], hist_n;
 static double hist_max_ms, lag_max_ms;
-static int nice_value;
+static int nice_value, rt_prio;
 static uint64_t seq_marker;
 
 /* Events from libnats's threads (connects, disconnects), handed to the loop through a queue. */
@@ -1138,7 +1139,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--read-holdoff-us") && i + 1 < argc) read_holdoff_ns = strtoll(argv[++i], NULL, 10) * 1000;
         else if (!strcmp(argv[i], "--health") && i + 1 < argc) health_path = argv[++i];
         else if (!strcmp(argv[i], "--nice") && i + 1 < argc) nice_value = (int)strtol(argv[++i], NULL, 10);
-        else { fprintf(stderr, "usage: engine [--tick-us N] [--read-holdoff-us N] [--health FILE] [--nice N]\n"); return 2; }
+        else if (!strcmp(argv[i], "--rt-prio") && i + 1 < argc) rt_prio = (int)strtol(argv[++i], NULL, 10);
+        else {
+            fprintf(stderr, "usage: engine [--tick-us N] [--read-holdoff-us N] [--health FILE] [--nice N] [--rt-prio N]\n");
+            return 2;
+        }
     }
     if (tick_ns < 1000 || tick_ns > 100000000) { fprintf(stderr, "engine: --tick-us must be in [1, 100000]\n"); return 2; }
     if (read_holdoff_ns < 0 || read_holdoff_ns > 100000000) {
@@ -1147,11 +1152,25 @@ int main(int argc, char **argv) {
     }
     if (health_path && out_open(&health, health_path)) { perror(health_path); return 2; }
     if (nice_value < -20 || nice_value > 19) { fprintf(stderr, "engine: --nice must be in [-20, 19]\n"); return 2; }
-    /* Before any thread starts (libnats's inherit it). A task that sleeps between short bursts and has
-     * a larger weight is picked first when it wakes: the engine's wake is a few hundred us of work,
-     * where waiting behind the brokers' threads on a busy VM made it (and every message due) late by
-     * up to 20 ms. Its share of the CPU stays what its work needs. */
-    if (nice_value && setpriority(PRIO_PROCESS, 0, nice_value))
+    if (rt_prio < 0 || rt_prio > 99) { fprintf(stderr, "engine: --rt-prio must be in [0, 99]\n"); return 2; }
+    /* Before any thread starts: libnats's threads and ours inherit it. The engine's wakes are short
+     * bursts whose lateness is every due message's: at a real-time priority (below the delay line's, so
+     * the network still comes first) a wake preempts the emulated hosts' threads at once, where a nice
+     * value did not (a woken task may wait for the running one's slice: with ~150 processes on two
+     * cores, engines were 5-45 ms late in the seconds the control planes were busy). Every thread of
+     * the engine must have it (no SCHED_RESET_ON_FORK): the loop takes a connection's lock that
+     * libnats's timer, connect and close threads also take, and one of them preempted while holding
+     * it blocked the loop for 2-55 ms (priority inversion, measured in `docs/results`). It never
+     * busy-polls, so its share of the CPU stays what its work needs. Without the right to it, nice. */
+    int realtime = 0;
+    if (rt_prio > 0) {
+        struct sched_param sp = {.sched_priority = rt_prio};
+        realtime = sched_setscheduler(0, SCHED_FIFO, &sp) == 0;
+        if (!realtime)
+            fprintf(stderr, "engine: warning: SCHED_FIFO %d unavailable (%s), using nice %d\n", rt_prio,
+                    strerror(errno), nice_value);
+    }
+    if (!realtime && nice_value && setpriority(PRIO_PROCESS, 0, nice_value))
         fprintf(stderr, "engine: warning: nice %d unavailable (%s), running at the default priority\n",
                 nice_value, strerror(errno));
     prctl(PR_SET_TIMERSLACK, 1, 0, 0, 0);

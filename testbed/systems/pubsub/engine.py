@@ -32,9 +32,11 @@ BINARY = Path(__file__).with_name("_build") / "engine"
 HEADER = Path("/usr/include/nats/nats.h")
 TICK_US = 1000  # publishing wakes at most once a tick: one wake sends every message due by then
 READ_HOLDOFF_US = 1000  # after a read, data alone wakes the engine again only this much later
-#: The engine's nice value: its wakes are short bursts, and with the default weight a wake waited behind
-#: the brokers' threads for up to 20 ms on a busy VM (every message due in it that late). With -10 it is
-#: picked first when it wakes; the CPU it gets is still only what its work needs (`make bench-capacity`).
+#: The engine's scheduling: its wakes are short bursts whose lateness is every due message's, so it asks
+#: for SCHED_FIFO below the delay line's (`delayline.DEFAULT_RT_PRIORITY`: the network comes first) and,
+#: where it may not, the nice value (`engine.c` says why). It never busy-polls: the CPU it gets is still
+#: only what its work needs (`make bench-capacity`).
+RT_PRIORITY = 5
 NICE = -10
 _TOKEN = re.compile(r"\S+")
 
@@ -103,7 +105,7 @@ class Engine:
     async def start(self) -> "Engine":
         binary = ensure_built()
         argv = [str(binary), "--tick-us", str(int(self.tick_us)), "--read-holdoff-us", str(int(self.read_holdoff_us)),
-                "--nice", str(NICE)]
+                "--nice", str(NICE), "--rt-prio", str(RT_PRIORITY)]
         if self.health:
             argv += ["--health", str(health_path(self.health))]
         self.process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
