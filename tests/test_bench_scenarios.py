@@ -99,6 +99,7 @@ def test_nc_star_at_an_rtt_shipped_or_not(nodes):
 def test_migration_clients_are_split_and_their_health_merged_per_second(tmp_path):
     """At most 32 clients share an event loop; the guard reads every process's lateness, second by second."""
     from testbed import health
+    from testbed.procs import TICKS
     from testbed.systems.pubsub.bench.migration import _harness, client_shares
 
     assert client_shares(128) == [32, 32, 32, 32] and client_shares(33) == [17, 16] and client_shares(8) == [8]
@@ -116,3 +117,11 @@ def test_migration_clients_are_split_and_their_health_merged_per_second(tmp_path
     assert verdict["seconds"] == 2 and verdict["saturated_seconds"] == 1 and not verdict["valid"]
     assert verdict["loop_lag_max_ms"] == 60.0
     assert _harness([quiet], [], 100.0, 102.0)["valid"]
+    # /proc/stat samples (time, total, idle, steal ticks): a late second with more steal than lateness
+    # is told apart as the hypervisor's, one with less stays the load's
+    ticks = TICKS
+    stalled = [(100.0, 0, 0, 0), (101.0, 2 * ticks, ticks, 0), (102.0, 4 * ticks, 2 * ticks, ticks // 10)]
+    verdict = _harness([quiet, late], stalled, 100.0, 102.0)
+    assert verdict["steal_seconds"] == 1 and "steal time, not this load" in verdict["describe"]
+    loaded = [(100.0, 0, 0, 0), (101.0, 2 * ticks, ticks, 0), (102.0, 4 * ticks, 2 * ticks, 1)]
+    assert _harness([quiet, late], loaded, 100.0, 102.0)["steal_seconds"] == 0

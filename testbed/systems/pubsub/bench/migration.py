@@ -46,7 +46,7 @@ from rich.table import Table
 from analysis.stats import from_dict, median_ci
 from testbed import health
 from testbed.experiment import Session
-from testbed.procs import json_lines, machine_ticks, read_line, stop_group
+from testbed.procs import TICKS, json_lines, machine_ticks, read_line, stop_group
 from testbed.systems.pubsub.engine import health_path
 from testbed.systems.pubsub.role import ManagerOptions, PubSubSystem
 from testbed.scenario.loader import load
@@ -81,10 +81,10 @@ def _ci(values: list[float]) -> dict | None:
     return median_ci(values).as_dict() if values else None
 
 
-def _harness(health_files: list[Path], cpu: list[tuple[float, int, int]], since: float, until: float) -> dict:
+def _harness(health_files: list[Path], cpu: list[tuple[float, int, int, int]], since: float, until: float) -> dict:
     """The saturation guard's verdict (testbed.health) over the measured window: the client
     processes' per-second publisher lateness (merged) and worst event-loop lag, and the machine's
-    CPU idle share."""
+    CPU idle share and steal time (a second the hypervisor stalled is told apart from load)."""
     seconds: dict = {}
     for path in health_files:
         for line in json_lines(path) if path.exists() else []:
@@ -99,12 +99,13 @@ def _harness(health_files: list[Path], cpu: list[tuple[float, int, int]], since:
                "publisher_hist": hist.as_dict(), "publisher_late_max_ms": hist.max_ms,
                "loop_lag_max_ms": max(lag)}
         mid = second + 0.5
-        for (t0, total0, idle0), (t1, total1, idle1) in zip(cpu, cpu[1:]):
+        for (t0, total0, idle0, steal0), (t1, total1, idle1, steal1) in zip(cpu, cpu[1:]):
             if t0 <= mid < t1 and total1 > total0:
                 row["cpu_idle"] = (idle1 - idle0) / (total1 - total0)
+                row["cpu_steal_ms"] = round(1e3 * (steal1 - steal0) / TICKS / (t1 - t0), 1)  # as the monitor's
         rows.append(row)
     verdict = health.verdict(rows)
-    keep = ("valid", "seconds", "saturated_seconds", "publisher_late_p99_ms", "publisher_late_max_ms",
+    keep = ("valid", "seconds", "saturated_seconds", "steal_seconds", "publisher_late_p99_ms", "publisher_late_max_ms",
             "cpu_idle_min", "cpu_idle_mean")
     return {**{k: verdict[k] for k in keep}, "loop_lag_max_ms": max((r["loop_lag_max_ms"] for r in rows), default=None),
             "describe": health.describe(verdict)}
@@ -118,7 +119,7 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
     round's decision) and every client's downtime (both definitions), each tagged with the
     configuration (the columns analysis.bench_figures.fig7 reads)."""
     log_dir = Path(tempfile.mkdtemp(prefix="testbed-bench-mig-"))
-    cpu: list[tuple[float, int, int]] = []
+    cpu: list[tuple[float, int, int, int]] = []
     with Session(scenario_at(wan_ms)) as session:
         system = PubSubSystem(session.network, session.topology, log_dir,
                               ManagerOptions(workflow=workflow, executors=executors, period=period, mode="pingpong",
@@ -147,7 +148,7 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
             ready = time.time()
             deadline = time.monotonic() + rounds * period + 120
             while time.monotonic() < deadline:
-                cpu.append((time.time(), *machine_ticks()[:2]))
+                cpu.append((time.time(), *machine_ticks()))
                 # Only rounds decided once every client publishes count: a client that is not sending
                 # yet would look down until its first message.
                 done = [e for e in system.manager_events() if e["type"] == "migrations_done" and
@@ -162,7 +163,7 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
             settle = time.monotonic() + 20
             while time.monotonic() < settle:
                 time.sleep(0.5)
-                cpu.append((time.time(), *machine_ticks()[:2]))
+                cpu.append((time.time(), *machine_ticks()))
                 closed = sum(1 for path in events for e in json_lines(path)
                              if e["type"] == "downtime" and e["start"] >= ready)
                 if closed >= moved:
