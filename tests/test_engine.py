@@ -145,11 +145,16 @@ def test_every_engine_thread_runs_real_time_and_a_forgotten_trace_is_complete_wh
     async def go():
         engine = await Engine().start()
         pid = engine.process.pid
-        def scheduling(task: Path) -> tuple[int, int]:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()  # from field 3 (state) on
-            return int(fields[38]), int(fields[37])                         # policy, rt_priority
 
-        threads = {scheduling(task) for task in Path(f"/proc/{pid}/task").iterdir()}
+        def scheduling() -> set[tuple[int, int]]:
+            """(policy, rt_priority) of every thread the engine has now."""
+            found = set()
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()  # from field 3 (state) on
+                found.add((int(fields[38]), int(fields[37])))
+            return found
+
+        threads = scheduling()  # the loop and libnats's timer thread
         common = {"owner": ("b1", server), "site": "zone1", "run_id": "r1", "events": EventLog()}
         reader = EngineSubscriber("many", "se", trace=tmp_path / "many.jsonl", engine=engine, **common)
         sending = EnginePublisher("many", "pe", 4000, 200, engine=engine, **common)
@@ -159,6 +164,7 @@ def test_every_engine_thread_runs_real_time_and_a_forgotten_trace_is_complete_wh
         await asyncio.sleep(0.3)
         await sending.settle()
         await reader.close()
+        threads |= scheduling()  # and the threads started since: the trace writer, the closer
         received, rows = reader.summary()["received"], len(_rows(tmp_path / "many.jsonl"))
         await sending.close()
         await engine.stop()
