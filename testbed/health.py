@@ -131,18 +131,32 @@ def judge(row: dict, budget: Budget = BUDGET) -> list[str]:
 LATENESS_FIELDS = ("relay_late_max_ms", "publisher_late_max_ms", "loop_lag_max_ms")
 
 
-def explained_by_steal(row: dict) -> bool:
-    """True when the hypervisor held the VM's cores in this second for at least as long as the
-    harness was late in it (/proc/stat steal, ms): a stall of S ms can delay a frame, a publish or
-    an event loop by up to S ms, so the second says nothing about the harness's own load. A second
-    late with less steal than lateness (0 steal included) is the harness's: a guard that flagged
-    every second would be caught by the seconds without steal. A dead relay or frames its sockets
-    lost are the emulation's failures, whatever the steal."""
-    if set(row.get("causes") or ()) & {"relay-down", "relay-drops"}:
+#: The stall probe's period (`testbed.stallprobe`): a stall of S ms shows in it as at least S - this.
+STALL_PROBE_PERIOD_MS = 2.0
+#: The shortest all-cores stall that counts: on a running VM a SCHED_FIFO 99 thread wakes within
+#: ~0.1-0.4 ms, so every core's probe late at once for a millisecond means the guest did not run.
+STALL_MIN_MS = 1.0
+
+
+def explained_by_machine(row: dict) -> bool:
+    """True when the machine, not the harness's load, accounts for how late the harness was in this
+    second: the hypervisor held the VM's cores for at least that long, either as steal time
+    (/proc/stat, ms) or as a stall in which every core's stall probe was late at once
+    (`machine_stall_ms`, a lower bound by up to the probe's period, so that is allowed; a stall does
+    not explain a second whose CPU was short too). A stall of S ms can delay a frame, a publish or an
+    event loop by up to S ms, so the second says nothing about the harness's own load. A second late
+    by more than either (none included) is the harness's: a guard that flagged every second would be
+    caught by the seconds without them. A dead relay or frames its sockets lost are the emulation's
+    failures, whatever the machine did."""
+    causes = set(row.get("causes") or ())
+    if causes & {"relay-down", "relay-drops"}:
         return False
-    steal = row.get("cpu_steal_ms") or 0.0
     late = max((row.get(field) or 0.0) for field in LATENESS_FIELDS)
-    return steal > 0 and steal >= late
+    steal = row.get("cpu_steal_ms") or 0.0
+    if steal > 0 and steal >= late:
+        return True
+    stall = row.get("machine_stall_ms") or 0.0
+    return stall >= STALL_MIN_MS and "cpu" not in causes and stall + STALL_PROBE_PERIOD_MS >= late
 
 
 CAUSE_TEXT = {
@@ -157,10 +171,13 @@ CAUSE_TEXT = {
 #: Appended to a saturated interval's cause when the hypervisor took CPU from the VM in it (/proc/stat
 #: steal) but less than the harness was late: the load is still what overloaded the seconds.
 STEAL_TEXT = " (the hypervisor held this VM's cores for up to {value} a second then: steal time)"
-#: The cause of an interval whose every second steal explains (`explained_by_steal`): not evidence
-#: either, but the load is not what made it late; such a run is worth repeating rather than scaling down.
-BY_STEAL_TEXT = ("the hypervisor held this VM's cores for up to {value} a second, as long as the harness was "
-                 "late ({late}): steal time, not this load")
+#: Appended likewise when every core's stall probe was late at once, for less than the harness was.
+STALL_TEXT = " (every core of this VM stopped at once for up to {value} then: a stalled VM)"
+#: The cause of an interval whose every second the machine explains (`explained_by_machine`): not
+#: evidence either, but the load is not what made it late; such a run is worth repeating rather than
+#: scaling down.
+BY_MACHINE_TEXT = ("the hypervisor held this VM's cores ({held}), as long as the harness was late ({late}): "
+                   "the machine, not this load")
 
 
 def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
@@ -177,12 +194,14 @@ def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
             current = None
             continue
         start = float(row["elapsed_s"])
-        by_steal = explained_by_steal(row)
-        if current is None or start > current["to_s"] + 1e-3 or current["by_steal"] != by_steal:
-            current = {"from_s": start, "to_s": start + 1.0, "worst": {}, "steal_ms": 0.0, "by_steal": by_steal}
+        by_machine = explained_by_machine(row)
+        if current is None or start > current["to_s"] + 1e-3 or current["by_machine"] != by_machine:
+            current = {"from_s": start, "to_s": start + 1.0, "worst": {}, "steal_ms": 0.0, "stall_ms": 0.0,
+                       "by_machine": by_machine}
             found.append(current)
         current["to_s"] = start + 1.0
         current["steal_ms"] = max(current["steal_ms"], row.get("cpu_steal_ms") or 0.0)
+        current["stall_ms"] = max(current["stall_ms"], row.get("machine_stall_ms") or 0.0)
         for cause in causes:
             value = row.get(CAUSE_TEXT[cause][0])
             best = current["worst"].get(cause)
@@ -193,14 +212,19 @@ def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
     for interval in found:
         worst = interval.pop("worst")
         interval["causes"] = sorted(worst)
-        if interval["by_steal"]:
+        if interval["by_machine"]:
             late = ", ".join(f"{c} {_format(c, worst[c])}" for c in sorted(worst) if worst[c] is not None
                              and CAUSE_TEXT[c][0] in LATENESS_FIELDS) or "no lateness measured"
-            interval["cause"] = BY_STEAL_TEXT.format(value=_format("steal", interval["steal_ms"]), late=late)
+            held = [f"steal up to {_format('steal', interval['steal_ms'])} a second"] if interval["steal_ms"] else []
+            held += [f"every core stopped for up to {_format('stall', interval['stall_ms'])} at once"
+                     ] if interval["stall_ms"] >= STALL_MIN_MS else []
+            interval["cause"] = BY_MACHINE_TEXT.format(held="; ".join(held), late=late)
             continue
         interval["cause"] = "; ".join(CAUSE_TEXT[c][1].format(value=_format(c, worst[c])) for c in sorted(worst))
         if interval["steal_ms"] > 0:
             interval["cause"] += STEAL_TEXT.format(value=_format("steal", interval["steal_ms"]))
+        if interval["stall_ms"] >= STALL_MIN_MS:
+            interval["cause"] += STALL_TEXT.format(value=_format("stall", interval["stall_ms"]))
     return found
 
 
@@ -235,7 +259,7 @@ def verdict(rows: list[dict], budget: Budget = BUDGET) -> dict:
         "valid": bool(rows) and not found,
         "seconds": len(rows),
         "saturated_seconds": sum(1 for row in rows if row.get("causes", judge(row, budget))),
-        "steal_seconds": sum(1 for row in rows if row.get("causes", judge(row, budget)) and explained_by_steal(row)),
+        "machine_seconds": sum(1 for row in rows if row.get("causes", judge(row, budget)) and explained_by_machine(row)),
         "saturated": found,
         "budget": budget.as_dict(),
         "publisher_late_p99_ms": merged.quantile_ms(0.99),
@@ -246,6 +270,8 @@ def verdict(rows: list[dict], budget: Budget = BUDGET) -> dict:
         "cpu_idle_mean": sum(idles) / len(idles) if idles else None,
         "cpu_by_class": {k: round(v, 3) for k, v in sorted(classes.items())},
         "cpu_steal_ms": round(sum(row.get("cpu_steal_ms") or 0.0 for row in rows), 1),
+        "machine_stall_max_ms": max((row.get("machine_stall_ms") or 0.0 for row in rows), default=0.0),
+        "stalls_measured": any("machine_stall_ms" in row for row in rows),
         "unmeasured": [] if rows else ["no health samples: the run ended before its workload phase"],
     }
 
@@ -259,12 +285,23 @@ def describe(result: dict) -> str:
                 f"{_ms(result['publisher_late_p99_ms'])}, CPU idle >= {100 * (result['cpu_idle_min'] or 0):.0f} %)")
     spans = ", ".join(f"t={max(0.0, i['from_s']):.0f}-{i['to_s']:.0f} s" for i in result["saturated"][:4])
     more = f" and {len(result['saturated']) - 4} more" if len(result["saturated"]) > 4 else ""
-    ours = [i for i in result["saturated"] if not i.get("by_steal")] or result["saturated"]
+    ours = [i for i in result["saturated"] if not i.get("by_machine", i.get("by_steal"))] or result["saturated"]
     worst = max(ours, key=lambda i: i["to_s"] - i["from_s"])
-    stolen = result.get("steal_seconds") or 0
-    by_steal = f", {stolen} of them by the hypervisor's steal, not the load" if stolen else ""
-    return (f"harness: SATURATED {result['saturated_seconds']} of {result['seconds']} s{by_steal} ({spans}{more}): "
+    held = machine_seconds(result)
+    by_machine = f", {held} of them the hypervisor's (steal or a stalled VM), not the load" if held else ""
+    return (f"harness: SATURATED {result['saturated_seconds']} of {result['seconds']} s{by_machine} ({spans}{more}): "
             f"{worst['cause']}")
+
+
+def machine_seconds(result: dict) -> int:
+    """Saturated seconds of a verdict that the machine explains (`steal_seconds` in runs recorded
+    before the stall probe)."""
+    return int(result.get("machine_seconds", result.get("steal_seconds")) or 0)
+
+
+def load_saturated(result: dict) -> bool:
+    """True when some saturated second of a verdict is the harness's load, not the machine's."""
+    return bool(result.get("saturated_seconds")) and result["saturated_seconds"] > machine_seconds(result)
 
 
 def _ms(value: float | None) -> str:

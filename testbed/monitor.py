@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from testbed import health, procs
+from testbed.stallprobe import BINARY as PROBE_BINARY, StallProbe
 from testbed.emulation.delayline import BINARY as RELAY_BINARY
 from testbed.emulation.runstate import ENV_TAG, pid_namespace, pid_namespaces_elsewhere
 
@@ -33,7 +34,8 @@ CLASSES = (  # (class, substring of the command line); first match wins
     ("broker-agents", "testbed.systems.pubsub.broker"), ("control-plane", "testbed.systems.pubsub.manager"),
     ("control-plane", "testbed.systems.pubsub.lookup"), ("zookeeper", "zookeeper"), ("serf", "serf"),
     ("nc-proxies", "testbed.nc."), ("docker", "containerd"), ("docker", "dockerd"),
-    ("kernel-net", "[ksoftirqd"))  # softirq work the kernel could not do inline: mostly the emulated network
+    ("kernel-net", "[ksoftirqd"),  # softirq work the kernel could not do inline: mostly the emulated network
+    ("stall-probe", f"/{PROBE_BINARY.name} "))  # the guard's own probe (testbed.stallprobe)
 
 
 def classify(cmdline: str, in_run: bool, harness: bool) -> str:
@@ -275,6 +277,7 @@ class HealthMonitor:
         self.shaper, self.path, self.budget, self.feeds = shaper, Path(path), budget, feeds
         self.cpu = CpuSampler(run_id)
         self.clients = ClientLines(log_dir)
+        self.probe = StallProbe(run_id)
         self.pending: dict[int, dict] = {}
         self.rows: list[dict] = []
         self.start_time = time.time()
@@ -286,6 +289,7 @@ class HealthMonitor:
         """Sample from now on; `elapsed_s` counts from `t0` (the run's run_start event, which the
         analysis takes as time zero), so saturated intervals line up with the figures' time axis."""
         self.start_time = t0 if t0 is not None else time.time()
+        self.probe.start()
         self.cpu.sample()
         if self.shaper is not None:
             self.shaper.health()  # the first poll only asks; its answers come with the next
@@ -317,6 +321,7 @@ class HealthMonitor:
                     slot_s["relay_down_ms"] = slot_s.get("relay_down_ms", 0.0) + round(
                         1e3 * (min(ended, s + 1) - max(began, s)), 3)
         self.clients.read(self.pending)
+        self.probe.drain(self.pending)
         if self.feeds is not None:
             self.feeds.drain(self.pending)
         self._emit(upto=int(now) - LAG_S)
@@ -354,18 +359,23 @@ class HealthMonitor:
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(5)
+        self.probe.stop()
 
     def finish(self) -> dict:
         """After the clients exited: their last lines, the remaining rows, and the run's verdict."""
         if self.end_time is None:
             self.stop()
         self.clients.read(self.pending)
+        self.probe.drain(self.pending)
         if self.feeds is not None:
             self.feeds.stop()
             self.feeds.drain(self.pending)
         self._emit(upto=int(self.end_time) - 1)
         self.pending.clear()
-        return health.verdict(self.rows, self.budget)
+        result = health.verdict(self.rows, self.budget)
+        if self.probe.problem and self.rows:
+            result["unmeasured"].append(self.probe.problem)
+        return result
 
     def latest(self) -> dict | None:
         return self.rows[-1] if self.rows else None

@@ -14,7 +14,7 @@ from typing import Callable
 
 import pytest
 
-from testbed.health import LATENESS_FIELDS, explained_by_steal  # noqa: F401 - the rule tests judge by
+from testbed.health import LATENESS_FIELDS, explained_by_machine  # noqa: F401 - the rule tests judge by
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,7 +40,7 @@ def unexplained_seconds(out: Path) -> list[float]:
     """The run's saturated seconds (elapsed_s, from its health.jsonl) that steal does not explain:
     those the harness's own load must answer for."""
     rows = [json.loads(line) for line in (out / "health.jsonl").read_text().splitlines() if line.strip()]
-    return [float(r["elapsed_s"]) for r in rows if r.get("causes") and not explained_by_steal(r)]
+    return [float(r["elapsed_s"]) for r in rows if r.get("causes") and not explained_by_machine(r)]
 
 
 def judged_seconds(out: Path) -> int:

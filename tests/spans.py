@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.live import LATENESS_FIELDS, explained_by_steal
+from tests.live import LATENESS_FIELDS, explained_by_machine
 
 MEASURED = ("publishers", "relays", "event-loops")  # causes whose size a row carries (LATENESS_FIELDS)
 
@@ -35,16 +35,18 @@ def _overlaps(row: dict, low: float, high: float) -> bool:
 def unmeasured_within(out: Path, low: float, high: float, allowed: tuple[str, ...] = ()) -> list[float]:
     """The seconds overlapping [low, high] (run time) saturated by more than a measured lateness
     (`MEASURED`) or an expected cause (`allowed`: a fault that marks its own seconds), that the
-    hypervisor's steal does not explain."""
+    hypervisor (steal or a stalled VM) does not explain."""
     return [float(r["elapsed_s"]) for r in health(out)
             if _overlaps(r, low, high) and set(r.get("causes") or ()) - set(MEASURED) - set(allowed)
-            and not explained_by_steal(r)]
+            and not explained_by_machine(r)]
 
 
 def slack_s(out: Path, low: float, high: float) -> float:
     """How much later than its own doing anything timed across [low, high] (run time) may be: per
-    second, the larger of the steal (both cores' together) and the harness's worst lateness, summed."""
-    return sum(max(r.get("cpu_steal_ms") or 0.0, *((r.get(f) or 0.0) for f in LATENESS_FIELDS))
+    second, the largest of the steal (both cores' together), the VM's stall (the stall probe's) and the
+    harness's worst lateness, summed."""
+    return sum(max(r.get("cpu_steal_ms") or 0.0, r.get("machine_stall_ms") or 0.0,
+                   *((r.get(f) or 0.0) for f in LATENESS_FIELDS))
                for r in health(out) if _overlaps(r, low, high)) / 1e3
 
 

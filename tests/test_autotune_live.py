@@ -26,7 +26,7 @@ JUDGED = {LOW: 5, HIGH: 35}  # requests of a step whose latencies judge its clai
 def _not_held(_out: Path, summary: dict) -> str | None:
     """At most one isolated second over budget: at a few packets a second one late packet is a
     second's p99 (this VM's timer stalls reach a few ms now and then), as the UAV smoke allows;
-    seconds that the hypervisor's steal explains are not counted (`tests.live.explained_by_steal`)."""
+    seconds that the hypervisor's steal explains are not counted (`tests.live.explained_by_machine`)."""
     return None if len(unexplained_seconds(_out)) <= 1 else str(summary["harness"]["saturated"])
 
 

@@ -122,6 +122,9 @@ def test_migration_clients_are_split_and_their_health_merged_per_second(tmp_path
     ticks = TICKS
     stalled = [(100.0, 0, 0, 0), (101.0, 2 * ticks, ticks, 0), (102.0, 4 * ticks, 2 * ticks, ticks // 10)]
     verdict = _harness([quiet, late], stalled, 100.0, 102.0)
-    assert verdict["steal_seconds"] == 1 and "steal time, not this load" in verdict["describe"]
+    assert verdict["machine_seconds"] == 1 and "steal up to 100.0 ms a second" in verdict["describe"]
     loaded = [(100.0, 0, 0, 0), (101.0, 2 * ticks, ticks, 0), (102.0, 4 * ticks, 2 * ticks, 1)]
-    assert _harness([quiet, late], loaded, 100.0, 102.0)["steal_seconds"] == 0
+    assert _harness([quiet, late], loaded, 100.0, 102.0)["machine_seconds"] == 0
+    # the stall probe's seconds: every core stopped at once for as long as the clients were late
+    stopped = _harness([quiet, late], loaded, 100.0, 102.0, {101: {"machine_stall_ms": 59.0}})
+    assert stopped["machine_seconds"] == 1 and "every core stopped for up to 59.0 ms" in stopped["describe"]

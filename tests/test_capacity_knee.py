@@ -59,6 +59,24 @@ def test_point_row_reads_the_guard_and_falls_back_to_health_rows():
     assert r["saturated"] is None  # a run without the guard: not recorded, not clean
 
 
+def test_a_point_whose_only_bad_seconds_are_the_machines_is_not_past_the_knee():
+    """Seconds in which the VM was stopped as long as the harness was late (steal, or every core's stall
+    probe late at once) are not the load's: counted apart, not a failure of the point; one second of
+    the load's among them still is."""
+    point = Point("uav-swarm", "swarms", 8, 10)
+    stalled = {"from_s": 3, "to_s": 4, "by_machine": True, "cause": "the hypervisor held this VM's cores"}
+    harness = {"valid": False, "seconds": 20, "saturated_seconds": 1, "machine_seconds": 1, "saturated": [stalled]}
+    r = capacity.point_row(point, 1120.0, {"delivered": 22_400, "harness": harness}, [], [1.0] * 100, 20.0)
+    assert (r["saturated"], r["machine_seconds"], r["saturated_intervals"]) == (False, 1, [])
+    assert capacity.unhealthy(r) == [] and capacity._saturated(r) == "no (+1 s the machine's)"
+    ours = {"from_s": 9, "to_s": 10, "by_machine": False, "cause": "publishers late by up to 9 ms"}
+    harness = {**harness, "saturated_seconds": 2, "saturated": [stalled, ours]}
+    r = capacity.point_row(point, 1120.0, {"delivered": 22_400, "harness": harness}, [], [1.0] * 100, 20.0)
+    assert r["saturated"] and capacity.unhealthy(r) == ["guard: saturated (publishers late by up to 9 ms)"]
+    health = [{"t": 1, "causes": ["relays"], "saturated": True, "relay_late_max_ms": 9.0, "machine_stall_ms": 9.0}]
+    assert capacity.point_row(point, 1120.0, {"delivered": 2240}, health, [1.0], 2.0)["saturated"] is False
+
+
 def test_configured_path_follows_relinks(tmp_path):
     path = capacity.scenario_copy(Point("uav-swarm", "rate", 2, 20), "20s", "10s", tmp_path)
     scenario, topo = capacity.loaded(path)

@@ -64,16 +64,39 @@ def test_an_interval_in_which_the_hypervisor_stole_cpu_says_so():
             second(2, relay_tx=100, relay_over=3, relay_late_max_ms=1.4),
             second(3, relay_tx=100, relay_over=3, relay_late_max_ms=4.0, cpu_steal_ms=2.0), second(4, cpu_steal_ms=20.0)]
     stolen, ours = health.intervals(rows)
-    assert (stolen["from_s"], stolen["to_s"], stolen["causes"], stolen["by_steal"]) == (1.0, 2.0, ["relays"], True)
-    assert stolen["cause"] == ("the hypervisor held this VM's cores for up to 10.0 ms a second, as long as the "
-                               "harness was late (relays 1.5 ms): steal time, not this load")
-    assert (ours["from_s"], ours["to_s"], ours["by_steal"]) == (2.0, 4.0, False)
+    assert (stolen["from_s"], stolen["to_s"], stolen["causes"], stolen["by_machine"]) == (1.0, 2.0, ["relays"], True)
+    assert stolen["cause"] == ("the hypervisor held this VM's cores (steal up to 10.0 ms a second), as long as the "
+                               "harness was late (relays 1.5 ms): the machine, not this load")
+    assert (ours["from_s"], ours["to_s"], ours["by_machine"]) == (2.0, 4.0, False)
     assert ours["cause"].startswith("delay line late by up to 4.0 ms: emulated links are longer than configured")
     assert ours["cause"].endswith("up to 2.0 ms a second then: steal time)")
     found = health.verdict(rows)
-    assert found["cpu_steal_ms"] == 32.0 and (found["saturated_seconds"], found["steal_seconds"]) == (3, 1)
-    assert "3 of 5 s, 1 of them by the hypervisor's steal, not the load" in health.describe(found)
+    assert found["cpu_steal_ms"] == 32.0 and (found["saturated_seconds"], found["machine_seconds"]) == (3, 1)
+    assert "3 of 5 s, 1 of them the hypervisor's (steal or a stalled VM), not the load" in health.describe(found)
     assert "delay line late by up to 4.0 ms" in health.describe(found)  # the load's interval is the one named
+    assert health.load_saturated(found) and not health.load_saturated({**found, "saturated_seconds": 1})
+
+
+def test_a_second_in_which_every_core_stopped_is_the_machines_not_the_loads():
+    """The stall probe's all-cores span explains a late second when it is a real stall (>= 1 ms) and
+    long enough, allowing the probe's period (it sees a stall of S as at least S - period); a stall
+    does not excuse a second whose CPU was short, a dead relay, or lateness well beyond it."""
+    late = {"causes": ["relays"], "relay_late_max_ms": 10.0, "cpu_steal_ms": 0.0}
+    assert health.explained_by_machine({**late, "machine_stall_ms": 8.6})   # 8.6 + the 2 ms period >= 10
+    assert not health.explained_by_machine({**late, "machine_stall_ms": 7.0})
+    assert not health.explained_by_machine({**late, "relay_late_max_ms": 1.2, "machine_stall_ms": 0.4})  # no stall
+    assert not health.explained_by_machine({**late, "causes": ["relays", "cpu"], "machine_stall_ms": 30.0})
+    assert not health.explained_by_machine({**late, "causes": ["relay-down"], "machine_stall_ms": 30.0})
+    rows = [second(0, relay_tx=100, relay_over=5, relay_late_max_ms=10.0, machine_stall_ms=9.0),
+            second(1, relay_tx=100, relay_over=5, relay_late_max_ms=20.0, machine_stall_ms=9.0), second(2)]
+    stalled, ours = health.intervals(rows)
+    assert stalled["by_machine"] and stalled["cause"] == (
+        "the hypervisor held this VM's cores (every core stopped for up to 9.0 ms at once), as long as the "
+        "harness was late (relays 10.0 ms): the machine, not this load")
+    assert not ours["by_machine"] and ours["cause"].endswith("(every core of this VM stopped at once for up to 9.0 ms "
+                                                             "then: a stalled VM)")
+    found = health.verdict(rows)
+    assert (found["machine_seconds"], found["machine_stall_max_ms"], found["stalls_measured"]) == (1, 9.0, True)
 
 
 def test_verdict_valid_only_without_saturated_seconds():
@@ -264,12 +287,12 @@ def test_steal_excuses_a_late_second_only_when_it_lasted_as_long_as_the_lateness
     """How live tests tell the hypervisor's stalls from the harness's load: a second is excused
     when steal covers its worst lateness; a guard flagging every second is caught by the seconds
     without steal."""
-    from tests.live import explained_by_steal, judged_seconds, unexplained_seconds
+    from tests.live import explained_by_machine, judged_seconds, unexplained_seconds
 
-    assert explained_by_steal({"cpu_steal_ms": 40.0, "relay_late_max_ms": 12.0, "loop_lag_max_ms": 3.0})
-    assert not explained_by_steal({"cpu_steal_ms": 10.0, "relay_late_max_ms": 12.0})
-    assert not explained_by_steal({"cpu_steal_ms": 0.0, "publisher_late_max_ms": 0.0})
-    assert not explained_by_steal({"cpu_steal_ms": 90.0, "relay_down_ms": 80.0, "causes": ["relay-down"]})
+    assert explained_by_machine({"cpu_steal_ms": 40.0, "relay_late_max_ms": 12.0, "loop_lag_max_ms": 3.0})
+    assert not explained_by_machine({"cpu_steal_ms": 10.0, "relay_late_max_ms": 12.0})
+    assert not explained_by_machine({"cpu_steal_ms": 0.0, "publisher_late_max_ms": 0.0})
+    assert not explained_by_machine({"cpu_steal_ms": 90.0, "relay_down_ms": 80.0, "causes": ["relay-down"]})
     rows = [{"elapsed_s": -1.0, "causes": ["cpu"], "cpu_steal_ms": 0.0},
             {"elapsed_s": 0.0, "causes": ["relays"], "cpu_steal_ms": 50.0, "relay_late_max_ms": 9.0},
             {"elapsed_s": 1.0, "causes": ["relays"], "cpu_steal_ms": 0.0, "relay_late_max_ms": 0.4},

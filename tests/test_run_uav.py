@@ -67,6 +67,10 @@ def test_uav_smoke_runs_end_to_end(uav):
     assert uav_run.not_held(out, summary) is None  # the first run the harness held was kept
     assert harness["seconds"] >= 25
     assert harness["cpu_by_class"].get("relays", 0) > 0 and harness["cpu_by_class"].get("clients", 0) > 0
+    # the stall probe ran beside the run and judged its seconds with it, at a cost of its own reported apart
+    assert harness["stalls_measured"] and 0 < harness["cpu_by_class"].get("stall-probe", 0) < 0.05
+    rows = [json.loads(line) for line in (out / "health.jsonl").read_text().splitlines()]
+    assert sum("machine_stall_ms" in r for r in rows) >= len(rows) - 3
     meta = json.loads((out / "run.json").read_text())
     assert meta["harness"]["valid"] is harness["valid"]
     # the brokers ran the nats-server the scenario chose (the pinned default), and run.json says which

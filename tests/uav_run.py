@@ -55,7 +55,7 @@ def not_held(out: Path, summary: dict) -> str | None:
     measured, up to 13 in one run of twelve, with the CPU 60 % idle; the compiled client data plane
     is what removes them). At most a tenth of the run outside migrations, then; a second in which
     the hypervisor took the VM's cores for at least as long as the harness was late is the
-    hypervisor's, not the harness's (`tests.live.explained_by_steal`; its latencies say nothing
+    hypervisor's, not the harness's (`tests.live.explained_by_machine`; its latencies say nothing
     either, so the latency test judges only clean seconds). None when so, else what was not."""
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
     t0 = next(e["time"] for e in events if e["type"] == "run_start")

@@ -200,9 +200,9 @@ class RunState:
             if "t" not in row:
                 continue
             causes = row.get("causes") or []
-            verdict = "ok" if not causes else ("steal" if health.explained_by_steal(row) else "saturated")
+            verdict = "ok" if not causes else ("steal" if health.explained_by_machine(row) else "saturated")
             self.store.put("guard", str(row["t"]), [row["t"], verdict, causes, row.get("cpu_steal_ms"),
-                                                    row.get("cpu_idle")])
+                                                    row.get("cpu_idle"), row.get("machine_stall_ms")])
 
     def _totals(self) -> None:
         """Per topic class, the numbers the end screen prints, by the same rules (`summarize`)."""

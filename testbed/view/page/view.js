@@ -207,9 +207,9 @@ function drawGuard(T) {
   const color = {ok: "#2e8b57", steal: "#d98c1f", saturated: "#c0392b"};
   const traces = ["ok", "steal", "saturated"].map(verdict => {
     const mine = rows.filter(r => r[1] === verdict);
-    return {type: "bar", x: mine.map(r => r[0] + 0.5 - t0), y: mine.map(() => 1), name: {ok: "valid", steal: "late, by the hypervisor's steal", saturated: "saturated (the harness's own load)"}[verdict],
+    return {type: "bar", x: mine.map(r => r[0] + 0.5 - t0), y: mine.map(() => 1), name: {ok: "valid", steal: "late, by the hypervisor (steal, or a stalled VM)", saturated: "saturated (the harness's own load)"}[verdict],
             marker: {color: color[verdict]}, width: 1,
-            hovertext: mine.map(r => `${(r[0] - t0).toFixed(0)} s: ${r[1]}` + (r[2].length ? ` (${r[2].join(", ")})` : "") + `, steal ${r[3] ?? "-"} ms`),
+            hovertext: mine.map(r => `${(r[0] - t0).toFixed(0)} s: ${r[1]}` + (r[2].length ? ` (${r[2].join(", ")})` : "") + `, steal ${r[3] ?? "-"} ms, VM stalled ${r[5] ?? "-"} ms`),
             hoverinfo: "text"};
   });
   Plotly.react("guard", traces, {barmode: "stack", bargap: 0, margin: {l: 60, r: 10, t: 10, b: 40}, shapes: [cursorAt(T)],

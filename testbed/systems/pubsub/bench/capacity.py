@@ -40,6 +40,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed.health import explained_by_machine, judge, load_saturated, machine_seconds
 from testbed.load import STEADY_SATURATED_MAX  # the steady rule's share of bad seconds, one home
 
 REPO = Path(__file__).resolve().parents[4]
@@ -188,18 +189,20 @@ def overheads_ms(rows, path: PathDelay, windows: list[tuple[float, float]] = ())
 
 
 def steady_saturated_share(health: list[dict], windows: list[tuple[float, float]]) -> float | None:
-    """Share of the guard's seconds outside the migration windows that were saturated."""
-    from testbed.health import judge
-
+    """Share of the guard's seconds outside the migration windows that were saturated by the load (not
+    by the machine: `health.explained_by_machine`), judged by today's budget."""
     outside = [h for h in health if not any(low < h["t"] + 1 and h["t"] < high for low, high in windows)]
-    return sum(bool(judge(h)) for h in outside) / len(outside) if outside else None  # today's budget
+    loaded = [h for h in outside if (causes := judge(h)) and not explained_by_machine({**h, "causes": causes})]
+    return len(loaded) / len(outside) if outside else None
 
 
 # -- one point's row, the knee (pure) ------------------------------------------------------------------
 def point_row(point: Point, offered_per_s: float, summary: dict, health: list[dict], overheads: list[float],
               duration_s: float, steady: list[float] | None = None, steady_share: float | None = None) -> dict:
     """What a point measured, from summary.json (with the guard's `harness`), health.jsonl's rows
-    and the per-message overheads. `saturated` is None when the run recorded no guard."""
+    and the per-message overheads. `saturated` is None when the run recorded no guard; seconds the
+    machine explains (steal, a stalled VM: `health.explained_by_machine`) are not the load's, and are
+    counted apart (`machine_seconds`)."""
     harness = summary.get("harness") or {}
     seconds = harness.get("seconds") or duration_s
     cpu = harness.get("cpu_by_class")
@@ -207,9 +210,9 @@ def point_row(point: Point, offered_per_s: float, summary: dict, health: list[di
         classes = {k for h in health for k in (h.get("cpu_by_class") or {})}
         cpu = {k: sum((h.get("cpu_by_class") or {}).get(k, 0.0) for h in health) / len(health) for k in classes}
     if "valid" in harness:
-        saturated = not harness["valid"] or bool(harness.get("saturated"))
+        saturated = not harness["valid"] and (not harness.get("saturated_seconds") or load_saturated(harness))
     elif health:
-        saturated = any(h.get("saturated") for h in health)
+        saturated = any(h.get("saturated") and not explained_by_machine(h) for h in health)
     else:
         saturated = None
     return {**asdict(point), "name": point.name, "offered_per_s": offered_per_s,
@@ -217,7 +220,8 @@ def point_row(point: Point, offered_per_s: float, summary: dict, health: list[di
             "overhead_p50_ms": quantile(overheads, 0.50), "overhead_p99_ms": quantile(overheads, 0.99),
             "messages": len(overheads), "publisher_late_p99_ms": harness.get("publisher_late_p99_ms"),
             "relay_late_max_ms": harness.get("relay_late_max_ms"), "cpu_idle_min": harness.get("cpu_idle_min"),
-            "cpu_by_class": cpu or {}, "saturated": saturated, "saturated_intervals": harness.get("saturated", []),
+            "cpu_by_class": cpu or {}, "saturated": saturated, "machine_seconds": machine_seconds(harness),
+            "saturated_intervals": [i for i in harness.get("saturated", []) if not i.get("by_machine", i.get("by_steal"))],
             "migrations": summary.get("migrations"),
             "steady_overhead_p50_ms": quantile(steady or [], 0.50), "steady_overhead_p99_ms": quantile(steady or [], 0.99),
             "steady_saturated_share": steady_share}
@@ -420,6 +424,13 @@ def analyse(data: dict) -> dict:
             "delayline_pkts_per_s": (refs.get("delayline") or {}).get("pkts_per_s")}
 
 
+def _saturated(row: dict) -> str:
+    """The table's word for a point's guard: the machine's seconds (steal, a stalled VM) said apart."""
+    word = {True: "yes", False: "no", None: "not recorded"}[row["saturated"]]
+    held = row.get("machine_seconds") or 0
+    return f"{word} (+{held} s the machine's)" if held else word
+
+
 def report(data: dict, console) -> None:
     from rich.table import Table
 
@@ -429,7 +440,7 @@ def report(data: dict, console) -> None:
         cpu = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["cpu_by_class"].items(), key=lambda kv: -kv[1])[:4])
         table.add_row(r["name"], f"{r['offered_per_s']:,.0f}", f"{r['delivered_per_s']:,.0f}",
                       _ms(r["overhead_p50_ms"]), _ms(r["overhead_p99_ms"]), _ms(r["publisher_late_p99_ms"]),
-                      {True: "yes", False: "no", None: "not recorded"}[r["saturated"]], r.get("error") or cpu or "-")
+                      _saturated(r), r.get("error") or cpu or "-")
     console.print(table)
     for case, strict in data["knee"].items():
         for knee in (strict, strict.get("steady")):

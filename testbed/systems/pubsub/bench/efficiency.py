@@ -37,7 +37,7 @@ from pathlib import Path
 import yaml
 
 from testbed import natsserver
-from testbed.health import explained_by_steal
+from testbed.health import explained_by_machine
 from testbed.systems.pubsub.bench.capacity import BASES, OUT, Point, _json_lines, migration_windows, offered, run_point
 
 PAPER_UAV_RATE = 200  # msg/s per swarm publisher at 8 swarms: scenarios/uav.yaml, the paper's UAV load
@@ -125,7 +125,7 @@ def per_delivery(run_dir: Path, outside_migrations: bool = True) -> dict:
             "steal_us_per_delivery": us(steal_ms / 1e3),
             "relay_tx_per_delivery": (sum(h.get("relay_tx") or 0 for h in seconds) / deliveries) if deliveries else None,
             "saturated_seconds": sum(bool(h.get("saturated")) for h in seconds),
-            "steal_seconds": sum(bool(h.get("saturated")) and explained_by_steal(h) for h in seconds),
+            "machine_seconds": sum(bool(h.get("saturated")) and explained_by_machine(h) for h in seconds),
             "cpu_idle_mean": (sum(h.get("cpu_idle", 0.0) for h in seconds) / len(seconds)) if seconds else None}
 
 

@@ -47,6 +47,7 @@ from analysis.stats import from_dict, median_ci
 from testbed import health
 from testbed.experiment import Session
 from testbed.procs import TICKS, json_lines, machine_ticks, read_line, stop_group
+from testbed.stallprobe import StallProbe
 from testbed.systems.pubsub.engine import health_path
 from testbed.systems.pubsub.role import ManagerOptions, PubSubSystem
 from testbed.scenario.loader import load
@@ -81,10 +82,12 @@ def _ci(values: list[float]) -> dict | None:
     return median_ci(values).as_dict() if values else None
 
 
-def _harness(health_files: list[Path], cpu: list[tuple[float, int, int, int]], since: float, until: float) -> dict:
+def _harness(health_files: list[Path], cpu: list[tuple[float, int, int, int]], since: float, until: float,
+             stalls: dict[int, dict] | None = None) -> dict:
     """The saturation guard's verdict (testbed.health) over the measured window: the client
     processes' per-second publisher lateness (merged) and worst event-loop lag, and the machine's
-    CPU idle share and steal time (a second the hypervisor stalled is told apart from load)."""
+    CPU idle share, steal time and stalls (`stalls`: the stall probe's seconds; a second the
+    hypervisor stalled is told apart from load)."""
     seconds: dict = {}
     for path in health_files:
         for line in json_lines(path) if path.exists() else []:
@@ -97,7 +100,7 @@ def _harness(health_files: list[Path], cpu: list[tuple[float, int, int, int]], s
     for second, (hist, lag) in sorted(seconds.items()):
         row = {"elapsed_s": second - since, "publisher_n": hist.n, "publisher_over": hist.over(budget),
                "publisher_hist": hist.as_dict(), "publisher_late_max_ms": hist.max_ms,
-               "loop_lag_max_ms": max(lag)}
+               "loop_lag_max_ms": max(lag), **(stalls or {}).get(second, {})}
         mid = second + 0.5
         for (t0, total0, idle0, steal0), (t1, total1, idle1, steal1) in zip(cpu, cpu[1:]):
             if t0 <= mid < t1 and total1 > total0:
@@ -105,7 +108,7 @@ def _harness(health_files: list[Path], cpu: list[tuple[float, int, int, int]], s
                 row["cpu_steal_ms"] = round(1e3 * (steal1 - steal0) / TICKS / (t1 - t0), 1)  # as the monitor's
         rows.append(row)
     verdict = health.verdict(rows)
-    keep = ("valid", "seconds", "saturated_seconds", "steal_seconds", "publisher_late_p99_ms", "publisher_late_max_ms",
+    keep = ("valid", "seconds", "saturated_seconds", "machine_seconds", "publisher_late_p99_ms", "publisher_late_max_ms",
             "cpu_idle_min", "cpu_idle_mean")
     return {**{k: verdict[k] for k in keep}, "loop_lag_max_ms": max((r["loop_lag_max_ms"] for r in rows), default=None),
             "describe": health.describe(verdict)}
@@ -120,7 +123,9 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
     configuration (the columns analysis.bench_figures.fig7 reads)."""
     log_dir = Path(tempfile.mkdtemp(prefix="testbed-bench-mig-"))
     cpu: list[tuple[float, int, int, int]] = []
+    stalls: dict[int, dict] = {}
     with Session(scenario_at(wan_ms)) as session:
+        probe = StallProbe(session.run_id)
         system = PubSubSystem(session.network, session.topology, log_dir,
                               ManagerOptions(workflow=workflow, executors=executors, period=period, mode="pingpong",
                                              default="bzone1"),
@@ -134,6 +139,7 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
             health_files = [health_path(path) for path in health_files]
         ready = until = float("inf")
         try:
+            probe.start()
             rate = 20.0 if topics <= 32 else 10.0
             for j, share in enumerate(shares):
                 argv = [session.network.python, "-m", "testbed.systems.pubsub.multiclient", "--topics", str(share),
@@ -171,6 +177,8 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
             until = time.time()
         finally:
             stop_group([c for c in clients if c.poll() is None], 10)
+            probe.stop()
+            probe.drain(stalls)
             system.stop()
     manager = system.manager_events()
     rounds_at = [e for e in manager if e["type"] == "round" and e.get("migrations") and e["time"] >= ready]
@@ -201,7 +209,7 @@ def one(topics: int, wan_ms: float, workflow: str, executors: int, rounds: int =
            "downtime_median_s": statistics.median(downtime) if downtime else None,
            "reconnect_median_s": statistics.median(reconnect) if reconnect else None,
            "downtime_p95_s": sorted(downtime)[int(0.95 * (len(downtime) - 1))] if downtime else None,
-           "downtimes": len(downtime), "harness": _harness(health_files, cpu, ready, until),
+           "downtimes": len(downtime), "harness": _harness(health_files, cpu, ready, until, stalls),
            "client_processes": len(shares),
            "log_dir": str(log_dir)}
     return row, migrations, downtimes

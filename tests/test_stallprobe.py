@@ -1,0 +1,56 @@
+"""The stall probe live (`testbed.stallprobe`): its threads are real-time and one on each core, and a
+stop of every core at once is reported in the seconds it fell in. A stalled VM is stood in for by
+stopping the probe's process: SIGSTOP halts all its threads at the same instant, as the hypervisor
+halts all the VM's cores."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from testbed.health import STALL_PROBE_PERIOD_MS
+from testbed.stallprobe import StallProbe
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="SCHED_FIFO 99 needs root (CAP_SYS_NICE)")
+
+STOP_S = 0.08
+
+
+def _threads(pid: int) -> list[tuple[int, int, set[int]]]:
+    """(policy, rt_priority, allowed cores) of every thread of `pid`."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()  # from field 3 (state) on
+        found.append((int(fields[38]), int(fields[37]), os.sched_getaffinity(int(task.name))))
+    return found
+
+
+def test_every_core_has_a_real_time_probe_and_a_stop_of_all_of_them_is_the_seconds_stall():
+    probe = StallProbe("stallprobe-test")
+    assert probe.start(), probe.problem
+    began = time.time()
+    try:
+        pid = probe.process.pid
+        probes = [(policy, priority, cores) for policy, priority, cores in _threads(pid) if policy]
+        assert sorted(min(cores) for _, _, cores in probes) == sorted(os.sched_getaffinity(0))
+        assert all((policy, priority, len(cores)) == (1, 99, 1) for policy, priority, cores in probes)
+        time.sleep(1.2)
+        stopped = time.time()
+        os.kill(pid, signal.SIGSTOP)
+        time.sleep(STOP_S)
+        os.kill(pid, signal.SIGCONT)
+        time.sleep(int(time.time()) + 1.2 - time.time())  # the stop's seconds are whole ones now
+    finally:
+        probe.stop()
+    ended = time.time()
+    seconds: dict[int, dict] = {}
+    probe.drain(seconds)
+    assert probe.process.poll() is not None
+    # every whole second of its life reported, the last ones on its way out (SIGTERM)
+    assert set(range(int(began) + 1, int(ended))) <= set(seconds)
+    stall = max(seconds[s]["machine_stall_ms"] for s in {int(stopped), int(stopped + STOP_S)})
+    assert stall >= 1e3 * STOP_S - STALL_PROBE_PERIOD_MS - 1.0
