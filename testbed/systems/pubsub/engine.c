@@ -67,7 +67,6 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -144,7 +143,7 @@ static sub_t subs[MAX_SUBS];
 static subscriber_t subscribers[MAX_CLIENTS];
 static publisher_t publishers[MAX_CLIENTS];
 static pending_t *pendings;
-static int epfd, sock_ep, evfd, tfd;   /* sock_ep: every connection's socket, polled from epfd's loop */
+static int epfd, sock_ep, evfd;   /* sock_ep: every connection's socket, polled from epfd's loop */
 static int64_t read_holdoff_ns = 1000000;
 static conn_t *graveyard[MAX_CONNS];   /* closed, freed once no epoll event of this wake can name them */
 static int ngraves;
@@ -1193,13 +1192,10 @@ int main(int argc, char **argv) {
     epfd = epoll_create1(EPOLL_CLOEXEC);
     sock_ep = epoll_create1(EPOLL_CLOEXEC);
     evfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    tfd = timerfd_create(CLOCK_REALTIME, TFD_NONBLOCK | TFD_CLOEXEC);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &stdin_buf};
     epoll_ctl(epfd, EPOLL_CTL_ADD, 0, &ev);
     ev.data.ptr = &evfd;
     epoll_ctl(epfd, EPOLL_CTL_ADD, evfd, &ev);
-    ev.data.ptr = &tfd;
-    epoll_ctl(epfd, EPOLL_CTL_ADD, tfd, &ev);
     ev.data.ptr = &sfd;
     epoll_ctl(epfd, EPOLL_CTL_ADD, sfd, &ev);
     struct epoll_event sockets = {.events = EPOLLIN, .data.ptr = &sock_ep};
@@ -1207,7 +1203,7 @@ int main(int argc, char **argv) {
     int reads_armed = 1;               /* does data on a socket wake the loop? (not during a hold-off) */
     int64_t reads_resume = 0;
     health_second = now_ns() / 1000000000LL;
-    int64_t last_wake = 0, armed = 0, last_second = 0, last_destroy = 0;
+    int64_t last_wake = 0, last_second = 0, last_destroy = 0;
     int quit = 0;
     say("ready");
     fflush(stdout);
@@ -1223,36 +1219,31 @@ int main(int argc, char **argv) {
         if (next != INT64_MAX && wake < last_wake + tick_ns) wake = last_wake + tick_ns;
         if (!reads_armed && reads_resume < wake) wake = reads_resume;
         if (wake > now + 1000000000LL) wake = now + 1000000000LL;
-        if (wake != armed) {
-            struct itimerspec its = {.it_value = {.tv_sec = wake / 1000000000LL, .tv_nsec = wake % 1000000000LL}};
-            timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
-            armed = wake;
-        }
         for (int i = 0; i < conns_hi; i++)
             if (conns[i] && conns[i]->nc && atomic_load(&conns[i]->want_write)) natsConnection_ProcessWriteEvent(conns[i]->nc);
         fflush(stdout);
         while (ngraves) free(graveyard[--ngraves]);
+        /* the wait ends at the wake: epoll_pwait2's timeout has ns resolution (a timerfd cost two
+         * more syscalls a wake, arming it and reading it) */
         struct epoll_event events[64];
-        int n = epoll_wait(epfd, events, 64, -1);
+        int64_t left = wake - now_ns();
+        struct timespec timeout = {.tv_sec = left > 0 ? left / 1000000000LL : 0,
+                                   .tv_nsec = left > 0 ? left % 1000000000LL : 0};
+        int n = epoll_pwait2(epfd, events, 64, &timeout, NULL);
         last_wake = now_ns();
+        if (last_wake >= wake && (last_wake - wake) / 1e6 > lag_max_ms) lag_max_ms = (last_wake - wake) / 1e6;
+        int sockets_ready = !reads_armed;  /* armed, the wait itself said whether a socket has data */
         for (int i = 0; i < n; i++) {
             void *p = events[i].data.ptr;
             if (p == &stdin_buf) quit |= read_commands();
             else if (p == &evfd) handle_events();
             else if (p == &sfd) quit = 1;   /* SIGTERM: flush what was recorded, then exit */
-            else if (p == &tfd) {
-                uint64_t expirations;
-                if (read(tfd, &expirations, sizeof expirations) > 0) {
-                    double lag = (last_wake - armed) / 1e6;
-                    if (lag > lag_max_ms) lag_max_ms = lag;
-                }
-                armed = 0;
-            }
+            else if (p == &sock_ep) sockets_ready = 1;
         }
         /* Every wake reads what is there (a publishing wake too, for free). Once something was read,
          * data alone does not wake the loop again for --read-holdoff-us: receive times are the
          * kernel's, so a later read costs no latency, and the wakeups are bounded. */
-        int m = epoll_wait(sock_ep, events, 64, 0);
+        int m = sockets_ready ? epoll_wait(sock_ep, events, 64, 0) : 0;
         for (int i = 0; i < m; i++) read_conn((conn_t *)events[i].data.ptr);
         if (m > 0) {
             if (reads_armed && read_holdoff_ns > 0) {

@@ -108,7 +108,7 @@ def _harness(health_files: list[Path], cpu: list[tuple[float, int, int, int]], s
                 row["cpu_steal_ms"] = round(1e3 * (steal1 - steal0) / TICKS / (t1 - t0), 1)  # as the monitor's
         rows.append(row)
     verdict = health.verdict(rows)
-    keep = ("valid", "seconds", "saturated_seconds", "machine_seconds", "publisher_late_p99_ms", "publisher_late_max_ms",
+    keep = ("valid", "seconds", "saturated_seconds", "machine_seconds", "machine_stall_max_ms", "publisher_late_p99_ms", "publisher_late_max_ms",
             "cpu_idle_min", "cpu_idle_mean")
     return {**{k: verdict[k] for k in keep}, "loop_lag_max_ms": max((r["loop_lag_max_ms"] for r in rows), default=None),
             "describe": health.describe(verdict)}
