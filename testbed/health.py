@@ -271,9 +271,19 @@ def verdict(rows: list[dict], budget: Budget = BUDGET) -> dict:
         "cpu_by_class": {k: round(v, 3) for k, v in sorted(classes.items())},
         "cpu_steal_ms": round(sum(row.get("cpu_steal_ms") or 0.0 for row in rows), 1),
         "machine_stall_max_ms": max((row.get("machine_stall_ms") or 0.0 for row in rows), default=0.0),
+        "cpu_wait_us_max_by_class": _max_by_class(rows, "cpu_wait_us_by_class"),
         "stalls_measured": any("machine_stall_ms" in row for row in rows),
         "unmeasured": [] if rows else ["no health samples: the run ended before its workload phase"],
     }
+
+
+def _max_by_class(rows: list[dict], field: str) -> dict[str, float]:
+    """Per class, the worst second's value of a per-class field of the rows."""
+    worst: dict[str, float] = {}
+    for row in rows:
+        for name, value in (row.get(field) or {}).items():
+            worst[name] = max(worst.get(name, 0.0), value)
+    return dict(sorted(worst.items()))
 
 
 def describe(result: dict) -> str:

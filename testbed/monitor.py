@@ -26,6 +26,10 @@ PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 FILES_PERIOD_S = 10  # open file descriptors are counted this often (a directory listing per process)
 LAG_S = 3  # clients write a second's line when it ends; relays answer one poll later
 RELAY_NEEDLE = f"/{RELAY_BINARY.parent.name}/{RELAY_BINARY.name} "  # the binary, not a path that names it
+#: Classes whose threads' wait for a core is sampled (/proc schedstat, per thread; the mean wait per
+#: wake): the system under test's brokers and the harness's parts that time messages. The CPU idle
+#: share says the machine was short; this says who waited, and how long a wake waited for a core.
+WAIT_CLASSES = ("nats-server", "relays", "clients")
 ELSEWHERE = "elsewhere"  # a process of another machine (an isolated namespace-server's), not counted here
 CLASSES = (  # (class, substring of the command line); first match wins
     ("relays", RELAY_NEEDLE), ("storage", "/storage-"), ("nats-server", "nats-server"), ("clients", "testbed.systems.pubsub.workloads"),
@@ -60,6 +64,7 @@ class CpuSampler:
         self.known: dict[int, str] = {}
         self.names: dict[int, bytes] = {}  # the command name each was classified under
         self.times: dict[int, int] = {}
+        self.delays: dict[int, tuple[int, int]] = {}  # (run-queue wait ns, runs) of WAIT_CLASSES' processes
         self.machine = procs.machine_ticks()
         self.at = time.monotonic()
 
@@ -101,16 +106,35 @@ class CpuSampler:
             self.times[pid] = used
             if delta > 0:
                 cores[name] = cores.get(name, 0.0) + delta / procs.TICKS / elapsed
+        waits = self._waits()
         for pid in set(self.known) - set(running):
             self.known.pop(pid)
             self.times.pop(pid, None)
             self.names.pop(pid, None)
+            self.delays.pop(pid, None)
         steal_ms = 1e3 * (machine.steal - self.machine.steal) / procs.TICKS / elapsed
         self.machine, self.at = machine, now
         return Sample(idle / total if total > 0 else 1.0, round(steal_ms, 1),
                       {k: round(v, 3) for k, v in sorted(cores.items())},
                       {k: round(v, 1) for k, v in sorted(memory.items()) if k not in ("other", "kernel-net")},
-                      round(mapped, 1))
+                      round(mapped, 1), waits)
+
+    def _waits(self) -> dict[str, float]:
+        """Per class of WAIT_CLASSES, the mean us its threads waited for a core each time they got one,
+        since the last call (a process whose thread exited meanwhile is left out of that interval)."""
+        totals = {name: [0, 0] for name in WAIT_CLASSES if name in self.known.values()}
+        for pid, name in self.known.items():
+            if name not in WAIT_CLASSES:
+                continue
+            now = procs.run_delays(pid)
+            if now is None:
+                continue
+            before = self.delays.get(pid)
+            self.delays[pid] = now
+            if before is not None and now[0] >= before[0] and now[1] >= before[1]:
+                totals[name][0] += now[0] - before[0]
+                totals[name][1] += now[1] - before[1]
+        return {name: round(waited / runs / 1e3, 1) for name, (waited, runs) in sorted(totals.items()) if runs}
 
     def open_files(self) -> dict[str, int]:
         """Open file descriptors per class of the run's processes (a leak shows as growth in a soak)."""
@@ -133,6 +157,7 @@ class Sample(NamedTuple):
     cores: dict[str, float]     # cores used, per process class
     memory_mb: dict[str, float]  # resident memory now, per class of the run's processes (and the harness)
     relays_mapped_mb: float     # the relays' mappings: their rings become resident as traffic walks them
+    wait_us: dict[str, float] = {}  # mean us a WAIT_CLASSES thread waited for a core per wake, per class
 
 
 class ClientLines:
@@ -160,6 +185,7 @@ def merge_client_line(line: dict, into: dict[int, dict]) -> None:
 def sample_fields(sample: Sample) -> dict:
     """A CPU sample as a health row's (or a server's part of it) fields."""
     return {"cpu_idle": round(sample.idle, 4), "cpu_steal_ms": sample.steal_ms, "cpu_by_class": sample.cores,
+            "cpu_wait_us_by_class": sample.wait_us,
             "memory_mb_by_class": sample.memory_mb}
 
 
@@ -261,10 +287,15 @@ def with_servers(row: dict) -> dict:
     row["cpu_idle"] = min(p.get("cpu_idle", 1.0) for p in parts)
     row["cpu_steal_ms"] = max(p.get("cpu_steal_ms", 0.0) for p in parts)
     cores: dict[str, float] = {}
+    waits: dict[str, float] = {}  # a mean wait per machine: the worst machine's
     for part in parts:
         for name, value in (part.get("cpu_by_class") or {}).items():
             cores[name] = round(cores.get(name, 0.0) + value, 3)
+        for name, value in (part.get("cpu_wait_us_by_class") or {}).items():
+            waits[name] = max(waits.get(name, 0.0), value)
     row["cpu_by_class"] = dict(sorted(cores.items()))
+    if waits:
+        row["cpu_wait_us_by_class"] = dict(sorted(waits.items()))
     return row
 
 

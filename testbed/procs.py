@@ -190,6 +190,24 @@ def all_process_stats() -> dict[int, ProcessStat]:
     return found
 
 
+def run_delays(pid: int | str) -> tuple[int, int] | None:
+    """(ns waited on a run queue for a core, times given a core) summed over the threads of `pid` now
+    alive, since they started (/proc/<pid>/task/<tid>/schedstat); None when the process is gone."""
+    waited = runs = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat", "rb") as handle:
+                fields = handle.read().split()
+            waited, runs = waited + int(fields[1]), runs + int(fields[2])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that exited meanwhile
+    return waited, runs
+
+
 class LineTail:
     """The complete lines appended to growing files since the last call (files may appear later);
     a line still being written is held back until its newline arrives, so none is read half or twice."""

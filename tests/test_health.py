@@ -186,6 +186,36 @@ def test_a_process_is_classified_again_after_an_exec():
         child.wait()
 
 
+def test_the_time_a_class_waited_for_a_core_is_sampled_per_second():
+    """Three busy processes of the run sharing one core each wait two thirds of the time for it, in
+    waits of about two of the scheduler's slices (a few ms each): the brokers' and the clients' classes
+    show that mean wait per wake (the kernel's per-thread run-queue delay over the times a thread got
+    the core: ~8 ms here, where the time it ran per wake is one slice, ~4 ms), a class not sampled does
+    not appear."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from testbed.monitor import CpuSampler
+
+    busy = "import time\nend = time.time() + 5\nwhile time.time() < end: pass"
+    env = {"TESTBED_RUN": "wait01"}
+    children = [subprocess.Popen([sys.executable, "-c", busy, name], env=env, preexec_fn=lambda: os.sched_setaffinity(0, {0}))
+                for name in ("nats-server", "testbed.systems.pubsub.client", "zookeeper")]
+    try:
+        sampler = CpuSampler("wait01")
+        sampler.sample()
+        assert {sampler.known[c.pid] for c in children} == {"nats-server", "clients", "zookeeper"}
+        time.sleep(1.0)
+        waits = sampler.sample().wait_us
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+    assert waits["nats-server"] > 5000.0 and waits["clients"] > 5000.0 and "zookeeper" not in waits
+
+
 def test_servers_feeds_join_the_rows_as_the_busiest_machine_and_the_sum_of_classes(tmp_path):
     """A run over other machines: each server's monitor sends its CPU per second and its clients'
     health lines; a row keeps each server's figures, its idle is the least idle machine's, its steal
