@@ -291,8 +291,11 @@ def describe(result: dict) -> str:
     if not result.get("seconds"):
         return "harness: not measured (no workload phase)"
     if result["valid"]:
+        stall = result.get("machine_stall_max_ms") or 0.0
+        stopped = f"; the VM stopped for up to {stall:.1f} ms at once" if stall >= STALL_MIN_MS else ""
         return (f"harness: valid (within budget for all {result['seconds']} s; publishers p99 late "
-                f"{_ms(result['publisher_late_p99_ms'])}, CPU idle >= {100 * (result['cpu_idle_min'] or 0):.0f} %)")
+                f"{_ms(result['publisher_late_p99_ms'])}, CPU idle >= {100 * (result['cpu_idle_min'] or 0):.0f} %"
+                f"{stopped})")
     spans = ", ".join(f"t={max(0.0, i['from_s']):.0f}-{i['to_s']:.0f} s" for i in result["saturated"][:4])
     more = f" and {len(result['saturated']) - 4} more" if len(result["saturated"]) > 4 else ""
     ours = [i for i in result["saturated"] if not i.get("by_machine", i.get("by_steal"))] or result["saturated"]

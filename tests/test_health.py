@@ -97,6 +97,9 @@ def test_a_second_in_which_every_core_stopped_is_the_machines_not_the_loads():
                                                              "then: a stalled VM)")
     found = health.verdict(rows)
     assert (found["machine_seconds"], found["machine_stall_max_ms"], found["stalls_measured"]) == (1, 9.0, True)
+    clean = health.verdict([second(0, machine_stall_ms=3.4), second(1, machine_stall_ms=0.3)])
+    assert clean["valid"] and health.describe(clean).endswith("; the VM stopped for up to 3.4 ms at once)")
+    assert "stopped" not in health.describe(health.verdict([second(0, machine_stall_ms=0.3)]))
 
 
 def test_verdict_valid_only_without_saturated_seconds():
