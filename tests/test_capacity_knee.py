@@ -136,3 +136,23 @@ def test_analysis_and_figure_from_generated_rows(tmp_path):
     assert "(ms)" in drawn["ylabel"] and drawn["series"]
     (compiled,) = draw("capacity-compiled", data, tmp_path)  # the sweep through the compiled engine
     assert compiled["path"] == str(tmp_path / "capacity-compiled.png")
+
+
+def test_set_options_reach_every_point_and_refuse_what_the_sweep_sets(tmp_path):
+    """`--set KEY=VALUE` lands in each point's scenario (values read as YAML), and the loader judges it
+    there: a mistyped key or value is refused with the copy's file:line before any point runs; a key
+    the sweep sets itself, or a malformed option, is refused at once."""
+    from testbed.scenario.loader import ScenarioError
+
+    settings = capacity.parse_settings(["control.infeasible_min_gain=5ms", "control.overload.cpu=0.9"])
+    assert settings == {"control.infeasible_min_gain": "5ms", "control.overload.cpu": 0.9}
+    scenario, _ = capacity.loaded(capacity.scenario_copy(Point("mmog", "rate", 2, 3), "20s", "10s", tmp_path,
+                                                         settings=settings))
+    assert scenario.control.infeasible_min_gain == pytest.approx(0.005) and scenario.workload.rate == 3
+    for bad in (["workload.rate=5"], ["nodes.clients=1"], ["control.settle=1s"], ["gain"], ["control..x=1"]):
+        with pytest.raises(ValueError, match="--set"):
+            capacity.parse_settings(bad)
+    with pytest.raises(ScenarioError, match=r"\.yaml:\d+: control.bogus"):
+        capacity.loaded(capacity.scenario_copy(Point("mmog", "rate", 2, 3), "20s", "10s", tmp_path,
+                                               settings={"control.bogus": 1}))
+    assert capacity.main(["--set", "workload.rate=3"]) == 2

@@ -31,6 +31,7 @@ import argparse
 import bisect
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -70,10 +71,46 @@ QUICK = ([Point("uav-swarm", "rate", 8, r) for r in (2, 10)] + [Point("uav-swarm
          + [Point("mmog", "rate", 2, r) for r in (3, 10)])
 
 
-def scenario_copy(point: Point, duration: str, settle: str, directory: Path, clients: str = "python") -> Path:
-    """The base scenario with the point's size, a short duration and settle and the clients' data
-    plane (workload.client_engine), as a file to run."""
+#: The keys each point sets itself: `--set` may not change them.
+SWEPT = ("name", "duration", "description", "control.settle", "workload.rate", "workload.client_engine", "nodes")
+
+
+def parse_settings(settings: list[str]) -> dict[str, object]:
+    """`--set KEY=VALUE` options as {dotted key: value} (VALUE read as YAML: 5ms stays a string, 3 a
+    number); ValueError names the option that is malformed or changes what the sweep sets."""
+    found = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key or any(not part.isidentifier() for part in key.split(".")):
+            raise ValueError(f"--set {setting!r}: expected KEY=VALUE with a dotted key, e.g. control.infeasible_min_gain=5ms")
+        if any(key == swept or key.startswith(swept + ".") for swept in SWEPT):
+            raise ValueError(f"--set {key}: set by each point of the sweep ({', '.join(SWEPT)})")
+        try:
+            found[key] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            raise ValueError(f"--set {setting!r}: the value is not YAML: {error}") from None
+    return found
+
+
+def apply_settings(data: dict, settings: dict[str, object]) -> None:
+    """Set each dotted key in a scenario's data; a missing section is created (the loader then judges
+    the whole scenario, unknown keys included)."""
+    for key, value in settings.items():
+        *sections, last = key.split(".")
+        node = data
+        for section in sections:
+            node = node.setdefault(section, {})
+            if not isinstance(node, dict):
+                raise ValueError(f"--set {key}: {section} is not a section of the scenario")
+        node[last] = value
+
+
+def scenario_copy(point: Point, duration: str, settle: str, directory: Path, clients: str = "python",
+                  settings: dict[str, object] | None = None) -> Path:
+    """The base scenario with the point's size, a short duration and settle, the clients' data
+    plane (workload.client_engine) and `settings` (`--set`), as a file to run."""
     data = yaml.safe_load(BASES[point.case].read_text())
+    apply_settings(data, settings or {})
     data["workload"]["client_engine"] = clients
     data.update(name=point.name, duration=duration,
                 description=f"bench-capacity point from {BASES[point.case].name}: {point.axis} axis")
@@ -490,10 +527,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", default="python", choices=["python", "compiled"],
                         help="the clients' data plane (workload.client_engine); compiled writes capacity-compiled.*, "
                              "which runs with the compiled engine are judged against")
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                        help="a scenario key for every point, e.g. control.infeasible_min_gain=5ms (repeatable); "
+                             "writes capacity[-compiled]-set.* so the default knees stay the ones runs are judged by")
     args = parser.parse_args(argv)
+    try:
+        settings = parse_settings(args.settings)
+    except ValueError as error:
+        console.print(str(error))
+        return 2
     OUT.mkdir(parents=True, exist_ok=True)
     name = "capacity-quick" if args.quick else "capacity"  # a smoke run never replaces the full sweep
     name += "" if args.clients == "python" else f"-{args.clients}"  # testbed.load.capacity_file
+    name += "-set" if settings else ""
     if args.reanalyse:
         data = json.loads((OUT / f"{name}.json").read_text())
         data["rows"] = [reanalysed(row) for row in data["rows"]]
@@ -512,6 +558,17 @@ def main(argv: list[str] | None = None) -> int:
     duration, settle = args.duration or ("20s" if args.quick else "40s"), args.settle or ("10s" if args.quick else "15s")
     points = [p for p in (QUICK if args.quick else FULL) if p.case in cases]
     directory = Path(tempfile.mkdtemp(prefix="capacity-", dir=OUT))
+    if settings:  # judged once, before any point runs: a mistyped key costs seconds, not a sweep
+        from testbed.scenario.loader import ScenarioError
+
+        for case in sorted({p.case for p in points}):
+            try:
+                loaded(scenario_copy(next(p for p in points if p.case == case), duration, settle, directory,
+                                     args.clients, settings))
+            except (ScenarioError, ValueError) as error:
+                console.print(f"--set {' '.join(args.settings)}: {error}")
+                shutil.rmtree(directory, ignore_errors=True)
+                return 2
     started = time.monotonic()
     data = {"time": time.time(), "quick": args.quick, "clients": args.clients, "machine": _machine_facts(), "cpus": os.cpu_count(),
             "paper": {case: offered(path) for case, path in BASES.items()},
@@ -522,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
                     "knee_rule": {"overhead_p50_ms": OVERHEAD_P50_MS, "overhead_p99_ms": OVERHEAD_P99_MS,
                                   "min_delivered": MIN_DELIVERED, "guard": "clean",
                                   "case": "the lowest knee over the case's axes"},
+                    "settings": settings,
                     "command": " ".join(["python -m testbed.systems.pubsub.bench.capacity", *(sys.argv[1:] if argv is None else argv)])},
             "references": {}, "rows": []}
     if not args.no_references:
@@ -532,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, point in enumerate(points, 1):
         console.print(f"[{i}/{len(points)}] {point.case}, {point.axis} axis: {point.count} nodes at {point.rate} msg/s "
                       f"({time.monotonic() - started:.0f}s so far)")
-        scenario_copy(point, duration, settle, directory, args.clients)
+        scenario_copy(point, duration, settle, directory, args.clients, settings)
         row = measure(point, directory, parse_duration(duration), console.print, args.backend)
         data["rows"].append(row)
         console.print(f"    delivered {row['delivered_per_s']:,.0f}/s, overhead p50 {_ms(row['overhead_p50_ms'])} ms, "
