@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from testbed import health, procs
-from testbed.stallprobe import BINARY as PROBE_BINARY, StallProbe
 from testbed.emulation.delayline import BINARY as RELAY_BINARY
 from testbed.emulation.runstate import ENV_TAG, pid_namespace, pid_namespaces_elsewhere
+from testbed.stallprobe import BINARY as PROBE_BINARY, StallProbe
 
 PAGE_MB = os.sysconf("SC_PAGE_SIZE") / 2**20
 FILES_PERIOD_S = 10  # open file descriptors are counted this often (a directory listing per process)
@@ -157,7 +157,7 @@ class Sample(NamedTuple):
     cores: dict[str, float]     # cores used, per process class
     memory_mb: dict[str, float]  # resident memory now, per class of the run's processes (and the harness)
     relays_mapped_mb: float     # the relays' mappings: their rings become resident as traffic walks them
-    wait_us: dict[str, float] = {}  # mean us a WAIT_CLASSES thread waited for a core per wake, per class
+    wait_us: dict[str, float]   # mean us a WAIT_CLASSES thread waited for a core per wake, per class
 
 
 class ClientLines:
