@@ -85,6 +85,19 @@ def pids_in(pid: int) -> list[int]:
     return found
 
 
+def running_in(pid: int, argv: list[str]) -> list[int]:
+    """The processes in the network namespace of process `pid` (a node) whose command line is `argv`."""
+    wanted = "\0".join(str(a) for a in argv)
+    found = []
+    for other in pids_in(pid):
+        try:
+            if Path(f"/proc/{other}/cmdline").read_bytes().decode(errors="replace").rstrip("\0") == wanted:
+                found.append(other)
+        except OSError:
+            continue  # exited meanwhile
+    return found
+
+
 def signal_processes(pid: int, signum: int) -> list[str]:
     """Send `signum` to every process in the network namespace of process `pid` (a node) but the
     emulator's own shell into it (Containernet's `mininet:` shell); the names of those reached."""

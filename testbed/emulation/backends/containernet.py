@@ -185,15 +185,13 @@ def signal_inside(node_pid: int, argv: list[str], sig: int) -> bool:
     """Send `sig` to the process running `argv` inside a container. `docker exec` does not forward
     signals, so terminating the exec client would leave the process running (and a workload would
     never print its summary). False when no such process runs."""
-    from testbed.emulation.netns import pids_in
+    from testbed.emulation.netns import running_in
 
-    wanted = "\0".join(argv)
     sent = False
-    for pid in pids_in(node_pid):
+    for pid in running_in(node_pid, argv):
         try:
-            if Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").rstrip("\0") == wanted:
-                os.kill(pid, sig)
-                sent = True
+            os.kill(pid, sig)
+            sent = True
         except OSError:
             continue
     return sent
