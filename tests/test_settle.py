@@ -249,3 +249,30 @@ def test_live_settle_records_the_same_site_pairs_and_a_settle_end(tmp_path):
     assert end["waited_s"] <= 8 + 2 and (end["settled"] or end["unmet"])  # the cap, or held before it
     assert all(s["phase"] == "settle" and s["same_site_max_error_ms"] is not None for _, s in settled.snapshots)
     assert role.summary([])["settle"]["same_site_pairs"] == 2
+
+
+def test_a_snapshot_stops_asking_slow_agents_at_its_budget(clock, monkeypatch):
+    """On an overloaded machine each agent answered slowly, and 26 of them held the run's timeline
+    (relinks, faults) 55 s: the snapshot leaves out whom its budget does not reach."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    from testbed.nc.coordinate import Coordinate
+    from testbed.roles import launch
+
+    asked: list[tuple[str, float]] = []
+
+    @contextmanager
+    def slow_rpc(node, timeout):
+        asked.append((node, timeout))
+        clock.now += 0.3
+        yield SimpleNamespace(coordinate=lambda _node: Coordinate((0.001, 0.0), 0.1, 0.0, 0.0001))
+
+    agents = object.__new__(launch.SerfAgents)
+    agents.agents = {f"n{i}": None for i in range(20)}
+    monkeypatch.setattr(agents, "rpc", slow_rpc)
+    found = agents.coordinates()
+    budget = max(launch.SNAPSHOT_BUDGET_S, launch.SNAPSHOT_AGENT_S * 20)
+    assert len(asked) == int(budget / 0.3 - 1e-9) + 1 and set(found) == {node for node, _ in asked}
+    assert all(timeout <= launch.SNAPSHOT_RPC_S for _, timeout in asked)
+    assert asked[-1][1] == pytest.approx(budget - 0.3 * (len(asked) - 1))  # the last one gets what is left

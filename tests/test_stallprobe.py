@@ -52,5 +52,10 @@ def test_every_core_has_a_real_time_probe_and_a_stop_of_all_of_them_is_the_secon
     assert probe.process.poll() is not None
     # every whole second of its life reported, the last ones on its way out (SIGTERM)
     assert set(range(int(began) + 1, int(ended))) <= set(seconds)
-    stall = max(seconds[s]["machine_stall_ms"] for s in {int(stopped), int(stopped + STOP_S)})
+    stop_seconds = {int(stopped), int(stopped + STOP_S)}
+    stall = max(seconds[s]["machine_stall_ms"] for s in stop_seconds)
     assert stall >= 1e3 * STOP_S - STALL_PROBE_PERIOD_MS - 1.0
+    # and not in every second: a probe that always reported a stall would excuse every late second
+    # (half the stop: this VM's own stops reach that in well under 1 % of seconds, and all of them would have to)
+    others = [seconds[s]["machine_stall_ms"] for s in seconds if s not in stop_seconds]
+    assert others and min(others) < 1e3 * STOP_S / 2

@@ -16,6 +16,11 @@ from testbed.roles.base import Role, RunContext, newly_dead
 from testbed.systems.pubsub.role import WORKLOADS, PubSubRole, PubSubSystem
 from testbed.systems.pubsub.durable import classes_json
 
+#: How long the clients have, together, to stop and print their summaries before they are killed (a
+#: group change cut after `workloads.CHANGE_GRACE_S`, a durable drain of up to `DRAIN_MAX_S`, and the
+#: rest of the way out on a busy machine).
+STOP_S = 30.0
+
 
 def release_start(start_path: Path, network) -> None:
     """Write the common start time for the workload processes waiting on `start_path` (also on
@@ -180,13 +185,15 @@ class PubSubWorkload(Role):
                 for name, code in newly_dead(self.processes, self._reported) if code != 0]
 
     def stop(self) -> None:
-        """Stop the clients; each prints its summary line (sent, received, expected) on the way out."""
+        """Stop the clients; each prints its summary line (sent, received, expected) on the way out.
+        They stop together, so one deadline for all: one that hangs costs STOP_S, not STOP_S each."""
         for process in self.processes.values():
             if process.poll() is None:
                 process.terminate()
+        deadline = time.monotonic() + STOP_S
         for process in self.processes.values():
             try:
-                out, _ = process.communicate(timeout=15)
+                out, _ = process.communicate(timeout=max(0.1, deadline - time.monotonic()))
                 for line in (out or "").splitlines():
                     if line.startswith("{") and '"sent"' in line:
                         self.summaries.append(json.loads(line))

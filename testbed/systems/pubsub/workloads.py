@@ -53,6 +53,10 @@ from testbed.policies.handover import HandoverTrigger
 from testbed.systems.pubsub.tracking_client import TrackedPublishing, TrackedSubscription
 
 DRAIN_MIN_S, DRAIN_MAX_S = 3.0, 10.0  # the end of a run with durable topics (drain)
+#: After the stop, a group change under way gets this long to complete. One whose subscription waits
+#: for a lookup that no longer comes (an overloaded run lost its control plane: ZooKeeper sessions
+#: expired, the lookup service gone) retried forever and held its process, and the run, for minutes.
+CHANGE_GRACE_S = 10.0
 
 
 def client_features(args, topic: str, client: str, producer: bool = False) -> dict:
@@ -399,8 +403,12 @@ async def _main_mmog(args) -> int:
     for task in [*work, waiter, probe]:
         task.cancel()
     end_changes.set()
-    try:
-        await follow  # a group change under way completes: its subscriptions are counted as they trace
+    try:  # a group change under way completes: its subscriptions are counted as they trace
+        await asyncio.wait_for(follow, CHANGE_GRACE_S)
+    except asyncio.TimeoutError:
+        events.add("group_change_cut", client=args.node, after_s=CHANGE_GRACE_S)
+        print(f"a group change was not complete {CHANGE_GRACE_S:g} s after the stop (its lookups unanswered?): "
+              f"cut", file=sys.stderr, flush=True)
     except Exception as exc:  # noqa: BLE001 - a failed change is reported; the counts are still written
         print(f"group changes failed: {exc!r}", file=sys.stderr, flush=True)
     health.close()

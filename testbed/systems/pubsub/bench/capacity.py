@@ -32,6 +32,7 @@ import bisect
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -43,11 +44,13 @@ import yaml
 
 from testbed.health import explained_by_machine, judge, load_saturated, machine_seconds
 from testbed.load import STEADY_SATURATED_MAX  # the steady rule's share of bad seconds, one home
+from testbed.procs import wait_or_kill
 
 REPO = Path(__file__).resolve().parents[4]
 OUT = Path("results/bench")
 BASES = {"uav-swarm": REPO / "scenarios" / "uav.yaml", "mmog": REPO / "scenarios" / "mmog.yaml"}
 SHORT = {"uav": "uav-swarm", "mmog": "mmog"}
+RUN_STOP_S = 120.0  # an interrupted point's run gets this long to tear its network down before SIGKILL
 OVERHEAD_P50_MS, OVERHEAD_P99_MS, MIN_DELIVERED = 2.0, 5.0, 0.9  # the knee rule (healthy)
 CLIENT_ROLES = ("uav-swarm", "game-server", "static", "avatar")
 
@@ -366,12 +369,18 @@ def run_point(path: Path, results: Path, say, backend: str = "auto", poll_s: flo
     shown = started
     with log.open("w") as handle:
         proc = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, cwd=REPO)
-        while proc.poll() is None:
-            time.sleep(1.0)
-            if time.monotonic() - shown >= poll_s:
-                shown = time.monotonic()
-                tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:]
-                say(f"    {time.monotonic() - started:4.0f}s  {tail[0][:110] if tail else ''}")
+        try:
+            while proc.poll() is None:
+                time.sleep(1.0)
+                if time.monotonic() - shown >= poll_s:
+                    shown = time.monotonic()
+                    tail = [line for line in log.read_text(errors="replace").splitlines() if line.strip()][-1:]
+                    say(f"    {time.monotonic() - started:4.0f}s  {tail[0][:110] if tail else ''}")
+        except BaseException:  # Ctrl-C reaches the run too from a terminal, a signal to the sweep alone does not
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGINT)  # the run tears its network down as on Ctrl-C
+                wait_or_kill([proc], timeout=RUN_STOP_S)
+            raise
     if proc.returncode != 0:
         say(f"    testbed run exited {proc.returncode} (see {log})")
     runs = sorted(results.glob("*/run.json"), key=lambda p: p.stat().st_mtime)
