@@ -20,6 +20,7 @@ from testbed.systems.pubsub.durable import classes_json
 #: group change cut after `workloads.CHANGE_GRACE_S`, a durable drain of up to `DRAIN_MAX_S`, and the
 #: rest of the way out on a busy machine).
 STOP_S = 30.0
+ATTACH_S = 180.0  # how long the clients have, together, to attach and say so
 
 
 def release_start(start_path: Path, network) -> None:
@@ -165,8 +166,12 @@ class PubSubWorkload(Role):
         self.processes[node.name] = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log, text=True)
 
     def _wait_attached(self) -> None:
+        """Every client says it is attached, within one deadline for all (they start together): on a
+        machine far past its capacity they livelocked at their start, and a wait per client came to
+        64 x 120 s."""
+        deadline = time.monotonic() + ATTACH_S
         for name, process in self.processes.items():
-            if read_line(process, 120) is None:
+            if read_line(process, max(0.1, deadline - time.monotonic())) is None:
                 raise RuntimeError(f"workload in {name} did not attach (see logs/workload-{name}.log)")
 
     def kill(self, node: str) -> list[dict]:
