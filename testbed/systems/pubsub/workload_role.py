@@ -204,6 +204,7 @@ class PubSubWorkload(Role):
                         self.summaries.append(json.loads(line))
             except subprocess.TimeoutExpired:
                 process.kill()
+                process.communicate()  # reaped, its pipe closed
         self.processes = {}
 
     def events(self) -> list[dict]:
