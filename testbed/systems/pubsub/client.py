@@ -34,6 +34,7 @@ import random
 import signal
 import sys
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,66 @@ async def lookup(topic: str, lookup_nc, timeout: float = 10.0, asker: dict | Non
     return answer
 
 
+class LookupLink:
+    """A process's one connection to the lookup service (`_ep.lookup` at the cloud broker), shared by
+    all its topic clients as a Pulsar client's producers and consumers share its connections. One
+    connection per topic client cost a keepalive ping a second each through the emulated network:
+    the 576 topic clients of an MMOG point sent ~1,150 pings and pongs a second to the cloud broker,
+    against its ~1,700 deliveries. Each client still records its own `lookup_dropped`/`lookup_back`;
+    the connection closes with the last client's `leave`."""
+
+    _links: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {url: LookupLink}
+
+    def __init__(self, url: str):
+        self.url = url
+        self.clients: set[TopicClient] = set()
+        self.nc = None
+        self._connecting: asyncio.Future | None = None
+
+    @classmethod
+    def join(cls, url: str, client: "TopicClient") -> "LookupLink":
+        links = cls._links.setdefault(asyncio.get_running_loop(), {})
+        link = links.setdefault(url, cls(url))
+        link.clients.add(client)
+        return link
+
+    async def connection(self):
+        """The connection, made by the first client that asks (the others asking meanwhile wait for it);
+        a failed connect raises to every one of them and is tried again by the next."""
+        if self.nc is None:
+            if self._connecting is None:
+                self._connecting = asyncio.ensure_future(
+                    connect_nats(self.url, disconnected_cb=self._dropped, reconnected_cb=self._back))
+            connecting = self._connecting
+            try:
+                self.nc = await asyncio.shield(connecting)
+            finally:
+                if self._connecting is connecting and connecting.done():
+                    self._connecting = None
+        return self.nc
+
+    async def leave(self, client: "TopicClient") -> None:
+        self.clients.discard(client)
+        if self.clients:
+            return
+        links = self._links.get(asyncio.get_running_loop(), {})
+        if links.get(self.url) is self:
+            del links[self.url]
+        if self._connecting is not None:
+            self._connecting.cancel()
+        nc, self.nc = self.nc, None
+        if nc is not None:
+            await close_quietly(nc)
+
+    async def _dropped(self) -> None:
+        for client in list(self.clients):
+            client.events.add("lookup_dropped", topic=client.topic, client=client.name, role=client.role)
+
+    async def _back(self) -> None:
+        for client in list(self.clients):
+            client.events.add("lookup_back", topic=client.topic, client=client.name, role=client.role)
+
+
 class EventLog:
     """Events (relinks, downtime) in memory and, when given a path, appended as JSON lines."""
 
@@ -186,7 +247,7 @@ class TopicClient:
         self.events = events or EventLog()
         self.current: Endpoint | None = None
         self.downtime: dict | None = None  # an open downtime: control message seen, new broker not used yet
-        self._lookup_nc = None
+        self._lookup_link: LookupLink | None = None
         self._closing = False
         self._move_lock = asyncio.Lock()
         self._tasks: set[asyncio.Task] = set()
@@ -207,19 +268,13 @@ class TopicClient:
         """The topic's broker. The first lookup says who asks and from where (the coordinate the client
         would report), so a topic nobody owns yet can start near it; later ones (after a disconnect or
         a lost broker) ask for a topic the manager already knows, and save the coordinate query."""
-        if self._lookup_nc is None:
-            async def dropped() -> None:
-                self.events.add("lookup_dropped", topic=self.topic, client=self.name, role=self.role)
-
-            async def back() -> None:
-                self.events.add("lookup_back", topic=self.topic, client=self.name, role=self.role)
-
-            # when a lookup waits on its connection to the topic manager, the record says so
-            self._lookup_nc = await connect_nats(self.lookup_url, disconnected_cb=dropped, reconnected_cb=back)
+        if self._lookup_link is None:  # when a lookup waits on its connection to the topic manager, the record says so
+            self._lookup_link = LookupLink.join(self.lookup_url, self)
+        lookup_nc = await self._lookup_link.connection()
         asker = {"client": self.name, "role": self.role, "coord": await self._coordinate()} if first else None
         while True:
             try:
-                answer = await lookup(self.topic, self._lookup_nc, timeout=LOOKUP_ATTEMPT_S, asker=asker, lost=lost)
+                answer = await lookup(self.topic, lookup_nc, timeout=LOOKUP_ATTEMPT_S, asker=asker, lost=lost)
                 return answer["broker"], answer["address"]
             except (LookupError, nats.errors.Error, asyncio.TimeoutError) as error:
                 self.events.add("lookup_failed", topic=self.topic, client=self.name, error=str(error))
@@ -446,9 +501,10 @@ class TopicClient:
         self._closing = True
         for task in list(self._tasks):
             task.cancel()
-        for nc in (self.current and self.current.nc, self._lookup_nc):
-            if nc is not None:
-                await close_quietly(nc)
+        if self.current is not None:
+            await close_quietly(self.current.nc)
+        if self._lookup_link is not None:
+            await self._lookup_link.leave(self)
         for feature in self.features:
             feature.close()
 
