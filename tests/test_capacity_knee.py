@@ -27,6 +27,15 @@ def test_each_part_of_the_rule_fails_a_point(bad):
     assert not capacity.unhealthy(row(1000, p50=2.0, p99=5.0, delivered=900))
 
 
+def test_a_series_is_over_after_two_points_in_a_row_past_the_knee_by_both_rules():
+    steady_ok = dict(steady_overhead_p50_ms=0.5, steady_overhead_p99_ms=3.0, steady_saturated_share=0.0)
+    bad, steady_only = row(3000, p99=9.0), {**row(3000, saturated=True), **steady_ok}
+    assert not capacity.series_over([row(1000), bad])
+    assert capacity.series_over([row(1000), bad, row(6000, p99=40.0)])
+    assert not capacity.series_over([bad, row(6000), row(9000, p99=40.0)])  # not in a row
+    assert not capacity.series_over([bad, steady_only])  # the steady rule may still find its knee further on
+
+
 def test_no_failure_is_a_lower_bound_and_no_healthy_point_is_none():
     knee = capacity.series_knee([row(400), row(200)])
     assert knee["deliveries_per_s"] == 400 and not knee["reached"]

@@ -16,7 +16,7 @@ copy runs for a short duration after a short settle. Per point, from the run's d
 The knee per series is the largest offered load before the first point that fails the rule
 (overhead p50 <= 2 ms, p99 <= 5 ms, the guard clean, >= 90 % delivered); a case's knee is the lowest
 of its series' knees (both ways of growing load are valid, so the capacity is what both hold), as a
-ratio of the paper's load. Physical references in the same run: nats-server alone (bench-overload's
+ratio of the paper's load. A series stops once two points in a row failed both rules (`skipped`). Physical references in the same run: nats-server alone (bench-overload's
 `direct` path, its knee) and one delay-line relay alone (bench_shaper's UDP rate at < 0.1 % loss).
 
 Writes results/bench/capacity.json (--quick: capacity-quick.json, never read by `testbed run`) and
@@ -52,6 +52,9 @@ BASES = {"uav-swarm": REPO / "scenarios" / "uav.yaml", "mmog": REPO / "scenarios
 SHORT = {"uav": "uav-swarm", "mmog": "mmog"}
 RUN_STOP_S = 120.0  # an interrupted point's run gets this long to tear its network down before SIGKILL
 OVERHEAD_P50_MS, OVERHEAD_P99_MS, MIN_DELIVERED = 2.0, 5.0, 0.9  # the knee rule (healthy)
+# A series stops after this many points in a row past the knee by both rules: the next ones were 10-150x
+# past the machine's capacity (MMOG 100-450 msg/s), livelocked it for many minutes and added nothing.
+PAST_KNEE_STOP = 2
 CLIENT_ROLES = ("uav-swarm", "game-server", "static", "avatar")
 
 
@@ -327,6 +330,12 @@ def case_knees(rows: list[dict], paper: dict[str, float]) -> dict:
     return out
 
 
+def series_over(rows: list[dict]) -> bool:
+    """Whether a series' last PAST_KNEE_STOP points (in the order run) all failed both rules."""
+    last = rows[-PAST_KNEE_STOP:]
+    return len(last) == PAST_KNEE_STOP and all(unhealthy(r) and unhealthy(r, "steady") for r in last)
+
+
 def _case_knee(rows: list[dict], paper: float | None, rule: str) -> dict:
     series = {axis: series_knee([r for r in rows if r["axis"] == axis], rule) for axis in sorted({r["axis"] for r in rows})}
     knees = [s["deliveries_per_s"] for s in series.values()]
@@ -597,6 +606,12 @@ def main(argv: list[str] | None = None) -> int:
         console.print("reference: one delay-line relay alone (200 B UDP, 10 ms)")
         data["references"]["delayline"] = delayline_alone(args.quick)
     for i, point in enumerate(points, 1):
+        ran = [r for r in data["rows"] if (r["case"], r["axis"]) == (point.case, point.axis) and "error" not in r]
+        if series_over(ran):
+            data.setdefault("skipped", []).append(point.name)
+            console.print(f"[{i}/{len(points)}] {point.name}: skipped, its series' last {PAST_KNEE_STOP} points "
+                          "failed both rules")
+            continue
         console.print(f"[{i}/{len(points)}] {point.case}, {point.axis} axis: {point.count} nodes at {point.rate} msg/s "
                       f"({time.monotonic() - started:.0f}s so far)")
         scenario_copy(point, duration, settle, directory, args.clients, settings)
