@@ -158,7 +158,7 @@ class LookupLink:
     @classmethod
     def join(cls, url: str, client: "TopicClient") -> "LookupLink":
         links = cls._links.setdefault(asyncio.get_running_loop(), {})
-        link = links.setdefault(url, cls(url))
+        link = links.get(url) or links.setdefault(url, cls(url))
         link.clients.add(client)
         return link
 
@@ -190,7 +190,7 @@ class LookupLink:
         if nc is not None:
             await close_quietly(nc)
 
-    async def _dropped(self) -> None:
+    async def _dropped(self) -> None:  # a lookup waiting on the connection: each client's record says so
         for client in list(self.clients):
             client.events.add("lookup_dropped", topic=client.topic, client=client.name, role=client.role)
 
@@ -268,7 +268,7 @@ class TopicClient:
         """The topic's broker. The first lookup says who asks and from where (the coordinate the client
         would report), so a topic nobody owns yet can start near it; later ones (after a disconnect or
         a lost broker) ask for a topic the manager already knows, and save the coordinate query."""
-        if self._lookup_link is None:  # when a lookup waits on its connection to the topic manager, the record says so
+        if self._lookup_link is None:
             self._lookup_link = LookupLink.join(self.lookup_url, self)
         lookup_nc = await self._lookup_link.connection()
         asker = {"client": self.name, "role": self.role, "coord": await self._coordinate()} if first else None

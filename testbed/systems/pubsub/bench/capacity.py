@@ -16,8 +16,9 @@ copy runs for a short duration after a short settle. Per point, from the run's d
 The knee per series is the largest offered load before the first point that fails the rule
 (overhead p50 <= 2 ms, p99 <= 5 ms, the guard clean, >= 90 % delivered); a case's knee is the lowest
 of its series' knees (both ways of growing load are valid, so the capacity is what both hold), as a
-ratio of the paper's load. A series stops once two points in a row failed both rules (`skipped`). Physical references in the same run: nats-server alone (bench-overload's
-`direct` path, its knee) and one delay-line relay alone (bench_shaper's UDP rate at < 0.1 % loss).
+ratio of the paper's load. A series stops once two points in a row failed both rules (`skipped`).
+Physical references in the same run: nats-server alone (bench-overload's `direct` path, its knee)
+and one delay-line relay alone (bench_shaper's UDP rate at < 0.1 % loss).
 
 Writes results/bench/capacity.json (--quick: capacity-quick.json, never read by `testbed run`) and
 capacity.png (drawn by analysis.bench_figures.capacity), and prints the table and the knees.
