@@ -266,12 +266,45 @@ def test_an_isolated_servers_processes_and_files_are_its_own(servers):
     assert any(listener(p) for p in runstate.processes(everywhere=True))
 
 
-def test_a_run_over_three_servers_relinks_across_them_and_delivers_everything(servers, tmp_path):
+IN_FLIGHT_S = 1.0  # a message sent this long before its broker died may still have been on its way
+
+
+def _trace_gaps(out: Path) -> list[dict]:
+    """Every run of sequence numbers a consumer never got from a producer, with when the first and
+    the last of them were due (sequence numbers are due evenly between the two received around them)."""
+    gaps = []
+    for trace in (out / "traces").glob("*.jsonl"):
+        by_producer: dict[str, list[tuple[int, float]]] = {}
+        for line in trace.read_text().splitlines():
+            row = json.loads(line)
+            by_producer.setdefault(row["producer"], []).append((row["seq"], float(row["send_time"])))
+            topic = row["topic"]
+        for seen in by_producer.values():
+            seen.sort()
+            for (a, due_a), (b, due_b) in zip(seen, seen[1:]):
+                if b > a + 1:
+                    step = (due_b - due_a) / (b - a)
+                    gaps.append({"topic": topic, "trace": trace.name, "lost": b - a - 1,
+                                 "first_due": due_a + step, "last_due": due_b - step})
+    return gaps
+
+
+def _failover_outages(events: list[dict]) -> dict[str, tuple[float, float]]:
+    """Each topic whose broker died under it: from the first client that lost it to the last that
+    got traffic through the new broker."""
+    lost = [e for e in events if e["type"] == "broker_lost"]
+    ends = [e for e in events if e["type"] == "downtime" and e["reason"] == "broker_lost"]
+    return {topic: (min(e["time"] for e in lost if e["topic"] == topic),
+                    max([e["end"] for e in ends if e["topic"] == topic], default=float("-inf")))
+            for topic in {e["topic"] for e in lost}}
+
+
+def test_a_run_over_three_servers_relinks_across_them_and_loses_nothing_outside_a_failover(servers, tmp_path):
     """The smoke over three isolated servers, a broker killed on one of them: nodes reached over ssh
     only (a local shortcut would raise netns.LocalShortcut and fail the run), every server's CPU in
     the guard's rows, and the traces and logs the nodes wrote there gathered into the run folder."""
     scenario = tmp_path / "uav-smoke.yaml"
-    scenario.write_text(SMOKE.read_text() + "faults:\n  - {at: 4s, kill: bzone3}   # holds no topic: all is delivered\n")
+    scenario.write_text(SMOKE.read_text() + "faults:\n  - {at: 4s, kill: bzone3}\n")
     run = _testbed("run", str(scenario), "--servers", SERVERS, "--duration", "15s", "--results", str(tmp_path))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     (out,) = tmp_path.glob("uav-smoke-*")
@@ -286,7 +319,15 @@ def test_a_run_over_three_servers_relinks_across_them_and_delivers_everything(se
     (killed,) = [e for e in events if e["type"] == "broker_killed"]
     assert killed["node"] == "bzone3" and "nats-server" in killed["killed"], killed  # signalled on its server
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["expected_deliveries"] > 2000 and summary["delivered"] == summary["expected_deliveries"], summary
+    assert summary["expected_deliveries"] > 2000, summary
+    # Whether bzone3 holds a topic when it dies depends on where the coordinates place the swarms: if
+    # it did, what its consumers lost is exactly what was due during that topic's failover; else nothing.
+    gaps = _trace_gaps(out)
+    assert sum(g["lost"] for g in gaps) == summary["expected_deliveries"] - summary["delivered"], (gaps, summary)
+    outages = _failover_outages(events)
+    assert set(outages) == {e["topic"] for e in events if e["type"] == "orphan_replaced"}, outages
+    assert all(g["topic"] in outages and outages[g["topic"]][0] - IN_FLIGHT_S <= g["first_due"]
+               and g["last_due"] <= outages[g["topic"]][1] for g in gaps), (gaps, outages)
     assert sorted(p.name for p in (out / "traces").glob("*.jsonl"))  # written on the servers, gathered here
     assert (out / "logs" / "health-swarm1.jsonl").exists() and (out / "logs" / "broker-bzone1.events.jsonl").exists()
     rows = [json.loads(line) for line in (out / "health.jsonl").read_text().splitlines()]
