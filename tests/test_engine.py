@@ -307,3 +307,38 @@ def test_bench_client_measures_the_engine_alone_beside_the_whole_swarm_process()
     followers = 2  # each reads the leader's 50, the leader reads each follower's 50
     assert row["engine"] == "compiled" and row["sent"] == 150 and row["received"] == 2 * followers * 50
     assert 0 < row["engine_us_per_message"] < row["client_us_per_message"]
+
+
+@pytest.mark.parametrize("name, size", [("pe", 300), ("p" * 100, 64)])
+def test_the_engine_publishes_the_python_clients_message(server, name, size):
+    """Byte for byte what Publisher.payload makes of the same message (its due time as "%.6f", as the
+    engine writes it), padded to `size` with 'x', or the header alone when it is longer than that."""
+    import nats
+
+    async def go():
+        engine = await Engine().start()
+        reader = await nats.connect(server)
+        got = []
+
+        async def keep(msg):
+            got.append(msg.data)
+
+        await reader.subscribe("t.raw", cb=keep)
+        await reader.flush()
+        common = {"owner": ("b1", server), "site": "zone2", "run_id": "r1", "events": EventLog()}
+        sending = EnginePublisher("raw", name, 200, size, engine=engine, **common)
+        await sending.start()
+        start = round(time.time() + 0.2, 3)
+        await sending.run(duration=0.1, start=start)
+        await asyncio.sleep(0.3)
+        await sending.close()
+        await engine.stop()
+        await reader.close()
+        return start, got
+
+    start, got = run(go())
+    like = Publisher("raw", name, 200, size, precise_s=0.0, site="zone2", owner=("b1", server), events=EventLog())
+    assert len(got) == 20
+    for seq, data in enumerate(got):
+        head = like.payload(seq, 0.0).split(b"\n", 1)[0].replace(b'"t":0.0,', f'"t":{start + seq / 200:.6f},'.encode())
+        assert data == (head + b"\n").ljust(size, b"x"), (seq, data[:200])
