@@ -1,7 +1,9 @@
 """The topic clients of one process share one connection to the lookup service (`client.LookupLink`),
 against real nats-servers on loopback: one connection whatever the number of clients, each client's
 lookups answered over it, each client's own `lookup_dropped` and `lookup_back` when the lookup
-service's server goes away and comes back, and the connection closed with the last client."""
+service's server goes away and comes back, and the connection closed with the last client. A lookup
+service that is not there is asked again after pauses that grow, and its absence is told once per
+client, with the count once it answers."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import urllib.request
 import nats
 
 from testbed.bench.client import local_nats_server
-from testbed.systems.pubsub.client import EventLog, LookupLink, Subscriber
+from testbed.systems.pubsub.client import LOOKUP_PAUSE_FIRST_S, LOOKUP_PAUSE_MAX_S, EventLog, LookupLink, Subscriber
 from tests.needs import NATS_SERVER, needs_nats_server
 
 pytestmark = needs_nats_server
@@ -113,3 +115,49 @@ def test_the_clients_of_a_process_share_one_lookup_connection_and_each_records_i
         for server in (lookup_server, broker):
             server.terminate()
             server.wait()
+
+
+def test_lookups_without_a_lookup_service_back_off_and_are_told_once():
+    """Nobody answers lookups ("no responders", at once) for ABSENT_S: each client asks again after
+    pauses doubling to LOOKUP_PAUSE_MAX_S (fewer asks than a fixed first pause would make), records one
+    `lookup_failed`, and once the service is there one `lookup_answered` with how many failed."""
+    absent_s = 4.0
+    port, monitor = _free_port(), _free_port()
+    url = f"nats://127.0.0.1:{port}"
+    lookup_server = _lookup_server(port, monitor)
+    broker, broker_url = local_nats_server(NATS_SERVER)
+
+    async def scenario() -> list[dict]:
+        events = EventLog()
+        clients = [Subscriber(f"topic{i}", f"player{i}", lookup_url=url, events=events) for i in range(CLIENTS)]
+        starting = [asyncio.create_task(client.start()) for client in clients]
+        await asyncio.sleep(absent_s)
+        asked: list[str] = []
+        service = await _answering(url, broker_url, asked)
+        try:
+            await asyncio.wait_for(asyncio.gather(*starting), WAIT_S)
+        finally:
+            for client in clients:
+                await client.close()
+            await service.close()
+        return events.items
+
+    try:
+        events = asyncio.run(scenario())
+    finally:
+        for server in (lookup_server, broker):
+            server.terminate()
+            server.wait()
+    failed = [e for e in events if e["type"] == "lookup_failed"]
+    answered = [e for e in events if e["type"] == "lookup_answered"]
+    assert sorted(e["client"] for e in failed) == sorted(e["client"] for e in answered) == [f"player{i}" for i in range(CLIENTS)]
+    fixed = absent_s / LOOKUP_PAUSE_FIRST_S  # what a fixed first pause would ask per client
+    # the most a client can ask: each pause at least half its nominal value
+    pauses, total, most = LOOKUP_PAUSE_FIRST_S, 0.0, 1
+    while total < absent_s:
+        total += pauses / 2
+        pauses = min(LOOKUP_PAUSE_MAX_S, 2 * pauses)
+        most += 1
+    print(f"\nfailed lookups per client over {absent_s} s: {[e['failed'] for e in answered]} (at most {most}; fixed pauses: {fixed:.0f})")
+    assert all(2 <= e["failed"] <= most < fixed for e in answered), (answered, most, fixed)
+    assert all(e["failing_s"] >= absent_s - 0.5 for e in answered), answered
