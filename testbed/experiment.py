@@ -26,6 +26,7 @@ from testbed.faults import FaultSchedule
 from testbed.logs import route_library_logs
 from testbed.monitor import HealthMonitor, ServerFeeds
 from testbed.scenario.model import Scenario
+from testbed.watchdog import TimelineStalled, Watchdog
 
 SNAPSHOT_PERIOD_S = 5.0  # E(t) through the run (analysis.estimates); one RPC per agent
 # The run stops while the results disk still has this much free: enough for the summary, the merged
@@ -271,7 +272,7 @@ def _run_session(session: Session, scenario: Scenario, out: Path, meta: dict, in
         except EmulationError as error:
             session.say(f"failed: {error}")
             code = 1
-        except DiskFull as why:
+        except (DiskFull, TimelineStalled) as why:
             session.say(f"stopped: {why}; network torn down, results so far kept in {out}")
             meta["stopped"] = str(why)
             code = 1
@@ -376,23 +377,46 @@ def _settle(session: Session, roles: list, events) -> None:
 
 def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None = None) -> int:
     """Follow the mobility timeline for the scenario's duration; check every handover happened."""
-    network, duration = session.network, session.scenario.duration
     _settle(session, roles, events)
     for role in roles:
         role.begin()
-    coordinates = _coordinates(roles)
     start, t0 = time.monotonic(), time.time()
     if monitor is not None:
         monitor.start(t0)
-    next_snapshot = 0.0
     _write_event(events, type="run_start", time=t0, run_id=session.run_id)
     pending = list(session.handovers)
-    faults = FaultSchedule(session.scenario.faults, network, roles, write=lambda **e: _write_event(events, **e),
-                           say=session.say)
+    faults = FaultSchedule(session.scenario.faults, session.network, roles,
+                           write=lambda **e: _write_event(events, **e), say=session.say)
     session.faults = faults  # its spans and events are kept also after an error
+    watchdog = Watchdog().start()
+    try:
+        done = _timeline(session, roles, events, monitor, watchdog, start, pending, faults)
+    except TimelineStalled as why:
+        _write_event(events, type="run_stopped", time=time.time(), reason=str(why), at_s=round(time.monotonic() - start, 3),
+                     stack=watchdog.where)
+        raise
+    finally:
+        watchdog.stop()
+    if monitor is not None:
+        monitor.stop()
+    _write_event(events, type="run_end", time=time.time(), handovers_done=done, handovers_planned=len(session.handovers))
+    if done != len(session.handovers):
+        session.say(f"only {done} of {len(session.handovers)} planned handovers happened")
+        return 1
+    session.say(f"all {done} planned handovers happened")
+    return 0
+
+
+def _timeline(session: Session, roles: list, events, monitor: HealthMonitor | None, watchdog: Watchdog, start: float,
+              pending: list, faults: FaultSchedule) -> int:
+    """The run's main loop: relinks and faults when due, supervision, snapshots and progress, until the
+    duration is over; returns the relinks done."""
+    network, duration = session.network, session.scenario.duration
+    coordinates = _coordinates(roles)
     done = 0
-    next_report = next_disk_check = 0.0
+    next_snapshot = next_report = next_disk_check = 0.0
     while True:
+        watchdog.beat()
         elapsed = time.monotonic() - start
         if elapsed >= duration:
             break
@@ -407,6 +431,7 @@ def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None 
             planned = pending.pop(0)
             event = network.relink(planned.node, planned.to_site)
             done += 1
+            watchdog.beat()
             across = ({"servers": f"{network.placement[event.from_site].name}->{network.placement[event.to_site].name}"}
                       if network.servers else {})
             _write_event(events, type="relink", time=event.time, node=event.node, from_site=event.from_site,
@@ -431,11 +456,4 @@ def _drive(session: Session, roles: list, events, monitor: HealthMonitor | None 
             next_report += 10
         wait = min(0.05, (pending[0].time - elapsed) if pending else 0.05)
         time.sleep(max(0.001, wait))
-    if monitor is not None:
-        monitor.stop()
-    _write_event(events, type="run_end", time=time.time(), handovers_done=done, handovers_planned=len(session.handovers))
-    if done != len(session.handovers):
-        session.say(f"only {done} of {len(session.handovers)} planned handovers happened")
-        return 1
-    session.say(f"all {done} planned handovers happened")
-    return 0
+    return done

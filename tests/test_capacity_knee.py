@@ -27,6 +27,14 @@ def test_each_part_of_the_rule_fails_a_point(bad):
     assert not capacity.unhealthy(row(1000, p50=2.0, p99=5.0, delivered=900))
 
 
+def test_a_run_that_stopped_early_fails_both_rules_whatever_it_measured():
+    stopped = {**row(1000), "steady_overhead_p50_ms": 0.5, "steady_overhead_p99_ms": 2.0, "steady_saturated_share": 0.0,
+               "stopped": "the run's timeline did not advance for 120 s"}
+    for rule in ("strict", "steady"):
+        assert capacity.unhealthy(stopped, rule)[0].startswith("the run stopped early: the run's timeline")
+        assert not capacity.unhealthy({**stopped, "stopped": None}, rule)
+
+
 def test_a_series_is_over_after_two_points_in_a_row_past_the_knee_by_both_rules():
     steady_ok = dict(steady_overhead_p50_ms=0.5, steady_overhead_p99_ms=3.0, steady_saturated_share=0.0)
     bad, steady_only = row(3000, p99=9.0), {**row(3000, saturated=True), **steady_ok}

@@ -273,10 +273,12 @@ def point_row(point: Point, offered_per_s: float, summary: dict, health: list[di
 
 def unhealthy(row: dict, rule: str = "strict") -> list[str]:
     """Why a point is past the knee (empty: healthy). strict: the issue's rule over the whole run;
-    steady: the same outside migration windows, with at most 5 % of those seconds saturated."""
+    steady: the same outside migration windows, with at most 5 % of those seconds saturated. A run
+    that stopped before its end (its timeline stuck, the disk full, interrupted) fails both."""
+    stopped = [f"the run stopped early: {row['stopped']}"] if row.get("stopped") else []
     if rule == "steady":
-        return _unhealthy_steady(row)
-    why = []
+        return stopped + _unhealthy_steady(row)
+    why = stopped
     if row["overhead_p50_ms"] is None or row["overhead_p50_ms"] > OVERHEAD_P50_MS:
         why.append(f"overhead p50 {_ms(row['overhead_p50_ms'])} > {OVERHEAD_P50_MS:g} ms")
     if row["overhead_p99_ms"] is None or row["overhead_p99_ms"] > OVERHEAD_P99_MS:
@@ -434,7 +436,7 @@ def reduce_point(spec: Point, scenario_path: Path, run_dir: Path, offered_per_s:
                     duration_s, steady, steady_saturated_share(health, windows))
     meta = json.loads((run_dir / "run.json").read_text())
     return {**row, "rows_without_path": skipped, "run_dir": str(run_dir), "backend": meta.get("backend"),
-            "shaper": meta.get("shaper")}
+            "shaper": meta.get("shaper"), "stopped": meta.get("stopped") or meta.get("interrupted")}
 
 
 def nats_alone(quick: bool, say) -> dict:
