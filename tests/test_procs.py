@@ -169,3 +169,43 @@ def test_a_line_counter_counts_complete_lines_once_across_reads_and_files_that_a
     with first.open("ab") as handle:
         handle.write(b'{"x":3}\n')
     assert ends.count() == 2
+
+
+@pytest.mark.parametrize("needle", [None, b"{}"])
+def test_a_line_counter_reads_a_file_growing_faster_than_it_reads_only_as_far_as_it_was(tmp_path, monkeypatch, needle):
+    """Every read of the counter appends as much again to the file (a writer faster than a starved
+    reader): a call counts what the file held when it began and returns; the next call counts the rest
+    that has come by then. (Reading to the end held a harness 20 minutes.)"""
+    from pathlib import Path as RealPath
+
+    from testbed.procs import LineCounter
+
+    grown = tmp_path / "t.jsonl"
+    grown.write_bytes(b"{}\n" * (3 * LineCounter.CHUNK // 3))
+    opened = RealPath.open
+
+    class Growing:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def read(self, *size):
+            data = self.handle.read(*size)
+            with opened(grown, "ab") as writer:
+                writer.write(b"{}\n" * max(1, len(data) // 3))
+            return data
+
+        def __getattr__(self, name):
+            return getattr(self.handle, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+    monkeypatch.setattr(RealPath, "open", lambda self, *a, **k: Growing(opened(self, *a, **k)) if self == grown
+                        else opened(self, *a, **k))
+    rows = LineCounter(tmp_path, "*.jsonl", needle)
+    first = rows.count()
+    assert first == LineCounter.CHUNK  # what it held at the call, not what came while reading
+    assert rows.count() > first  # the rest, later
