@@ -46,9 +46,10 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
+from testbed import health
 from testbed.systems.pubsub import trace_schema
 
-FORMAT_VERSION = "3"  # 2: the sites at send and receive time; 3: track_id
+FORMAT_VERSION = "4"  # 2: the sites at send and receive time; 3: track_id; 4: harness_validity
 CHUNK_BYTES = 64 << 20
 
 # The writer's columns (testbed.systems.pubsub.trace_schema), required ones not null.
@@ -124,6 +125,7 @@ RUN_SCHEMA = pa.schema([
     pa.field("partial", pa.bool_()),              # not complete, or lines lost (truncated or skipped)
     pa.field("harness_valid", pa.bool_()),        # run.json harness verdict: null for runs before the guard
     pa.field("harness_saturated", pa.string()),   # JSON [{from_s, to_s, cause, causes}] since the run start
+    pa.field("harness_validity", pa.string()),    # "valid N of M s" (testbed.health.validity): every place's wording
     pa.field("faults", pa.string()),              # JSON [{kind, target, from_s, to_s}]: the scenario's faults
     pa.field("workload", pa.string()),
     pa.field("policy", pa.string()),
@@ -253,6 +255,7 @@ def run_metadata(run_dir: str | os.PathLike) -> dict:
     harness = meta.get("harness") if isinstance(meta.get("harness"), dict) else {}
     meta["harness_valid"] = harness.get("valid")
     meta["harness_saturated"] = harness.get("saturated")
+    meta["harness_validity"] = harness.get("validity") or (health.validity(harness) if harness.get("seconds") else None)
     meta.setdefault("faults", [])
     interrupted = meta.get("interrupted")
     complete = bool(meta.get("complete"))
@@ -262,13 +265,12 @@ def run_metadata(run_dir: str | os.PathLike) -> dict:
 
 
 def harness_note(run: dict) -> str:
-    """A figure's word on the run's harness verdict (testbed.health); empty when valid."""
+    """A figure's word on the run's harness verdict: its validity as every other place words it."""
     if run.get("harness_valid") is None:
         return "harness not checked (run before the saturation guard)"
-    if not run["harness_valid"]:
-        seconds = sum(i["to_s"] - i["from_s"] for i in run.get("harness_saturated") or [])
-        return f"harness saturated for {seconds:.0f} s (shaded): not evidence there"
-    return ""
+    seconds = sum(i["to_s"] - i["from_s"] for i in run.get("harness_saturated") or [])
+    validity = run.get("harness_validity") or f"saturated for {seconds:.0f} s"  # a run recorded before the wording
+    return f"harness {validity}" + ("" if run["harness_valid"] else ", saturated seconds shaded: not evidence there")
 
 
 def _kv_metadata(meta: dict) -> dict[bytes, bytes]:

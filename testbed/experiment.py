@@ -353,13 +353,13 @@ def _servers_line(session: Session) -> str:
 
 
 def _health_note(monitor: HealthMonitor | None) -> str:
-    """The progress line's word on the harness: the newest judged second (a few seconds old)."""
-    row = monitor.latest() if monitor is not None else None
-    if row is None:
+    """The progress line's word on the harness: the run's validity so far, as the end screen will
+    word it (`health.validity`), and the causes of the newest saturated second if it is recent."""
+    if monitor is None or not monitor.rows:
         return ""
-    if not row["causes"]:
-        return ", harness ok"
-    return f", harness SATURATED ({', '.join(row['causes'])})"
+    note = f", harness {health.validity(health.verdict(monitor.rows))} so far"
+    last = monitor.rows[-1]
+    return note + (f" (now: {', '.join(last['causes'])})" if last["causes"] else "")
 
 
 def _coordinates(roles: list):

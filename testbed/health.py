@@ -160,12 +160,20 @@ def explained_by_machine(row: dict) -> bool:
 
 
 CAUSE_TEXT = {
-    "publishers": ("publisher_late_max_ms", "publishers late by up to {value}: the machine cannot offer this load"),
+    "publishers": ("publisher_late_max_ms", "publishers late by up to {value}"),
     "relays": ("relay_late_max_ms", "delay line late by up to {value}: emulated links are longer than configured"),
     "relay-drops": ("relay_harness_drops", "delay line lost {value} frames of its own (socket buffers full)"),
     "relay-down": ("relay_down_ms", "a delay line died and was restarted: its link forwarded nothing for {value}"),
     "event-loops": ("loop_lag_max_ms", "client event loops blocked for up to {value}: receive times are late"),
     "cpu": ("cpu_idle", "the machine's CPU was {value} idle: processes queue for a core"),
+}
+#: Outside load worth naming: cores used by processes that are not the run's (`other` in `cpu_by_class`).
+OUTSIDE_CORES_MIN = 0.25
+#: Why clients were late, by what the CPU figures of their seconds show (`_why_late`).
+WHY_LATE = {
+    "outside": "processes outside the run used up to {cores:.2f} cores{names}: outside load, not this run's",
+    "load": "the machine cannot offer this load",
+    "own": "with the CPU at least {idle:.0f} % idle: the run's own processes fell behind, not the machine's capacity",
 }
 
 #: Appended to a saturated interval's cause when the hypervisor took CPU from the VM in it (/proc/stat
@@ -197,11 +205,12 @@ def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
         by_machine = explained_by_machine(row)
         if current is None or start > current["to_s"] + 1e-3 or current["by_machine"] != by_machine:
             current = {"from_s": start, "to_s": start + 1.0, "worst": {}, "steal_ms": 0.0, "stall_ms": 0.0,
-                       "by_machine": by_machine}
+                       "by_machine": by_machine, "idle_min": None, "outside": 0.0, "names": {}}
             found.append(current)
         current["to_s"] = start + 1.0
         current["steal_ms"] = max(current["steal_ms"], row.get("cpu_steal_ms") or 0.0)
         current["stall_ms"] = max(current["stall_ms"], row.get("machine_stall_ms") or 0.0)
+        _note_cpu(current, row)
         for cause in causes:
             value = row.get(CAUSE_TEXT[cause][0])
             best = current["worst"].get(cause)
@@ -212,6 +221,7 @@ def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
     for interval in found:
         worst = interval.pop("worst")
         interval["causes"] = sorted(worst)
+        why = _why_late(interval.pop("idle_min"), interval.pop("outside"), interval.pop("names"), interval["causes"])
         if interval["by_machine"]:
             late = ", ".join(f"{c} {_format(c, worst[c])}" for c in sorted(worst) if worst[c] is not None
                              and CAUSE_TEXT[c][0] in LATENESS_FIELDS) or "no lateness measured"
@@ -220,12 +230,37 @@ def intervals(rows: list[dict], budget: Budget = BUDGET) -> list[dict]:
                      ] if interval["stall_ms"] >= STALL_MIN_MS else []
             interval["cause"] = BY_MACHINE_TEXT.format(held="; ".join(held), late=late)
             continue
-        interval["cause"] = "; ".join(CAUSE_TEXT[c][1].format(value=_format(c, worst[c])) for c in sorted(worst))
+        interval["cause"] = "; ".join(CAUSE_TEXT[c][1].format(value=_format(c, worst[c])) for c in sorted(worst)) + why
         if interval["steal_ms"] > 0:
             interval["cause"] += STEAL_TEXT.format(value=_format("steal", interval["steal_ms"]))
         if interval["stall_ms"] >= STALL_MIN_MS:
             interval["cause"] += STALL_TEXT.format(value=_format("stall", interval["stall_ms"]))
     return found
+
+
+def _note_cpu(interval: dict, row: dict) -> None:
+    """What an interval's rows say of the CPU: the least idle share, the most outside load and who."""
+    idle = row.get("cpu_idle")
+    if idle is not None:
+        interval["idle_min"] = idle if interval["idle_min"] is None else min(interval["idle_min"], idle)
+    interval["outside"] = max(interval["outside"], (row.get("cpu_by_class") or {}).get("other", 0.0))
+    for name, cores in (row.get("cpu_other_top") or {}).items():
+        interval["names"][name] = max(interval["names"].get(name, 0.0), cores)
+
+
+def _why_late(idle_min: float | None, outside: float, names: dict, causes: list[str]) -> str:
+    """Why the clients or the CPU fell short in an interval, as far as its CPU figures tell: outside
+    load, this run's load on a machine with no CPU left, or its own processes with CPU to spare.
+    Nothing when no lateness or CPU cause needs it, or the CPU was not measured."""
+    if not set(causes) & {"publishers", "event-loops", "cpu"} or idle_min is None:
+        return ""
+    if outside >= OUTSIDE_CORES_MIN:
+        top = sorted(names.items(), key=lambda kv: -kv[1])[:3]
+        listed = f" ({', '.join(f'{n} {c:.2f}' for n, c in top)})" if top else ""
+        return ": " + WHY_LATE["outside"].format(cores=outside, names=listed)
+    if "cpu" in causes or idle_min < 2 * BUDGET.cpu_idle_min:
+        return ": " + WHY_LATE["load"]
+    return ", " + WHY_LATE["own"].format(idle=100 * idle_min)
 
 
 def _format(cause: str, worst: float | None) -> str:
@@ -251,11 +286,13 @@ def verdict(rows: list[dict], budget: Budget = BUDGET) -> dict:
         relay_over += row.get("relay_over", 0)
         relay_max = max(relay_max, row.get("relay_late_max_ms") or 0.0)
     idles = [row["cpu_idle"] for row in rows if row.get("cpu_idle") is not None]
+    sampled = [row for row in rows if row.get("cpu_by_class") is not None]
     classes: dict[str, float] = {}
-    for row in rows:
-        for name, cores in (row.get("cpu_by_class") or {}).items():
-            classes[name] = classes.get(name, 0.0) + cores / max(1, len(rows))
-    return {
+    for row in sampled:
+        for name, cores in row["cpu_by_class"].items():
+            classes[name] = classes.get(name, 0.0) + cores / len(sampled)
+    busy = [row["cpu_busy"] for row in sampled if row.get("cpu_busy") is not None]
+    result = {
         "valid": bool(rows) and not found,
         "seconds": len(rows),
         "saturated_seconds": sum(1 for row in rows if row.get("causes", judge(row, budget))),
@@ -269,12 +306,34 @@ def verdict(rows: list[dict], budget: Budget = BUDGET) -> dict:
         "cpu_idle_min": min(idles) if idles else None,
         "cpu_idle_mean": sum(idles) / len(idles) if idles else None,
         "cpu_by_class": {k: round(v, 3) for k, v in sorted(classes.items())},
+        "cpu_busy_mean": round(sum(busy) / len(busy), 3) if busy else None,
+        "cpu_unaccounted_share": _unaccounted_share(sampled),
+        "cpu_unsampled_seconds": len(rows) - len(sampled),
         "cpu_steal_ms": round(sum(row.get("cpu_steal_ms") or 0.0 for row in rows), 1),
         "machine_stall_max_ms": max((row.get("machine_stall_ms") or 0.0 for row in rows), default=0.0),
         "cpu_wait_us_max_by_class": _max_by_class(rows, "cpu_wait_us_by_class"),
         "stalls_measured": any("machine_stall_ms" in row for row in rows),
         "unmeasured": [] if rows else ["no health samples: the run ended before its workload phase"],
     }
+    result["validity"] = validity(result)
+    return result
+
+
+def validity(result: dict) -> str:
+    """The run's validity in the one wording every place shows (progress line, end screen,
+    summary.json, the view, the figures): how many of its judged seconds were within budget."""
+    seconds = result.get("seconds") or 0
+    if not seconds:
+        return "not measured (no workload phase)"
+    return f"valid {seconds - (result.get('saturated_seconds') or 0)} of {seconds} s"
+
+
+def _unaccounted_share(rows: list[dict]) -> float | None:
+    """The share of the machine's busy time over `rows` that no class accounts for."""
+    busy = sum(row.get("cpu_busy") or 0.0 for row in rows)
+    if busy <= 0:
+        return None
+    return round(sum(row.get("cpu_unaccounted") or 0.0 for row in rows) / busy, 4)
 
 
 def _max_by_class(rows: list[dict], field: str) -> dict[str, float]:
@@ -293,7 +352,7 @@ def describe(result: dict) -> str:
     if result["valid"]:
         stall = result.get("machine_stall_max_ms") or 0.0
         stopped = f"; the VM stopped for up to {stall:.1f} ms at once" if stall >= STALL_MIN_MS else ""
-        return (f"harness: valid (within budget for all {result['seconds']} s; publishers p99 late "
+        return (f"harness: {validity(result)} (within budget in every second; publishers p99 late "
                 f"{_ms(result['publisher_late_p99_ms'])}, CPU idle >= {100 * (result['cpu_idle_min'] or 0):.0f} %"
                 f"{stopped})")
     spans = ", ".join(f"t={max(0.0, i['from_s']):.0f}-{i['to_s']:.0f} s" for i in result["saturated"][:4])
@@ -302,7 +361,7 @@ def describe(result: dict) -> str:
     worst = max(ours, key=lambda i: i["to_s"] - i["from_s"])
     held = machine_seconds(result)
     by_machine = f", {held} of them the hypervisor's (steal or a stalled VM), not the load" if held else ""
-    return (f"harness: SATURATED {result['saturated_seconds']} of {result['seconds']} s{by_machine} ({spans}{more}): "
+    return (f"harness: {validity(result)}; SATURATED {result['saturated_seconds']} s{by_machine} ({spans}{more}): "
             f"{worst['cause']}")
 
 

@@ -4,8 +4,12 @@ A thread merges what each part can see of itself: the machine's idle CPU (/proc/
 class of process (every process of the run carries TESTBED_RUN=<run id>; others are "other work"
 on the machine), the delay line's own lateness and drops (`Shaper.health`), and the clients'
 publisher lateness and event-loop lag (`logs/health-*.jsonl`, `testbed.systems.pubsub.clienthealth`).
-Each second becomes one row of `health.jsonl`, judged by `testbed.health`; rows are written with a
-few seconds' delay so that every process's line for that second has arrived.
+Each second [t, t + 1) becomes one row of `health.jsonl`, judged by `testbed.health`; rows are
+written with a few seconds' delay so that every process's line for that second has arrived. CPU is
+read as deltas over the interval between two samples and each row gets its overlap's share of every
+sample (`spread`): a sample the thread took late covers its seconds honestly (`cpu_sample_s` says how
+long it was) instead of leaving some seconds without CPU and one with several seconds' worth. The
+classes add up to the machine's busy time (`cpu_busy`; the rest is `cpu_unaccounted`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ RELAY_NEEDLE = f"/{RELAY_BINARY.parent.name}/{RELAY_BINARY.name} "  # the binary
 #: share says the machine was short; this says who waited, and how long a wake waited for a core.
 WAIT_CLASSES = ("nats-server", "relays", "clients")
 ELSEWHERE = "elsewhere"  # a process of another machine (an isolated namespace-server's), not counted here
+OUTSIDE_TOP = 3  # outside processes named per second (the guard names them when they took the CPU)
+KERNEL_IRQ = "kernel-irq"  # interrupts and softirqs (/proc/stat): packets of the emulated links, charged to no process
 CLASSES = (  # (class, substring of the command line); first match wins
     ("relays", RELAY_NEEDLE), ("storage", "/storage-"), ("nats-server", "nats-server"), ("clients", "testbed.systems.pubsub.workloads"),
     ("clients", "testbed.systems.pubsub.client"), ("clients", "testbed.systems.pubsub.multiclient"),
@@ -55,7 +61,10 @@ def classify(cmdline: str, in_run: bool, harness: bool) -> str:
 
 
 class CpuSampler:
-    """Idle share of the machine and cores used per process class between two calls."""
+    """CPU the machine spent between two calls: its idle share, steal and busy cores (/proc/stat), and
+    cores per process class, which add up to the busy cores: every process's own time, the time of
+    its children that exited meanwhile (charged to it when reaped: `ProcessStat.children_ticks`,
+    less what was already counted of them while they ran), and the interrupts' (`KERNEL_IRQ`)."""
 
     def __init__(self, run_id: str):
         self.tag = f"{ENV_TAG}={run_id}".encode()
@@ -63,10 +72,16 @@ class CpuSampler:
         self.elsewhere = pid_namespaces_elsewhere()  # isolated servers' processes: their own monitors count them
         self.known: dict[int, str] = {}
         self.names: dict[int, bytes] = {}  # the command name each was classified under
-        self.times: dict[int, int] = {}
+        self.times: dict[int, int] = {}  # ticks of each process and its reaped children, as last read
+        self.parents: dict[int, int] = {}
+        self.counted: dict[int, int] = {}  # per process: ticks of its exited children counted while they ran
+        self.carry: dict[int, int] = {}  # credits a parent's reaping did not show yet: kept for one more sample
+        self.carried: dict[int, int] = {}
+        self.reaped: dict[int, int] = {}  # each process's reaped children's ticks, as last read
+        self.orphans = self.orphans_before = 0  # counted ticks of exited processes whose parent died first
         self.delays: dict[int, tuple[int, int]] = {}  # (run-queue wait ns, runs) of WAIT_CLASSES' processes
         self.machine = procs.machine_ticks()
-        self.at = time.monotonic()
+        self.at, self.wall, self.boot = time.monotonic(), time.time(), procs.boot_ticks()
 
     def _class(self, pid: int) -> str:
         if self.elsewhere and pid_namespace(pid) in self.elsewhere:
@@ -82,42 +97,84 @@ class CpuSampler:
 
     def sample(self) -> Sample:
         """The machine and the process classes since the previous call."""
-        now, machine = time.monotonic(), procs.machine_ticks()
+        now, wall, boot, machine = time.monotonic(), time.time(), procs.boot_ticks(), procs.machine_ticks()
         total, idle = machine.total - self.machine.total, machine.idle - self.machine.idle
         elapsed = max(1e-3, now - self.at)
-        cores: dict[str, float] = {}
-        memory: dict[str, float] = {}
-        mapped = 0.0
         running = procs.all_process_stats()
+        self.carried, self.carry = self.carry, {}
+        self._exited(running)
+        ticks: dict[str, int] = {}
+        outside: dict[bytes, int] = {}  # ticks of processes outside the run, by command name
+        memory: dict[str, float] = {}
+        mapped = elsewhere = 0.0
         for pid, stat in running.items():
-            used = stat.ticks
-            if pid not in self.known:
-                self.times[pid] = used  # its CPU before we saw it is not this interval's
+            delta = self._ticks(pid, stat)
             if self.names.get(pid) != stat.name:  # new, or another program since an exec (a remote
                 self.known[pid] = self._class(pid)  # process is first the shell that starts it)
                 self.names[pid] = stat.name
             name = self.known[pid]
             if name == ELSEWHERE:
+                elsewhere += delta
                 continue
             memory[name] = memory.get(name, 0.0) + stat.rss_pages * PAGE_MB
             if name == "relays":
                 mapped += stat.mapped_bytes / 2**20
-            delta = used - self.times[pid]
-            self.times[pid] = used
-            if delta > 0:
-                cores[name] = cores.get(name, 0.0) + delta / procs.TICKS / elapsed
+            if delta:
+                ticks[name] = ticks.get(name, 0) + delta
+                if name == "other":
+                    outside[stat.name] = outside.get(stat.name, 0) + delta
+        if machine.irq > self.machine.irq:
+            ticks[KERNEL_IRQ] = machine.irq - self.machine.irq
         waits = self._waits()
-        for pid in set(self.known) - set(running):
-            self.known.pop(pid)
-            self.times.pop(pid, None)
-            self.names.pop(pid, None)
-            self.delays.pop(pid, None)
-        steal_ms = 1e3 * (machine.steal - self.machine.steal) / procs.TICKS / elapsed
-        self.machine, self.at = machine, now
-        return Sample(idle / total if total > 0 else 1.0, round(steal_ms, 1),
-                      {k: round(v, 3) for k, v in sorted(cores.items())},
-                      {k: round(v, 1) for k, v in sorted(memory.items()) if k not in ("other", "kernel-net")},
-                      round(mapped, 1), waits)
+        to_cores = 1 / procs.TICKS / elapsed
+        steal = (machine.steal - self.machine.steal) * to_cores
+        # Idle and steal are timed exactly, busy time only sampled at ticks (which a tickless core
+        # skips while it sleeps: short wakes go unseen, ~0.2 cores on an idle VM), so what the
+        # machine spent is its cores' time less idle and steal, as each process's own time is exact.
+        idle_share = min(1.0, idle * to_cores / procs.CPUS) if total > 0 else 1.0
+        busy = max(0.0, procs.CPUS * (1 - idle_share) - steal - elsewhere * to_cores)
+        sample = Sample(idle_share, round(1e3 * steal, 1),
+                        {k: round(v * to_cores, 4) for k, v in sorted(ticks.items())},
+                        {k: round(v, 1) for k, v in sorted(memory.items()) if k not in ("other", "kernel-net")},
+                        round(mapped, 1), waits, self.wall, wall, round(busy, 4),
+                        {n.decode(errors="replace"): round(t * to_cores, 3)
+                         for n, t in sorted(outside.items(), key=lambda kv: -kv[1])[:OUTSIDE_TOP]})
+        self.machine, self.at, self.wall, self.boot = machine, now, wall, boot
+        return sample
+
+    def _ticks(self, pid: int, stat: procs.ProcessStat) -> int:
+        """Ticks `pid` spent since the last call, its reaped children's included once. A process seen
+        for the first time brings all its time if it started since the last call, else none (its
+        time before is not this interval's)."""
+        used = stat.ticks + stat.children_ticks
+        before, reaped = self.times.get(pid), self.reaped.get(pid, 0)
+        self.times[pid], self.parents[pid], self.reaped[pid] = used, stat.ppid, stat.children_ticks
+        if before is None or used < before:  # new (or a pid reused by another process)
+            self.counted.pop(pid, None)
+            return used if stat.started >= int(self.boot) else 0
+        delta = used - before - self.counted.pop(pid, 0) - self.carried.pop(pid, 0)
+        if delta < 0:  # a child gone before its parent's reaping showed (or a parent that never reaps):
+            self.carry[pid] = -delta  # the rest next time only
+            return 0
+        orphans = min(self.orphans, delta, stat.children_ticks - reaped)  # reaped for a parent that died first
+        self.orphans -= orphans
+        return delta - orphans
+
+    def _exited(self, running: dict) -> None:
+        """Forget the processes gone since the last call; what was counted of each (and of its own
+        exited children) is credited to its parent, whose children's time now holds all of it."""
+        orphans = 0
+        for pid in set(self.times) - set(running):
+            counted = self.times.pop(pid) + self.counted.pop(pid, 0)
+            parent = self.parents.pop(pid, 0)
+            if parent in running:
+                self.counted[parent] = self.counted.get(parent, 0) + counted
+            else:  # its parent died first: a reaper adopted it (init, or a subreaper), which one is not known
+                orphans += counted
+            for table in (self.known, self.names, self.delays, self.reaped):
+                table.pop(pid, None)
+        self.orphans = min(self.orphans, self.orphans_before) + orphans  # an adoption shows within two samples
+        self.orphans_before = orphans
 
     def _waits(self) -> dict[str, float]:
         """Per class of WAIT_CLASSES, the mean us its threads waited for a core each time they got one,
@@ -150,14 +207,61 @@ class CpuSampler:
 
 
 class Sample(NamedTuple):
-    """One second of the machine as `CpuSampler` saw it."""
+    """The machine between two calls of `CpuSampler.sample` (normally a second; longer when the
+    monitor was late: then its figures are the interval's mean, and `spread` shares them out)."""
 
     idle: float                 # idle share of all cores
     steal_ms: float             # ms a second the hypervisor held the cores
-    cores: dict[str, float]     # cores used, per process class
+    cores: dict[str, float]     # cores used, per process class (KERNEL_IRQ included)
     memory_mb: dict[str, float]  # resident memory now, per class of the run's processes (and the harness)
     relays_mapped_mb: float     # the relays' mappings: their rings become resident as traffic walks them
     wait_us: dict[str, float]   # mean us a WAIT_CLASSES thread waited for a core per wake, per class
+    start: float = 0.0          # the interval, wall-clock seconds
+    end: float = 0.0
+    busy: float = 0.0           # cores the machine spent (processes and interrupts; not idle, not steal)
+    outside_top: dict[str, float] | None = None  # the busiest processes outside the run (class "other"): cores by name
+
+
+class CpuShare:
+    """The CPU figures of one second of a health row, from the samples that overlap it, each weighted
+    by the overlap: every second gets its share of a late sample's interval, none is left without CPU
+    and none holds several seconds' worth."""
+
+    def __init__(self):
+        self.covered = self.idle = self.steal_ms = self.busy = self.span = 0.0
+        self.cores: dict[str, float] = {}
+
+    def add(self, sample: Sample | dict, overlap: float) -> None:
+        if isinstance(sample, dict):  # a server's feed line (`sample_fields`)
+            sample = Sample(sample["cpu_idle"], sample["cpu_steal_ms"], sample["cpu_by_class"], {}, 0.0, {},
+                            sample["cpu_from"], sample["cpu_to"], sample.get("cpu_busy", 0.0))
+        self.covered += overlap
+        self.idle += sample.idle * overlap
+        self.steal_ms += sample.steal_ms * overlap
+        self.busy += sample.busy * overlap
+        for name, cores in sample.cores.items():
+            self.cores[name] = self.cores.get(name, 0.0) + cores * overlap
+        self.span = max(self.span, sample.end - sample.start)
+
+    def fields(self) -> dict:
+        """The row's CPU fields: means over the part of its second the samples covered."""
+        if self.covered <= 0:
+            return {}
+        per = 1 / self.covered
+        cores = {k: round(v * per, 4) for k, v in sorted(self.cores.items())}
+        busy = round(self.busy * per, 4)
+        return {"cpu_idle": round(self.idle * per, 4), "cpu_steal_ms": round(self.steal_ms * per, 1),
+                "cpu_by_class": cores, "cpu_busy": busy, "cpu_unaccounted": round(busy - sum(cores.values()), 4),
+                "cpu_sample_s": round(self.span, 3)}
+
+
+def spread(start: float, end: float, add, slot_of) -> None:
+    """Call `add(share, overlap)` for every whole second [s, s + 1) that the interval [start, end)
+    overlaps, with that second's `CpuShare` (kept under "cpu" in `slot_of(s)`)."""
+    for second in range(int(start), int(end) + 1):
+        overlap = min(end, second + 1) - max(start, second)
+        if overlap > 1e-6:
+            add(slot_of(second).setdefault("cpu", CpuShare()), overlap)
 
 
 class ClientLines:
@@ -183,10 +287,13 @@ def merge_client_line(line: dict, into: dict[int, dict]) -> None:
 
 
 def sample_fields(sample: Sample) -> dict:
-    """A CPU sample as a health row's (or a server's part of it) fields."""
+    """A CPU sample as a server's feed line: the interval's figures, spread into rows by the harness."""
     return {"cpu_idle": round(sample.idle, 4), "cpu_steal_ms": sample.steal_ms, "cpu_by_class": sample.cores,
-            "cpu_wait_us_by_class": sample.wait_us,
-            "memory_mb_by_class": sample.memory_mb}
+            "cpu_busy": sample.busy, "cpu_from": sample.start, "cpu_to": sample.end,
+            "cpu_wait_us_by_class": sample.wait_us, "memory_mb_by_class": sample.memory_mb}
+
+
+SNAPSHOT_FIELDS = ("cpu_wait_us_by_class", "memory_mb_by_class")  # of a sample: as at its end, not spread
 
 
 def feed(run_id: str, log_dir: Path, out=None) -> None:
@@ -261,7 +368,10 @@ class ServerFeeds:
                     mine.setdefault("hist", health.LatenessHistogram()).merge(part["hist"].as_dict())
                     mine["loop_lag_max_ms"] = max(mine.get("loop_lag_max_ms", 0.0), part["loop_lag_max_ms"])
             elif "cpu" in line and isinstance(line.get("s"), int):
-                into.setdefault(line["s"], {}).setdefault("servers", {}).setdefault(name, {}).update(line["cpu"])
+                cpu = line["cpu"]
+                part_of = lambda s, name=name: into.setdefault(s, {}).setdefault("servers", {}).setdefault(name, {})  # noqa: E731
+                spread(cpu["cpu_from"], cpu["cpu_to"], lambda share, overlap, cpu=cpu: share.add(cpu, overlap), part_of)
+                part_of(line["s"]).update({k: cpu[k] for k in SNAPSHOT_FIELDS if k in cpu})
 
     def stop(self) -> None:
         """Each feed's last lines, then its end."""
@@ -286,6 +396,8 @@ def with_servers(row: dict) -> dict:
     parts = [row] + list(servers.values()) if "cpu_idle" in row else list(servers.values())
     row["cpu_idle"] = min(p.get("cpu_idle", 1.0) for p in parts)
     row["cpu_steal_ms"] = max(p.get("cpu_steal_ms", 0.0) for p in parts)
+    for field in ("cpu_busy", "cpu_unaccounted"):  # machines' own: they add up
+        row[field] = round(sum(p.get(field) or 0.0 for p in parts), 4)
     cores: dict[str, float] = {}
     waits: dict[str, float] = {}  # a mean wait per machine: the worst machine's
     for part in parts:
@@ -333,9 +445,13 @@ class HealthMonitor:
     def tick(self, now: float) -> None:
         """One sample: the last second's machine and relay figures, clients' lines, rows now final."""
         second = int(now) - 1
+        began = time.thread_time()
         sample = self.cpu.sample()
+        spread(sample.start, sample.end, lambda share, overlap: share.add(sample, overlap),
+               lambda s: self.pending.setdefault(s, {}))
         slot = self.pending.setdefault(second, {})
-        slot.update(**sample_fields(sample), relays_mapped_mb=sample.relays_mapped_mb)
+        slot.update(cpu_wait_us_by_class=sample.wait_us, memory_mb_by_class=sample.memory_mb,
+                    relays_mapped_mb=sample.relays_mapped_mb, cpu_other_top=sample.outside_top)
         if second % FILES_PERIOD_S == 0:
             slot["open_files_by_class"] = self.cpu.open_files()
         relays = self.shaper.health() if self.shaper is not None else None
@@ -355,6 +471,7 @@ class HealthMonitor:
         self.probe.drain(self.pending)
         if self.feeds is not None:
             self.feeds.drain(self.pending)
+        slot["monitor_cpu_ms"] = round(slot.get("monitor_cpu_ms", 0.0) + 1e3 * (time.thread_time() - began), 2)
         self._emit(upto=int(now) - LAG_S)
 
     def _emit(self, upto: float) -> None:
@@ -362,7 +479,10 @@ class HealthMonitor:
             slot = self.pending.pop(second)
             if second < int(self.start_time):
                 continue
-            row = with_servers({"t": second, "elapsed_s": round(second - self.start_time, 3),
+            for part in (slot.get("servers") or {}).values():
+                part.update(part.pop("cpu").fields() if "cpu" in part else {})
+            cpu = slot.pop("cpu").fields() if "cpu" in slot else {}
+            row = with_servers({"t": second, "elapsed_s": round(second - self.start_time, 3), **cpu,
                                 **{k: v for k, v in slot.items() if k != "hist"}})
             self._lateness(row, slot.get("hist"), keep_hist=True)
             for part in (row.get("servers") or {}).values():  # each server judged on its own figures too
@@ -387,9 +507,13 @@ class HealthMonitor:
         A second call (the run's teardown) keeps the first end: seconds after it are not the run's."""
         if self.end_time is None:
             self.end_time = time.time()
+            self._stop.set()
+            if self._thread.is_alive():
+                self._thread.join(5)
+                sample = self.cpu.sample()  # the CPU of the last seconds, up to the end
+                spread(sample.start, sample.end, lambda share, overlap: share.add(sample, overlap),
+                       lambda s: self.pending.setdefault(s, {}))
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(5)
         self.probe.stop()
 
     def finish(self) -> dict:

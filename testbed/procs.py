@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 TICKS = os.sysconf("SC_CLK_TCK")  # /proc reports CPU time in clock ticks
+CPUS = os.cpu_count() or 1
 
 
 # -- children ---------------------------------------------------------------------------------------
@@ -160,6 +161,13 @@ class MachineTicks(NamedTuple):
     total: int   # user, nice, system, idle, iowait, irq, softirq and steal
     idle: int    # idle and iowait
     steal: int   # time the hypervisor ran something else while this VM wanted a core
+    irq: int = 0  # hard and soft interrupts: the kernel's own work (the emulated links' packets), no process's
+
+
+
+def boot_ticks() -> float:
+    """Clock ticks since boot now, as a process's start time counts them."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME) * TICKS
 
 
 def machine_ticks(stat: str | None = None) -> MachineTicks:
@@ -169,7 +177,7 @@ def machine_ticks(stat: str | None = None) -> MachineTicks:
         with open("/proc/stat") as handle:
             stat = handle.readline()
     fields = [int(v) for v in stat.split("\n", 1)[0].split()[1:9]]
-    return MachineTicks(sum(fields), fields[3] + fields[4], fields[7])
+    return MachineTicks(sum(fields), fields[3] + fields[4], fields[7], fields[5] + fields[6])
 
 
 class ProcessStat(NamedTuple):
@@ -180,6 +188,9 @@ class ProcessStat(NamedTuple):
     rss_pages: int         # resident memory, in pages
     mapped_bytes: int = 0  # virtual memory size: what could become resident (a relay maps its rings whole)
     name: bytes = b""      # its command name (comm): another after an exec
+    children_ticks: int = 0  # CPU time of its children that exited and were reaped (cutime + cstime)
+    ppid: int = 0          # its parent (which the kernel charges its CPU to once it is reaped)
+    started: int = 0       # when it started, in clock ticks since boot (`boot_ticks`)
 
 
 def parse_process_stat(raw: bytes) -> ProcessStat:
@@ -188,7 +199,8 @@ def parse_process_stat(raw: bytes) -> ProcessStat:
     head, tail = raw.rsplit(b")", 1)
     fields = tail.split()
     return ProcessStat(int(fields[11]) + int(fields[12]), bool(int(fields[6]) & 0x200000), int(fields[21]),
-                       int(fields[20]), head.split(b"(", 1)[1] if b"(" in head else b"")
+                       int(fields[20]), head.split(b"(", 1)[1] if b"(" in head else b"",
+                       int(fields[13]) + int(fields[14]), int(fields[1]), int(fields[19]))
 
 
 def process_stat(pid: int | str) -> ProcessStat | None:

@@ -51,9 +51,36 @@ def test_intervals_merge_consecutive_seconds_and_word_the_worst_value():
     rows += [second(9), second(10, cpu_idle=0.0), second(11)]
     found = health.intervals(rows)
     assert [(i["from_s"], i["to_s"]) for i in found] == [(5.0, 9.0), (10.0, 11.0)]
-    assert found[0]["cause"] == "publishers late by up to 8.0 s: the machine cannot offer this load"
+    assert found[0]["cause"] == ("publishers late by up to 8.0 s, with the CPU at least 50 % idle: the run's own "
+                                 "processes fell behind, not the machine's capacity")
     assert found[1]["causes"] == ["cpu"] and "0 % idle" in found[1]["cause"]
+    assert found[1]["cause"].endswith(": the machine cannot offer this load")
     assert "steal" not in found[0]["cause"] and found[0]["steal_ms"] == 0.0
+
+
+def test_late_clients_are_blamed_on_what_the_cpu_figures_show():
+    """"The machine cannot offer this load" only when the CPU had nothing left and nothing outside the
+    run took it; outside load is named with its processes; with CPU to spare, the run's own processes."""
+    late = {"publisher_n": 100, "publisher_over": 90, "publisher_late_max_ms": 40.0}
+    short = health.intervals([second(0, **late, cpu_idle=0.03, cpu_by_class={"clients": 1.9, "other": 0.05})])
+    assert short[0]["cause"].endswith(": the machine cannot offer this load")
+    outside = health.intervals([second(0, **late, cpu_idle=0.02, cpu_by_class={"clients": 1.0, "other": 0.9},
+                                       cpu_other_top={"cc1": 0.7, "make": 0.1})])
+    assert outside[0]["cause"].endswith("processes outside the run used up to 0.90 cores (cc1 0.70, make 0.10): "
+                                        "outside load, not this run's")
+    spare = health.intervals([second(0, **late, cpu_idle=0.27, cpu_by_class={"clients": 1.0, "other": 0.45})])
+    assert "outside the run used up to 0.45 cores" in spare[0]["cause"]  # named, though the CPU was not short
+    own = health.intervals([second(0, **late, cpu_idle=0.27)])
+    assert "at least 27 % idle: the run's own processes fell behind" in own[0]["cause"]
+    assert "cannot offer" not in own[0]["cause"]
+
+
+def test_validity_is_one_phrase_from_the_verdict():
+    rows = [second(i) for i in range(10)] + [second(10, cpu_idle=0.0), second(11, cpu_idle=0.01)]
+    found = health.verdict(rows)
+    assert found["validity"] == health.validity(found) == "valid 10 of 12 s"
+    assert health.describe(found).startswith("harness: valid 10 of 12 s; SATURATED 2 s")
+    assert health.describe(health.verdict(rows[:10])).startswith("harness: valid 10 of 10 s (within budget")
 
 
 def test_an_interval_in_which_the_hypervisor_stole_cpu_says_so():
@@ -72,7 +99,8 @@ def test_an_interval_in_which_the_hypervisor_stole_cpu_says_so():
     assert ours["cause"].endswith("up to 2.0 ms a second then: steal time)")
     found = health.verdict(rows)
     assert found["cpu_steal_ms"] == 32.0 and (found["saturated_seconds"], found["machine_seconds"]) == (3, 1)
-    assert "3 of 5 s, 1 of them the hypervisor's (steal or a stalled VM), not the load" in health.describe(found)
+    assert "valid 2 of 5 s; SATURATED 3 s, 1 of them the hypervisor's (steal or a stalled VM), not the load" in \
+        health.describe(found)
     assert "delay line late by up to 4.0 ms" in health.describe(found)  # the load's interval is the one named
     assert health.load_saturated(found) and not health.load_saturated({**found, "saturated_seconds": 1})
 
@@ -110,7 +138,7 @@ def test_verdict_valid_only_without_saturated_seconds():
     result = health.verdict(dirty)
     assert result["valid"] is False and result["saturated_seconds"] == 1
     assert result["saturated"][0]["from_s"] == 10.0
-    assert "SATURATED 1 of 11 s" in health.describe(result)
+    assert "valid 10 of 11 s; SATURATED 1 s" in health.describe(result)
 
 
 def test_verdict_without_samples_is_not_valid():
@@ -236,7 +264,8 @@ def test_servers_feeds_join_the_rows_as_the_busiest_machine_and_the_sum_of_class
 
     class Feed:  # what a server's `python -m testbed.monitor` prints, through its ssh
         def __init__(self, idle, steal, cores, client=None):
-            lines = [{"s": second, "cpu": {"cpu_idle": idle, "cpu_steal_ms": steal, "cpu_by_class": cores}}]
+            lines = [{"s": second, "cpu": {"cpu_idle": idle, "cpu_steal_ms": steal, "cpu_by_class": cores,
+                                           "cpu_from": second, "cpu_to": second + 1}}]
             lines += [{"client": client}] if client else []
             self.stdout = io.StringIO("".join(json.dumps(x) + "\n" for x in lines))
 

@@ -127,18 +127,22 @@ def test_build_c_says_when_the_source_is_missing(tmp_path):
 # -- CPU time from /proc ----------------------------------------------------------------------------
 def test_machine_ticks_sum_the_first_eight_fields_and_count_iowait_as_idle():
     stat = "cpu  100 2 30 400 5 6 7 8 9 10\ncpu0 1 2 3 4 5 6 7 8 9 10\n"
-    assert procs.machine_ticks(stat) == (100 + 2 + 30 + 400 + 5 + 6 + 7 + 8, 400 + 5, 8)
-    total, idle, steal = procs.machine_ticks()
-    assert total >= idle + steal and idle > 0 and steal >= 0
+    ticks = procs.machine_ticks(stat)
+    assert ticks == (100 + 2 + 30 + 400 + 5 + 6 + 7 + 8, 400 + 5, 8, 6 + 7)
+    total, idle, steal, irq = procs.machine_ticks()
+    assert total >= idle + steal + irq and idle > 0 and steal >= 0
 
 
 def test_process_stat_counts_user_and_system_time_after_the_command_name():
-    rest = ["S", "1", "1", "1", "0", "-1", str(0x200000)] + ["0"] * 4 + ["12", "30"] + ["0"] * 7 + ["4096", "77"] + ["0"] * 30
+    rest = (["S", "9", "1", "1", "0", "-1", str(0x200000)] + ["0"] * 4 + ["12", "30"] + ["5", "6"] + ["0"] * 5
+            + ["4096", "77"] + ["0"] * 30)
     raw = ("42 (odd) name (x)) " + " ".join(rest)).encode()
     assert procs.parse_process_stat(raw) == procs.ProcessStat(ticks=42, kernel_thread=True, rss_pages=77, mapped_bytes=4096,
-                                                              name=b"odd) name (x)")
+                                                              name=b"odd) name (x)", children_ticks=11, ppid=9,
+                                                              started=0)
     mine = procs.process_stat(os.getpid())
     assert mine.ticks >= 0 and not mine.kernel_thread and mine.rss_pages > 0
+    assert 0 < mine.started <= procs.boot_ticks()
     assert procs.process_stat(2**22 + 1) is None  # beyond pid_max: never a process
     assert os.getpid() in procs.all_process_stats()
     deadline = time.process_time() + 3 / procs.TICKS + 0.05

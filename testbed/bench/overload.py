@@ -184,7 +184,7 @@ def _processes() -> dict[int, tuple[float, bool]]:
 
 def _machine() -> tuple[float, float]:
     """(busy, total) CPU seconds of the whole machine from /proc/stat."""
-    total, idle, _ = machine_ticks()
+    total, idle, *_ = machine_ticks()
     return (total - idle) / TICKS, total / TICKS
 
 

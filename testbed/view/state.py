@@ -80,6 +80,7 @@ class RunState:
         self.role_events = LineTail(self.run_dir / "logs", *ROLE_EVENT_FILES)
         self.traces = LineTail(self.run_dir / "traces", "*.jsonl")
         self.health = LineTail(self.run_dir, "health.jsonl")
+        self.judged = self.saturated = 0  # seconds of health.jsonl read so far, and saturated ones
         self.seen: set[str] = set()
         self.thresholds: dict[str, float] = {}
         self.by_class: dict[str, list[float]] = defaultdict(list)
@@ -196,13 +197,18 @@ class RunState:
             self.store.put("load", f"{broker}|{second}", [broker, second, self.load[(broker, second)]])
 
     def _health(self) -> None:
+        """Each judged second, with the run's validity up to it (`health.validity`, the wording of the
+        progress line, the end screen and summary.json: the badge shows the one at the slider)."""
         for row in self.health.read_json():
             if "t" not in row:
                 continue
             causes = row.get("causes") or []
             verdict = "ok" if not causes else ("steal" if health.explained_by_machine(row) else "saturated")
+            self.judged += 1
+            self.saturated += bool(causes)
+            validity = health.validity({"seconds": self.judged, "saturated_seconds": self.saturated})
             self.store.put("guard", str(row["t"]), [row["t"], verdict, causes, row.get("cpu_steal_ms"),
-                                                    row.get("cpu_idle"), row.get("machine_stall_ms")])
+                                                    row.get("cpu_idle"), row.get("machine_stall_ms"), validity])
 
     def _totals(self) -> None:
         """Per topic class, the numbers the end screen prints, by the same rules (`summarize`)."""

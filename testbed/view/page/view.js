@@ -255,8 +255,11 @@ function drawHeader(T) {
   document.getElementById("slider-label").textContent = `${T.toFixed(1)} s`;
   const rows = values("guard").filter(r => r[0] - origin() <= T).sort((a, b) => a[0] - b[0]), last = rows[rows.length - 1];
   const guard = document.getElementById("guard-status");
-  guard.textContent = last ? `guard: ${last[1] === "ok" ? "valid" : last[1] + (last[2].length ? " (" + last[2].join(", ") + ")" : "")}` : "guard: not judging yet";
-  guard.className = "badge " + (last ? last[1] : "");
+  // the run's validity up to the slider (testbed.health.validity, computed by the server), then the second's own causes
+  guard.textContent = last ? `guard: ${last[6] || "?"}` + (last[1] === "ok" ? "" : ` (now ${last[1]}` +
+    (last[2].length ? ": " + last[2].join(", ") : "") + ")") : "guard: not judging yet";
+  const judged = rows.length, valid = rows.filter(r => r[1] === "ok").length;
+  guard.className = "badge " + (!last ? "" : valid === judged ? "ok" : last[1] === "ok" ? "steal" : last[1]);
   const problems = Object.values(R.problem || {});
   const said = {killed: "this run ended without recording its end (killed?)", "ended early": "this run ended early" +
                 (meta.interrupted ? ` (interrupted by ${meta.interrupted})` : "") + (meta.stopped ? ` (${meta.stopped})` : "")}[meta.status];
