@@ -31,16 +31,21 @@ class ViewAddressError(ValueError):
     """The view cannot listen where asked: the message says why and what to do instead."""
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port, or ViewAddressError naming the fix (a port in use, an
-    address that is not this machine's)."""
+def check_address(host: str, port: int) -> socket.AddressFamily:
+    """The address family of host, or ViewAddressError: what the CLI checks before anything starts."""
     try:
         family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
     except ValueError as error:
-        raise ViewAddressError(f"view address {host!r} is not an IP address (127.0.0.1 by default)") from error
+        raise ViewAddressError(f"view address {host!r} is not an IP address ({LOOPBACK} by default)") from error
     if not 0 <= port <= 65535:
         raise ViewAddressError(f"view port {port} is not a port (0-65535; 0 lets the system choose)")
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    return family
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or ViewAddressError naming the fix (a port in use, an
+    address that is not this machine's)."""
+    sock = socket.socket(check_address(host, port), socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
