@@ -91,9 +91,10 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
             scenario = at_scale(load(path), scale, path)
             topology = topo_mod.checked(scenario, str(path))
             judged_by = load_mod.capacity_file(scenario.workload.client_engine, capacity)
-            refusal = _impossible(path, _offered_load(scenario, topology, judged_by)[1], judged_by)
-            if refusal is not None:
-                raise refusal
+            for refusal in (_thin_access(path, scenario, topology),
+                            _impossible(path, _offered_load(scenario, topology, judged_by)[1], judged_by)):
+                if refusal is not None:
+                    raise refusal
             console.print(f"{path}: ok ({scenario.name})", highlight=False)
         except ScenarioError as error:
             failed = True
@@ -166,6 +167,9 @@ def show(path: Path = typer.Argument(..., help="Scenario file."),
                       + ", ".join(f"{h.time:g}s {h.node} {h.from_site}->{h.to_site}" for h in handovers[:5]))
     for line in load_mod.lines(est, verdict):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+    thin = _thin_access(path, scenario, topology)
+    if thin is not None:  # show shows the scenario as it is; validate and run refuse it
+        console.print(f"refused by validate and run: {thin}", highlight=False, markup=False, style="yellow")
 
 
 def _offered_load(scenario: Scenario, topology: topo_mod.Topology, capacity: Path):
@@ -178,6 +182,27 @@ def _offered_load(scenario: Scenario, topology: topo_mod.Topology, capacity: Pat
         raise _fail_input(error) from None
     est = load_mod.estimate(scenario, topology)
     return est, load_mod.compare(est, measured, capacity)
+
+
+def _thin_access(path: Path, scenario: Scenario, topology: topo_mod.Topology) -> ScenarioError | None:
+    """Client access links too thin for their node's own messages (load.thin_access_links) as one
+    scenario error at the access bandwidth's line, naming the worst node with both rates; None when
+    every link carries its node's messages."""
+    thin = load_mod.thin_access_links(scenario, topology)
+    if not thin:
+        return None
+    from testbed.scenario.loader import Problem, line_of
+
+    worst = max(thin, key=lambda t: t.offered_bps / t.capacity_bps)
+    others = len({t.node for t in thin} - {worst.node})
+    loc = ("infrastructure", "links", "access", "bandwidth")
+    return ScenarioError([Problem(
+        str(path), line_of(str(path), loc), ".".join(loc),
+        f"{format_bandwidth(worst.capacity_bps)}/s cannot carry what {worst.node} {worst.direction}: "
+        f"{worst.messages_per_s:,.4g} msg/s of {scenario.workload.message_size:g} B + {load_mod.MESSAGE_OVERHEAD} B "
+        f"protocol = {format_bandwidth(worst.offered_bps)}/s at least" + (f" (and {others} other client node{'s' * (others > 1)})"
+                                                                          if others else "")
+        + "; widen the link, or lower the load (--scale)")])
 
 
 def _impossible(path: Path, verdict: load_mod.Verdict, capacity: Path) -> ScenarioError | None:
@@ -379,6 +404,9 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     refusal = _impossible(path, verdict, capacity)
     if refusal is not None and not over_capacity:
         raise _fail_input(refusal)
+    thin = _thin_access(path, scenario, topology)
+    if thin is not None:
+        raise _fail_input(thin)
     if strict and verdict.beyond:
         raise _fail_input(ValueError(f"{path}: --strict: offered load beyond this machine's measured capacity "
                                      f"({'; '.join(verdict.beyond)}; {capacity})"))
