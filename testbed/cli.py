@@ -18,10 +18,18 @@ from testbed.emulation.shaping import SHAPERS
 from testbed.load import CAPACITY_FILE
 from testbed.policies import DISTANCES, POLICIES
 from testbed.scenario.loader import ScenarioError, load
-from testbed.scenario.model import Scenario
+from testbed.scenario.model import Control, Emulation, Scenario, Topic
 from testbed.units import format_bandwidth, format_duration
+from testbed.options import OneLineErrors, at_scale, checked_as, view_address, view_port
+from testbed.view.server import LOOPBACK
+
+SCENARIO_DIR = Path("scenarios")
+EXIT_FAILURE, EXIT_BAD_INPUT = 1, 2
+POLICY_CHOICES = tuple(POLICIES)  # the registry's names (testbed.policies.registry)
+
 
 app = typer.Typer(
+    cls=OneLineErrors,
     add_completion=False,
     no_args_is_help=True,
     rich_markup_mode=None,
@@ -30,10 +38,7 @@ app = typer.Typer(
 )
 console = Console(soft_wrap=True)  # a line stays one line in logs and pipes, however long its paths
 errors = Console(stderr=True)
-POLICY_CHOICES = tuple(POLICIES)  # the registry's names (testbed.policies.registry)
 
-SCENARIO_DIR = Path("scenarios")
-EXIT_FAILURE, EXIT_BAD_INPUT = 1, 2
 
 
 def _fail_input(error: Exception) -> typer.Exit:
@@ -46,9 +51,7 @@ def _load(path: Path, scale: Optional[float] = None, seed: Optional[int] = None)
     the topology those checks built comes along, so a run builds it (and its k-means) once. A seed
     given here replaces the file's before the topology is built (zones and placements follow it)."""
     try:
-        scenario = load(path)
-        if scale is not None:
-            scenario = scenario.with_scale(scale)
+        scenario = at_scale(load(path), scale, path)
         if seed is not None:
             scenario = scenario.model_copy(update={"seed": seed})
         return scenario, topo_mod.checked(scenario, str(path))
@@ -74,7 +77,8 @@ def list_scenarios(directory: Path = typer.Option(SCENARIO_DIR, help="Where to l
 
 @app.command()
 def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
-             scale: Optional[float] = typer.Option(None, help="Check at this scale (multiplies counts and rates)."),
+             scale: Optional[float] = typer.Option(None, callback=checked_as(Scenario, "scale"),
+                                                   help="Check at this scale (multiplies counts and rates)."),
              capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity): "
                                            "a load past what it can carry at all is an error.")) -> None:
     """Validate scenario files; each error names file, line and field.
@@ -84,14 +88,13 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
     failed = False
     for path in paths:
         try:
-            scenario = load(path)
-            if scale is not None:
-                scenario = scenario.with_scale(scale)
+            scenario = at_scale(load(path), scale, path)
             topology = topo_mod.checked(scenario, str(path))
             judged_by = load_mod.capacity_file(scenario.workload.client_engine, capacity)
-            refusal = _impossible(path, _offered_load(scenario, topology, judged_by)[1], judged_by)
-            if refusal is not None:
-                raise refusal
+            for refusal in (_thin_access(path, scenario, topology),
+                            _impossible(path, _offered_load(scenario, topology, judged_by)[1], judged_by)):
+                if refusal is not None:
+                    raise refusal
             console.print(f"{path}: ok ({scenario.name})", highlight=False)
         except ScenarioError as error:
             failed = True
@@ -124,7 +127,8 @@ def _shaping_text(s: topo_mod.Shaping) -> tuple[str, str, str, str]:
 @app.command()
 def show(path: Path = typer.Argument(..., help="Scenario file."),
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-         scale: Optional[float] = typer.Option(None, help="Multiply counts and rates."),
+         scale: Optional[float] = typer.Option(None, callback=checked_as(Scenario, "scale"),
+                                              help="Multiply counts and rates."),
          capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity).")
          ) -> None:
     """Print the topology: nodes, links with parameters, configured RTT between every pair of sites,
@@ -163,6 +167,9 @@ def show(path: Path = typer.Argument(..., help="Scenario file."),
                       + ", ".join(f"{h.time:g}s {h.node} {h.from_site}->{h.to_site}" for h in handovers[:5]))
     for line in load_mod.lines(est, verdict):
         console.print(line, highlight=False, markup=False, soft_wrap=True)
+    thin = _thin_access(path, scenario, topology)
+    if thin is not None:  # show shows the scenario as it is; validate and run refuse it
+        console.print(f"refused by validate and run: {thin}", highlight=False, markup=False, style="yellow")
 
 
 def _offered_load(scenario: Scenario, topology: topo_mod.Topology, capacity: Path):
@@ -175,6 +182,27 @@ def _offered_load(scenario: Scenario, topology: topo_mod.Topology, capacity: Pat
         raise _fail_input(error) from None
     est = load_mod.estimate(scenario, topology)
     return est, load_mod.compare(est, measured, capacity)
+
+
+def _thin_access(path: Path, scenario: Scenario, topology: topo_mod.Topology) -> ScenarioError | None:
+    """Client access links too thin for their node's own messages (load.thin_access_links) as one
+    scenario error at the access bandwidth's line, naming the worst node with both rates; None when
+    every link carries its node's messages."""
+    thin = load_mod.thin_access_links(scenario, topology)
+    if not thin:
+        return None
+    from testbed.scenario.loader import Problem, line_of
+
+    worst = max(thin, key=lambda t: t.offered_bps / t.capacity_bps)
+    others = len({t.node for t in thin} - {worst.node})
+    loc = ("infrastructure", "links", "access", "bandwidth")
+    return ScenarioError([Problem(
+        str(path), line_of(str(path), loc), ".".join(loc),
+        f"{format_bandwidth(worst.capacity_bps)}/s cannot carry what {worst.node} {worst.direction}: "
+        f"{worst.messages_per_s:,.4g} msg/s of {scenario.workload.message_size:g} B + {load_mod.MESSAGE_OVERHEAD} B "
+        f"protocol = {format_bandwidth(worst.offered_bps)}/s at least" + (f" (and {others} other client node{'s' * (others > 1)})"
+                                                                          if others else "")
+        + "; widen the link, or lower the load (--scale)")])
 
 
 def _impossible(path: Path, verdict: load_mod.Verdict, capacity: Path) -> ScenarioError | None:
@@ -206,9 +234,9 @@ def _view_socket(address: str, port: int):
 
 @app.command()
 def view(run_dir: Path = typer.Argument(..., help="A run's results folder, e.g. results/uav-smoke-<run id>."),
-         address: str = typer.Option("127.0.0.1", help="Where the page listens (another address than loopback "
-                                     "shows the run to other machines)."),
-         port: int = typer.Option(8765, help="The page's port (0: any free one).")) -> None:
+         address: str = typer.Option(LOOPBACK, callback=view_address, help="Where the page listens (another "
+                                     "address than loopback shows the run to other machines)."),
+         port: int = typer.Option(8765, callback=view_port, help="The page's port (0: any free one).")) -> None:
     """Replay a run in the browser with a time slider (a running run is followed live): the topology,
     clients moving, topic owners, per-topic latency against its threshold, migrations, faults, the
     harness guard. Read-only; Ctrl-C stops it.
@@ -304,16 +332,22 @@ def _servers(text: str | None, scenario) -> list:
 
 @app.command()
 def run(path: Path = typer.Argument(..., help="Scenario file."),
-        backend: str = typer.Option("auto", help=" | ".join(("auto", *backends.names()))),
-        shaper: str = typer.Option("auto", help=" | ".join(("auto", *SHAPERS))),
-        scale: Optional[float] = typer.Option(None, help="Multiply counts and rates."),
+        backend: str = typer.Option("auto", callback=checked_as(Emulation, "backend"),
+                                    help=" | ".join(("auto", *backends.names()))),
+        shaper: str = typer.Option("auto", callback=checked_as(Emulation, "shaper"), help=" | ".join(("auto", *SHAPERS))),
+        scale: Optional[float] = typer.Option(None, callback=checked_as(Scenario, "scale"),
+                                              help="Multiply counts and rates."),
         interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
-        duration: Optional[str] = typer.Option(None, help="Override the scenario's duration, e.g. 20s."),
-        settle: Optional[str] = typer.Option(None, help="Override control.settle: the longest wait for the "
+        duration: Optional[str] = typer.Option(None, callback=checked_as(Scenario, "duration"),
+                                               help="Override the scenario's duration, e.g. 20s."),
+        settle: Optional[str] = typer.Option(None, callback=checked_as(Control, "settle"),
+                                             help="Override control.settle: the longest wait for the "
                                              "coordinates before the workload, e.g. 5s (0s: none)."),
-        policy: Optional[str] = typer.Option(None, help=f"Override control.policy: {' | '.join(POLICIES)}."),
-        distance: Optional[str] = typer.Option(None, help=f"Override control.distance: {' | '.join(DISTANCES)}."),
-        seed: Optional[int] = typer.Option(None, min=0, max=2**32 - 1,
+        policy: Optional[str] = typer.Option(None, callback=checked_as(Control, "policy"),
+                                             help=f"Override control.policy: {' | '.join(POLICIES)}."),
+        distance: Optional[str] = typer.Option(None, callback=checked_as(Control, "distance"),
+                                               help=f"Override control.distance: {' | '.join(DISTANCES)}."),
+        seed: Optional[int] = typer.Option(None, callback=checked_as(Scenario, "seed"),
                                            help="Override the scenario's seed (mobility, zones, link jitter): a repeat."),
         results: Path = typer.Option(Path("results"), help="Directory for run results."),
         strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a load beyond the measured capacity."),
@@ -323,9 +357,9 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         servers: Optional[str] = typer.Option(None, help=SERVERS_HELP),
         view: bool = typer.Option(False, "--view", help="Serve the live view of the run in the browser "
                                   "(its address is printed at the start)."),
-        view_address: str = typer.Option("127.0.0.1", help="Where the view listens (another address than "
-                                         "loopback shows the run to other machines)."),
-        view_port: int = typer.Option(8765, help="The view's port (0: any free one).")
+        view_address: str = typer.Option(LOOPBACK, callback=view_address, help="Where the view listens (another "
+                                         "address than loopback shows the run to other machines)."),
+        view_port: int = typer.Option(8765, callback=view_port, help="The view's port (0: any free one).")
         ) -> None:
     """Build the emulated network for a scenario, run it, collect results, tear down.
 
@@ -370,6 +404,9 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     refusal = _impossible(path, verdict, capacity)
     if refusal is not None and not over_capacity:
         raise _fail_input(refusal)
+    thin = _thin_access(path, scenario, topology)
+    if thin is not None:
+        raise _fail_input(thin)
     if strict and verdict.beyond:
         raise _fail_input(ValueError(f"{path}: --strict: offered load beyond this machine's measured capacity "
                                      f"({'; '.join(verdict.beyond)}; {capacity})"))
@@ -385,8 +422,10 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
 
 @app.command()
 def probe(path: Path = typer.Argument(..., help="Scenario file."),
-          backend: str = typer.Option("auto", help=" | ".join(("auto", *backends.names()))),
-          shaper: str = typer.Option("auto", help=" | ".join(("auto", *SHAPERS))),
+          backend: str = typer.Option("auto", callback=checked_as(Emulation, "backend"),
+                                      help=" | ".join(("auto", *backends.names()))),
+          shaper: str = typer.Option("auto", callback=checked_as(Emulation, "shaper"),
+                                     help=" | ".join(("auto", *SHAPERS))),
           count: int = typer.Option(100, min=5, max=10000, help="Pings per pair."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
           servers: Optional[str] = typer.Option(None, help=SERVERS_HELP)) -> None:
@@ -414,7 +453,8 @@ app.add_typer(topic_app, name="topic")
 @topic_app.command("set-threshold")
 def topic_set_threshold(run_id: str = typer.Argument(..., help="The running experiment's run id."),
                         topic: str = typer.Argument(..., help="Topic, e.g. follow_leader-swarm1."),
-                        threshold: str = typer.Argument(..., help="End-to-end latency threshold, e.g. 40ms.")) -> None:
+                        threshold: str = typer.Argument(..., callback=checked_as(Topic, "threshold"),
+                                                        help="End-to-end latency threshold, e.g. 40ms.")) -> None:
     """Set a topic's latency threshold Lth(t) in the running experiment's ZooKeeper.
 
     Example: sudo testbed topic set-threshold ab12cd follow_leader-swarm1 30ms

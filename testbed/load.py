@@ -54,6 +54,43 @@ def deliveries_per_s(scenario: Scenario, topology: Topology) -> float:
     return offered(scenario, topology)[1]
 
 
+def offered_by_node(scenario: Scenario, topology: Topology) -> dict[str, tuple[float, float]] | None:
+    """{client node: (messages/s it sends, messages/s it receives)} from the workload kind's own
+    plan (its manifest's `offered_by_node`); None when the kind declares none."""
+    kind = plugin.workload_kind(scenario.workload.kind)
+    by_node = kind and plugin.kind_hook(kind, "offered_by_node")
+    return by_node(scenario, topology) if by_node else None
+
+
+@dataclass
+class ThinLink:
+    """A client's access link narrower than what the node's own messages need in one direction."""
+
+    node: str
+    direction: str  # "sends" (up) or "receives" (down): a link has its bandwidth each way
+    messages_per_s: float
+    offered_bps: float
+    capacity_bps: float
+
+
+def thin_access_links(scenario: Scenario, topology: Topology) -> list[ThinLink]:
+    """Client access links that cannot carry what their node sends or receives. A node's own
+    messages are the scenario's, whatever a policy places where, so such a run measures a link it
+    made too thin, not the system: `validate` and `run` refuse it. Counted as payload plus
+    MESSAGE_OVERHEAD only (no TCP/IP headers, no ACKs), a lower bound: a link refused certainly
+    cannot carry it. Brokers' and sites' links are not judged: what crosses them depends on where
+    topics are placed, and a congested broker link is an experiment of its own (hotspot-smoke.yaml)."""
+    by_node = offered_by_node(scenario, topology) or {}
+    bits = 8 * (scenario.workload.message_size + MESSAGE_OVERHEAD)
+    thin = []
+    for name, (sent, received) in by_node.items():
+        capacity = topology.nodes[name].access.bandwidth
+        for direction, rate in (("sends", sent), ("receives", received)):
+            if capacity and rate * bits > capacity:
+                thin.append(ThinLink(name, direction, rate, rate * bits, capacity))
+    return thin
+
+
 def frames_per_crossing(message_size: float) -> int:
     """Frames one message puts on a link, conservatively: its data segments (payload plus protocol
     overhead, no two messages coalesced into one segment) plus one ACK back for each (no delayed

@@ -49,6 +49,9 @@ class WorkloadKind:
     validate: Callable[[Any], None] | None = None  # the schema's check of the workload; raises ValueError
     check: str | None = None  # "module:function"(scenario, topology, report): checks that need the topology
     offered: str | None = None  # "module:function"(scenario, topology) -> (messages/s published, deliveries/s)
+    # "module:function"(scenario, topology) -> {client node: (messages/s it sends, messages/s it receives)}:
+    # what its access link carries (testbed.load.thin_access_links); none: those links are not judged
+    offered_by_node: str | None = None
     coordinates: bool = True  # runs Serf agents and NC proxies (testbed.roles.coordinates)
     features: tuple[str, ...] = ()  # of FEATURES: what a scenario of this kind may switch on
     refuses: dict[str, str] = field(default_factory=dict)  # feature -> why this kind does not take it
@@ -164,7 +167,7 @@ def hook(system: System, ref: str) -> Any:
 
 
 def kind_hook(kind: WorkloadKind, name: str) -> Callable | None:
-    """The kind's `check` or `offered` function, or None when it declares none."""
+    """The kind's `check`, `offered` or `offered_by_node` function, or None when it declares none."""
     ref = getattr(kind, name)
     return None if ref is None else hook(system_of(kind.name), ref)
 

@@ -170,3 +170,32 @@ def test_a_load_within_the_steady_knee_is_judged_by_it_when_no_point_held_strict
     assert "strict rule" in verdict.notes[0] and "steady rule" in verdict.notes[0]
     beyond = load.compare(estimate("uav", scale=1.5), steady).beyond
     assert beyond and beyond[0].endswith(f"> {load.HARNESS_KNEE_STEADY} 22,400")
+
+
+def test_an_access_link_too_thin_for_its_node_s_own_messages_is_refused_naming_both_rates(tmp_path, monkeypatch):
+    """uav-smoke's swarm node receives 120 msg/s of 1000 B (its 4 UAVs' 2 x 3 deliveries at 20/s):
+    at least 1.152 Mbit/s, which a 100 kbit/s access link cannot carry whatever a policy does."""
+    import testbed.experiment
+
+    text = (REPO / "scenarios" / "uav-smoke.yaml").read_text()
+    assert "bandwidth: 100Mbit}" in text
+    thin = tmp_path / "thin.yaml"
+    thin.write_text(text.replace("bandwidth: 100Mbit}", "bandwidth: 100kbit}"))
+    line = next(n for n, row in enumerate(text.splitlines(), 1) if "bandwidth: 100Mbit" in row)
+    none = str(tmp_path / "no-capacity.json")
+    monkeypatch.setattr(testbed.experiment, "run", lambda *_a, **_k: pytest.fail("a thin link was run"))
+    for args in (["validate", str(thin)], ["run", str(thin)]):
+        result = CliRunner().invoke(app, [*args, "--capacity", none])
+        assert result.exit_code == 2, result.output
+        assert (f"{thin}:{line}: infrastructure.links.access.bandwidth: 100kbit/s cannot carry what swarm1 "
+                "receives: 120 msg/s of 1000 B + 200 B protocol = 1.152Mbit/s") in result.output, result.output
+    assert CliRunner().invoke(app, ["validate", str(thin), "--scale", "0.05", "--capacity", none]).exit_code == 0
+    shown = CliRunner().invoke(app, ["show", str(thin), "--capacity", none])
+    assert shown.exit_code == 0 and "refused by validate and run" in shown.output
+
+
+def test_every_shipped_scenario_s_links_carry_its_own_messages(tmp_path):
+    paths = sorted(str(p) for p in [*(REPO / "scenarios").glob("*.yaml"), *(REPO / "tests" / "scenarios").glob("*.yaml")])
+    result = CliRunner().invoke(app, ["validate", *paths, "--capacity", str(tmp_path / "no-capacity.json")])
+    assert result.exit_code == 0, result.output[-2000:]
+    assert result.output.count(": ok (") == len(paths)

@@ -350,7 +350,7 @@ def test_run_seed_overrides_the_scenario_and_its_topology():
 def test_cli_rejects_bad_policy_and_scale_before_running_anything():
     runner = CliRunner()
     result = runner.invoke(app, ["run", str(REPO / "scenarios" / "uav-smoke.yaml"), "--policy", "random"])
-    assert result.exit_code == 2 and "'random' is not a policy" in result.output
+    assert result.exit_code == 2 and "Invalid value for '--policy': 'random': input should be 'epulsar'" in result.output
     result = runner.invoke(app, ["paper", "--scale", "huge"])
     assert result.exit_code == 2 and "--scale: 'huge'; allowed: smoke, full" in result.output
     result = runner.invoke(app, ["paper", "--policies", "epulsar,fastest"])

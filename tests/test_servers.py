@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -137,8 +138,6 @@ def test_gathering_takes_what_only_a_server_has_appends_its_side_of_a_log_once_a
     (theirs / "logs" / "empty.log").write_text("only there\n")
     (theirs / "traces" / "t.s1.jsonl").write_text('{"a": 1}\n')
     again = tmp_path / "again"
-    import shutil
-
     shutil.copytree(theirs, again)
     merge(theirs, ours)
     merge(again, ours)  # `testbed gather` a second time changes nothing
@@ -146,6 +145,33 @@ def test_gathering_takes_what_only_a_server_has_appends_its_side_of_a_log_once_a
     assert (ours / "logs" / "nats-b1.log").read_text() == "stderr here\nits log there\n"
     assert (ours / "logs" / "empty.log").read_text() == "only there\n"
     assert (ours / "plan.json").read_text() == "{}"
+
+
+def test_gathering_after_a_partial_copy_ends_with_each_row_once(tmp_path):
+    """A gather while the nodes still wrote (or cut short) left a prefix of their files here, ending
+    mid-row; gathering again completes them to exactly what the server holds, and again changes
+    nothing. A log both wrote to gets the rest of theirs after ours, once."""
+    from testbed.emulation.runfiles import merge
+
+    rows = "".join(f'{{"seq": {k}, "receive_time": "{1800000000 + k / 10:.6f}"}}\n' for k in range(50))
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    for directory in (ours / "traces", theirs / "traces", ours / "logs", theirs / "logs"):
+        directory.mkdir(parents=True)
+    (theirs / "traces" / "t.s1.jsonl").write_text(rows)
+    (ours / "traces" / "t.s1.jsonl").write_text(rows[:len(rows) // 2 + 7])  # cut mid-row
+    (theirs / "traces" / "t.s2.jsonl").write_text(rows)
+    (ours / "traces" / "t.s2.jsonl").write_text(rows[:5])  # cut within the first row
+    log = "".join(f"line {k}\n" for k in range(20))
+    (theirs / "logs" / "nats-b1.log").write_text(log)
+    (ours / "logs" / "nats-b1.log").write_text("stderr here\n" + log[:33])
+    for _ in range(2):
+        again = tmp_path / "again"
+        shutil.copytree(theirs, again)
+        merge(again, ours)
+        shutil.rmtree(again)
+        assert (ours / "traces" / "t.s1.jsonl").read_text() == rows
+        assert (ours / "traces" / "t.s2.jsonl").read_text() == rows
+        assert (ours / "logs" / "nats-b1.log").read_text() == "stderr here\n" + log
 
 
 def test_each_servers_shaper_routes_only_onto_links_it_holds_and_forgets_routes_that_moved_away():

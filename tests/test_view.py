@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -199,6 +200,24 @@ def test_the_server_serves_the_page_plotly_from_its_package_and_the_records(tmp_
     for name in ("index.html", "view.js", "view.css"):
         text = (server_mod.PAGE / name).read_text()
         assert "http://" not in text and "https://" not in text, f"{name} refers to an outside address"
+
+
+def test_a_bad_query_parameter_is_a_400_naming_it_and_the_server_goes_on(tmp_path):
+    """A page's (or a person's) mistake in the query is said back in one line of JSON naming the
+    parameter, not answered 500 with the server's traceback."""
+    out, _ = make_run(tmp_path)
+    bad = {"api/records?cursor=abc": "cursor", "api/records?cursor=-1": "cursor", "api/records?cursor=": "cursor",
+           "api/records?cursor=1&cursor=2": "cursor", "api/records?cursr=5": "cursr", "api/stream?cursor=0": "cursor"}
+    with browser.replay(out) as address:
+        for query, name in bad.items():
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                _get(address + query)
+            body = refused.value.read().decode()
+            assert refused.value.code == 400, (query, refused.value.code, body[:300])
+            assert body.count("\n") == 0 and json.loads(body)["error"].startswith(f"{name}: "), (query, body)
+        answer = json.loads(_get(address + "api/records?cursor=0"))
+        assert answer["records"]["totals"]["counts"]["deliveries"] == 200
+        assert json.loads(_get(address + f"api/records?cursor={answer['cursor']}"))["records"] == {}
 
 
 def test_on_sigterm_open_pages_get_the_run_s_last_words_then_the_end(tmp_path):

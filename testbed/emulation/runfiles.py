@@ -7,11 +7,13 @@ stdout and stderr are written here. Gathering merges each server's directory int
 a file only there is taken, a file the same on both is left, and a log both wrote to (a process's
 stderr here, its own log file there) keeps ours with theirs appended, once: gathering again (`testbed
 gather`, after a harness that died or a server that did not answer) changes nothing already here.
+An earlier gather may have copied a file the server was still writing: what of theirs ours already
+ends with (from a line start on: a copy cut mid-line included) is not appended again, only the rest,
+so a trace gathered twice has each row once.
 """
 
 from __future__ import annotations
 
-import filecmp
 import shlex
 import shutil
 import subprocess
@@ -95,18 +97,35 @@ def merge(source: Path, target: Path) -> None:
         if not into.exists():
             into.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(path), into)
-        elif into.stat().st_size == 0:
-            shutil.copyfile(path, into)
-        elif not filecmp.cmp(path, into, shallow=False) and not _ends_with(into, path):
-            with into.open("ab") as ours, path.open("rb") as theirs:
-                shutil.copyfileobj(theirs, ours)
+        else:
+            _append_new(into, path)
 
 
-def _ends_with(ours: Path, theirs: Path) -> bool:
-    """`ours` already ends with `theirs` (gathered before: a second gather appends nothing)."""
-    size = theirs.stat().st_size
-    if size > ours.stat().st_size:
-        return False
-    with ours.open("rb") as handle:
-        handle.seek(-size, 2)
-        return handle.read() == theirs.read_bytes()
+def _append_new(into: Path, path: Path) -> None:
+    """What `path` (theirs) holds beyond the part of it that `into` (ours) already ends with: all of
+    it the first time, the rows written since an earlier gather, nothing the second time."""
+    ours, theirs = into.read_bytes(), path.read_bytes()
+    held = _held(ours, theirs)
+    if held == len(theirs):
+        return
+    if held == len(ours):  # ours is an earlier, partial copy of theirs (or empty)
+        shutil.copyfile(path, into)
+        return
+    with into.open("ab") as handle:
+        handle.write((b"" if held or ours.endswith(b"\n") else b"\n") + theirs[held:])
+
+
+def _held(ours: bytes, theirs: bytes) -> int:
+    """How much of the start of `theirs` ends `ours`, from a line start of ours on (the longest
+    such part; 0 if none). An append always begins on a new line, so a part that begins mid-line
+    of ours is ours, not an earlier copy of theirs."""
+    if not ours or not theirs:
+        return 0
+    head = theirs[:theirs.find(b"\n") + 1] or theirs  # their first line, whole or as far as it goes
+    at = ours.find(head)
+    while at >= 0:  # earliest first: the longest part
+        if (at == 0 or ours[at - 1] == 10) and theirs.startswith(ours[at:]):
+            return len(ours) - at
+        at = ours.find(head, at + 1)
+    last = ours.rfind(b"\n") + 1  # a part shorter than their first line is a cut copy of it
+    return len(ours) - last if last < len(ours) and head.startswith(ours[last:]) else 0

@@ -31,16 +31,21 @@ class ViewAddressError(ValueError):
     """The view cannot listen where asked: the message says why and what to do instead."""
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """A listening socket on host:port, or ViewAddressError naming the fix (a port in use, an
-    address that is not this machine's)."""
+def check_address(host: str, port: int) -> socket.AddressFamily:
+    """The address family of host, or ViewAddressError: what the CLI checks before anything starts."""
     try:
         family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
     except ValueError as error:
-        raise ViewAddressError(f"view address {host!r} is not an IP address (127.0.0.1 by default)") from error
+        raise ViewAddressError(f"view address {host!r} is not an IP address ({LOOPBACK} by default)") from error
     if not 0 <= port <= 65535:
         raise ViewAddressError(f"view port {port} is not a port (0-65535; 0 lets the system choose)")
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    return family
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port, or ViewAddressError naming the fix (a port in use, an
+    address that is not this machine's)."""
+    sock = socket.socket(check_address(host, port), socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -77,6 +82,50 @@ def plotly_js() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / "package_data" / "plotly.min.js"
 
 
+class BadQuery(ValueError):
+    """A query parameter the address does not take, or a value it cannot use: a 400 naming it."""
+
+
+def _cursor(text: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise ValueError(f"{text!r} is not a whole number >= 0 (the cursor of the last answer; 0: everything)")
+    return int(text)
+
+
+QUERIES = {"/api/records": {"cursor": _cursor}, "/api/stream": {}}  # each address's parameters, read by _query
+
+
+def _query(request) -> dict:
+    """The request's parameters, read by their address's readers (QUERIES), or BadQuery naming the
+    first one that is unknown, repeated or unreadable: a page's mistake is said to it, not logged
+    as the server's crash."""
+    readers, given, query = QUERIES[request.url.path], request.query_params, {}
+    for name in given:
+        if name not in readers:
+            raise BadQuery(f"{name}: not a parameter of {request.url.path} (it takes: {', '.join(readers) or 'none'})")
+        if len(given.getlist(name)) > 1:
+            raise BadQuery(f"{name}: given {len(given.getlist(name))} times (once at most)")
+        try:
+            query[name] = readers[name](given[name])
+        except ValueError as error:
+            raise BadQuery(f"{name}: {error}") from None
+    return query
+
+
+def _with_query(handler):
+    """`handler(request, query)` for an address of QUERIES; a bad query is answered 400 with one
+    line of JSON naming the parameter."""
+    async def answer(request):
+        try:
+            query = _query(request)
+        except BadQuery as error:
+            from starlette.responses import JSONResponse
+
+            return JSONResponse({"error": str(error)}, status_code=400)
+        return await handler(request, query)
+    return answer
+
+
 def build_app(state: RunState):
     """The Starlette app serving `state`; `app.state.stopping()` tells the streams to send their last update."""
     from starlette.applications import Starlette
@@ -92,12 +141,12 @@ def build_app(state: RunState):
     async def plotly(_request):
         return FileResponse(script, media_type="text/javascript")
 
-    async def records(request):
+    async def records(request, query):
         state.refresh()
-        changed, cursor = state.store.since(int(request.query_params.get("cursor", 0)))
+        changed, cursor = state.store.since(query.get("cursor", 0))
         return JSONResponse({"records": changed, "cursor": cursor, "run_dir": str(state.run_dir)})
 
-    async def stream(request):
+    async def stream(request, _params):
         """What changed, once a second. The folder is read only while a page watches: with none
         open, the view costs the run nothing. On the server's stop: the run's last words
         (summary.json, run.json's end), then an `end` event."""
@@ -117,8 +166,8 @@ def build_app(state: RunState):
                 await asyncio.sleep(REFRESH_S)
         return StreamingResponse(changes(), media_type="text/event-stream", headers={"Cache-Control": "no-store"})
 
-    app = Starlette(routes=[Route("/", page), Route("/plotly.min.js", plotly), Route("/api/records", records),
-                            Route("/api/stream", stream), Mount("/page", StaticFiles(directory=PAGE))])
+    app = Starlette(routes=[Route("/", page), Route("/plotly.min.js", plotly), Route("/api/records", _with_query(records)),
+                            Route("/api/stream", _with_query(stream)), Mount("/page", StaticFiles(directory=PAGE))])
     app.state.stopping = lambda: False
     return app
 

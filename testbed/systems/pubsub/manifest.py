@@ -17,7 +17,7 @@ SYSTEM = System(
     title="ePulsar's edge-aware topic placement on network coordinates, its baselines and Pulsar's load manager",
     workloads=(
         WorkloadKind("uav-swarm", validate=needs_rate_and_topics, check="checks:uav", offered="load:uav",
-                     features=PUBSUB_FEATURES,
+                     offered_by_node="load:uav_by_node", features=PUBSUB_FEATURES,
                      experiment=Experiment(
                          "fig8", "UAV swarms (Fig. 8)",
                          {"smoke": "scenarios/uav-smoke.yaml", "full": "scenarios/uav.yaml"},
@@ -32,7 +32,7 @@ SYSTEM = System(
                      refuses={"durable": "its area-of-interest subscriptions open and close at every group change, "
                                     "and a durable cursor would replay what a player missed meanwhile"}),
         WorkloadKind("hotspot", block="hotspot", block_model=Hotspot, validate=hotspot_topics, check="checks:hotspot",
-                     offered="load:hotspot", features=PUBSUB_FEATURES,
+                     offered="load:hotspot", offered_by_node="load:hotspot_by_node", features=PUBSUB_FEATURES,
                      experiment=Experiment(  # the paper has no balance figure: ePulsar vs Pulsar's load manager
                          "load-balancing", "hot spot",
                          {"smoke": "scenarios/hotspot-smoke.yaml", "full": "scenarios/hotspot.yaml"}, balance=True)),
