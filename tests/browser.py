@@ -114,6 +114,7 @@ def check_finished_run(driver, out: Path, summary: dict, events: list[dict]) -> 
     assert (page["migrations"], page["violations"]) == (summary["migrations"], summary["violations_detected"])
     assert page["deliveries"] == summary["delivered"]
     assert page["recorded"] == "equal to the run's summary.json"
+    assert page["guard"].startswith(f"guard: {summary['harness']['validity']}"), page["guard"]  # the end screen's
     ends = [e for e in events if e["type"] == "migration_end"]
     assert page["migrationSpans"] == len(ends), page
     assert dict(page["markTraces"]).get("migrations", 0) == sum(bool(e.get("ok")) for e in ends), page
