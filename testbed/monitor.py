@@ -36,7 +36,6 @@ RELAY_NEEDLE = f"/{RELAY_BINARY.parent.name}/{RELAY_BINARY.name} "  # the binary
 WAIT_CLASSES = ("nats-server", "relays", "clients")
 ELSEWHERE = "elsewhere"  # a process of another machine (an isolated namespace-server's), not counted here
 OUTSIDE_TOP = 3  # outside processes named per second (the guard names them when they took the CPU)
-KERNEL_IRQ = "kernel-irq"  # interrupts and softirqs (/proc/stat): packets of the emulated links, charged to no process
 CLASSES = (  # (class, substring of the command line); first match wins
     ("relays", RELAY_NEEDLE), ("storage", "/storage-"), ("nats-server", "nats-server"), ("clients", "testbed.systems.pubsub.workloads"),
     ("clients", "testbed.systems.pubsub.client"), ("clients", "testbed.systems.pubsub.multiclient"),
@@ -64,7 +63,9 @@ class CpuSampler:
     """CPU the machine spent between two calls: its idle share, steal and busy cores (/proc/stat), and
     cores per process class, which add up to the busy cores: every process's own time, the time of
     its children that exited meanwhile (charged to it when reaped: `ProcessStat.children_ticks`,
-    less what was already counted of them while they ran), and the interrupts' (`KERNEL_IRQ`)."""
+    less what was already counted of them while they ran). Interrupts (the emulated links' packets)
+    are no class: this kernel (no IRQ_TIME_ACCOUNTING) leaves them inside the time of the process they
+    interrupted, and those taken on an idle core in no process: that is the unaccounted rest."""
 
     def __init__(self, run_id: str):
         self.tag = f"{ENV_TAG}={run_id}".encode()
@@ -123,8 +124,6 @@ class CpuSampler:
                 ticks[name] = ticks.get(name, 0) + delta
                 if name == "other":
                     outside[stat.name] = outside.get(stat.name, 0) + delta
-        if machine.irq > self.machine.irq:
-            ticks[KERNEL_IRQ] = machine.irq - self.machine.irq
         waits = self._waits()
         to_cores = 1 / procs.TICKS / elapsed
         steal = (machine.steal - self.machine.steal) * to_cores
@@ -212,7 +211,7 @@ class Sample(NamedTuple):
 
     idle: float                 # idle share of all cores
     steal_ms: float             # ms a second the hypervisor held the cores
-    cores: dict[str, float]     # cores used, per process class (KERNEL_IRQ included)
+    cores: dict[str, float]     # cores used, per process class
     memory_mb: dict[str, float]  # resident memory now, per class of the run's processes (and the harness)
     relays_mapped_mb: float     # the relays' mappings: their rings become resident as traffic walks them
     wait_us: dict[str, float]   # mean us a WAIT_CLASSES thread waited for a core per wake, per class

@@ -161,7 +161,7 @@ class MachineTicks(NamedTuple):
     total: int   # user, nice, system, idle, iowait, irq, softirq and steal
     idle: int    # idle and iowait
     steal: int   # time the hypervisor ran something else while this VM wanted a core
-    irq: int = 0  # hard and soft interrupts: the kernel's own work (the emulated links' packets), no process's
+    irq: int = 0  # hard and soft interrupts (sampled at ticks): the emulated links' packets
 
 
 

@@ -264,9 +264,9 @@ def main(argv: list[str] | None = None) -> int:
                             f"duration {duration}, settle {args.settle}, configurations alternating "
                             f"{[label for *_, label in configs]}",
                     "per_delivery": "health.jsonl CPU by class over the workload's seconds outside migration windows, "
-                                    "over the deliveries received in the same seconds; the classes (kernel-irq: "
-                                    "interrupts) add up to the machine's busy time, the rest is 'unacc.'; steal "
-                                    "apart; context switches machine-wide",
+                                    "over the deliveries received in the same seconds; the classes add up to the "
+                                    "machine's busy time (cores less exact idle and steal), the rest is 'unacc.' "
+                                    "(interrupts on idle cores); steal apart; context switches machine-wide",
                     "command": " ".join(["python -m testbed.systems.pubsub.bench.efficiency", *(sys.argv[1:] if argv is None else argv)])},
             "rows": []}
     started, runs = time.monotonic(), len(todo) * len(configs) * args.repeats
