@@ -47,8 +47,9 @@
  * a wakeup comes within the holdoff anyway (see RX_SET).  The SIGUSR1 line
  * then sums all links per direction ("ab" = A->B of every link) and adds
  * "links", "wakeups", "rx_holdoffs", "early" (frames sent before their due
- * time), "tick_us" (the grid's period now) and "holdoff_us" (how late a
- * port may be read).
+ * time), "tick_us" (the grid's period now), "holdoff_us" (how late a
+ * port may be read) and "slots" (the link table's length: what every pass
+ * scans; at most the most links relayed at once).
  *
  * Routing inside the shaper (shared mode, ModelNet's core: every packet moved
  * through its pipes by one process).  Two more lines tell the relay what the
@@ -326,8 +327,8 @@ static void dump_stats(void)
             late_max[i] / 1000, late_window_max[i] / 1000);
     snprintf(line + n, sizeof line - n, "\"links\":%d,\"wakeups\":%" PRIu64 ",\"rx_holdoffs\":%" PRIu64
              ",\"ts_fallback\":%" PRIu64 ",\"wake_lead_us\":%" PRId64 ",\"forwarded\":%" PRIu64
-             ",\"tick_us\":%" PRId64 ",\"holdoff_us\":%" PRId64 "}\n", count, wakeups, rx_set_disarms, ts_fallback,
-             wake_ns / 1000, forwarded, tick_ns / 1000, rx_set_holdoff / 1000);
+             ",\"tick_us\":%" PRId64 ",\"holdoff_us\":%" PRId64 ",\"slots\":%d}\n", count, wakeups, rx_set_disarms,
+             ts_fallback, wake_ns / 1000, forwarded, tick_ns / 1000, rx_set_holdoff / 1000, nslots);
     fputs(line, stderr);
     fflush(stderr);
 }

@@ -261,9 +261,12 @@ static natsStatus ev_detach(void *data) {
     return NATS_OK;
 }
 
-static void on_lost(natsConnection *nc, void *closure) { (void)nc; post(3, ((conn_t *)closure)->id, 0, NULL); }
-static void on_back(natsConnection *nc, void *closure) { (void)nc; post(4, ((conn_t *)closure)->id, 0, NULL); }
-static void on_closed(natsConnection *nc, void *closure) { (void)nc; post(5, ((conn_t *)closure)->id, 0, NULL); }
+/* libnats calls these from its callback thread, possibly after the loop freed the connection (its
+ * close is told after natsConnection_Close returns): their closure is the connection's id, not it. */
+#define ID_CLOSURE(id) ((void *)(intptr_t)(id))
+static void on_lost(natsConnection *nc, void *closure) { (void)nc; post(3, (int)(intptr_t)closure, 0, NULL); }
+static void on_back(natsConnection *nc, void *closure) { (void)nc; post(4, (int)(intptr_t)closure, 0, NULL); }
+static void on_closed(natsConnection *nc, void *closure) { (void)nc; post(5, (int)(intptr_t)closure, 0, NULL); }
 
 /* One closer thread for the engine: libnats's Close flushes with a ping round trip whose answer the
  * loop must read, so it cannot run in the loop; a thread per close cost a spawn each, and the 32
@@ -436,9 +439,9 @@ static void *connect_thread(void *arg) {
     if (s == NATS_OK) s = natsOptions_SetMaxPingsOut(opts, 2);
     if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts, -1);
     if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 200);
-    if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(opts, on_lost, job->conn);
-    if (s == NATS_OK) s = natsOptions_SetReconnectedCB(opts, on_back, job->conn);
-    if (s == NATS_OK) s = natsOptions_SetClosedCB(opts, on_closed, job->conn);
+    if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(opts, on_lost, ID_CLOSURE(job->conn->id));
+    if (s == NATS_OK) s = natsOptions_SetReconnectedCB(opts, on_back, ID_CLOSURE(job->conn->id));
+    if (s == NATS_OK) s = natsOptions_SetClosedCB(opts, on_closed, ID_CLOSURE(job->conn->id));
     if (s == NATS_OK) s = natsConnection_Connect(&nc, opts);
     if (s == NATS_OK) {
         job->conn->nc = nc;
@@ -460,6 +463,18 @@ static void say(const char *fmt, ...) {
     vfprintf(stdout, fmt, ap);
     va_end(ap);
     fputc('\n', stdout);
+}
+
+/* "err REQ why" (REQ 0: a line that named none) in printable ASCII: what Python reads is text. */
+static void refuse(int64_t req, const char *fmt, ...) {
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    for (char *p = why; *p; p++)
+        if (*p < 0x20 || *p > 0x7e) *p = '?';
+    say("err %" PRId64 " %s", req, why);
 }
 
 /* -- health: the guard's per-second lines ------------------------------------------------------- */
@@ -555,7 +570,7 @@ static void conn_closed(conn_t *c) {
 static producer_t *producer_of(subscriber_t *s, const char *name, size_t len) {
     for (size_t i = 0; i < s->nproducers; i++)
         if (strlen(s->producers[i].name) == len && !memcmp(s->producers[i].name, name, len)) return &s->producers[i];
-    if (len >= sizeof s->producers[0].name || memchr(name, 0, len) || s->nproducers >= MAX_PRODUCERS) return NULL;
+    if (len >= sizeof s->producers[0].name || s->nproducers >= MAX_PRODUCERS) return NULL;
     if (s->nproducers == s->cap) {
         s->cap = s->cap ? s->cap * 2 : 16;
         s->producers = realloc(s->producers, s->cap * sizeof *s->producers);
@@ -767,6 +782,15 @@ static void row_seconds(char *row, size_t *n, double t) {
     row_micros(row, n, seconds * 1000000 + (int64_t)us);
 }
 
+/* A message's string (or none) that a trace row can hold as it is: printable ASCII, at most `max` bytes. */
+static int text_span(const char *v, size_t len, size_t max) {
+    if (!v) return 1;
+    if (len > max) return 0;
+    for (size_t i = 0; i < len; i++)
+        if (v[i] < 0x20 || v[i] > 0x7e) return 0;
+    return 1;
+}
+
 static void deliver(sub_t *sb, natsMsg *m, int64_t received_ns) {
     subscriber_t *s = &subscribers[sb->subscriber];
     const char *data = natsMsg_GetData(m);
@@ -782,6 +806,12 @@ static void deliver(sub_t *sb, natsMsg *m, int64_t received_ns) {
     }
     const char *pv = ps.v, *seqv = seqs.v, *tv = ts.v, *sv = ss.v, *idv = id.v;
     size_t plen = ps.len, seqlen = seqs.len, tlen = ts.len, slen = ss.len, idlen = id.len;
+    /* the strings go into trace rows and summaries whole (row_json keeps 150 bytes: a longer escaped
+     * string could be cut inside an escape) and must read as text there */
+    if (!text_span(pv, plen, 127) || !text_span(sv, slen, 150) || !text_span(idv, idlen, 150)) {
+        s->malformed++;
+        return;
+    }
     memcpy(num, seqv, seqlen); num[seqlen] = 0;
     char *endp;
     errno = 0;
@@ -943,7 +973,7 @@ static void summary(int64_t req, int idx) {
         }
         say("},\"lost\":%" PRId64 ",\"duplicates\":%" PRId64 ",\"reordered\":%" PRId64 "}", lost, dup, reord);
     } else {
-        say("err %" PRId64 " no client %d", req, idx);
+        refuse(req, "no client %d", idx);
     }
 }
 
@@ -997,7 +1027,7 @@ static int parse_number(const char *w, double *out) {
 static int parse_command(char *line, size_t len, size_t max_payload, cmd_t *c, char *why, size_t wlen) {
     memset(c, 0, sizeof *c);
     c->op = -1;
-    if (memchr(line, 0, len)) { snprintf(why, wlen, "a NUL byte in the line"); return -1; }
+    int nul = memchr(line, 0, len) != NULL;           /* before strtok_r writes its own */
     char *save = NULL;
     for (char *t = strtok_r(line, BLANKS, &save); t; t = strtok_r(NULL, BLANKS, &save)) {
         if (c->argc == MAX_WORDS) { snprintf(why, wlen, "more than %d words", MAX_WORDS); return -1; }
@@ -1009,6 +1039,8 @@ static int parse_command(char *line, size_t len, size_t max_payload, cmd_t *c, c
     if (c->op < 0) { snprintf(why, wlen, "unknown command '%.40s'", c->argv[0]); return -1; }
     const char *words = OPS[c->op].words;
     if (words[0] == 'r' && c->argc > 1 && parse_i64(c->argv[1], 1, INT64_MAX, &c->req)) c->req = 0;
+    /* the words end at a NUL (strtok_r stops there): the line is refused, its words only name it */
+    if (nul) { snprintf(why, wlen, "a NUL byte in the line"); return -1; }
     if (c->argc != 1 + (int)strlen(words)) {
         snprintf(why, wlen, "%s takes %d words, not %d", OPS[c->op].name, (int)strlen(words), c->argc - 1);
         return -1;
@@ -1033,18 +1065,6 @@ static int parse_command(char *line, size_t len, size_t max_payload, cmd_t *c, c
         }
     }
     return 0;
-}
-
-/* "err REQ why" (REQ 0: a line that named none) in printable ASCII: what Python reads is text. */
-static void refuse(int64_t req, const char *fmt, ...) {
-    char why[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(why, sizeof why, fmt, ap);
-    va_end(ap);
-    for (char *p = why; *p; p++)
-        if (*p < 0x20 || *p > 0x7e) *p = '?';
-    say("err %" PRId64 " %s", req, why);
 }
 
 /* The publisher's checks the parser cannot make: a rate and a start that keep the open loop's
@@ -1304,9 +1324,9 @@ static void handle_events(void) {
             natsStatus s = natsConnection_SubscribeSync(&c->marker, c->nc, c->inbox);
             c->open = s == NATS_OK;
             if (c->open) say("ok %" PRId64, e->req);
-            else say("err %" PRId64 " marker subscription: %s", e->req, natsStatus_GetText(s));
+            else refuse(e->req, "marker subscription: %s", natsStatus_GetText(s));
         } else if (e->kind == 2) {
-            say("err %" PRId64 " %s", e->req, e->text);
+            refuse(e->req, "%s", e->text);
             if (c) { conns[c->id % MAX_CONNS] = NULL; free(c); }
         } else if (e->kind == 3 && c && !c->closing) say("lost %d", c->id);
         else if (e->kind == 4 && c && !c->closing) say("back %d", c->id);
