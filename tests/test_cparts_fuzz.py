@@ -423,6 +423,14 @@ def test_the_delay_line_survives_100000_hostile_control_lines_and_still_forwards
         spent = time.monotonic() - began
         assert child.proc.poll() is None
         assert child.rss_mb() - before < RSS_GROWTH_MB, (before, child.rss_mb())
+        # once the links the garbage added are gone, the table is as long as the links relayed (a
+        # relink takes a freed slot: the relay's every pass scans no more than that)
+        with child.lock:
+            ids = {int(i) for i in re.findall(rb"(?m)^ok (\d+)$", child.out)} - {0}
+        child.send(b"".join(b"del %d\n" % i for i in sorted(ids)) + b"del 424243\n")
+        child.wait_for(rb"(?m)^error 424243 no such link$", timeout=30)
+        stats = relay_stats(child)
+        assert (stats["links"], stats["slots"]) == (1, 1), stats
         # the link relayed all along still forwards, and so does a link added after the garbage
         assert len(relay_topo.ping(5, 0.01, answered=True)) == 5
         child.send(b"del 0\n" + MAIN_LINK + b"\n")
