@@ -221,6 +221,8 @@ int main(int argc, char **argv) {
         }
         k++;
     }
+    CPU_FREE(one);
+    CPU_FREE(allowed);
     pthread_sigmask(SIG_UNBLOCK, &signals, NULL);
     printf("{\"cores\": %d, \"rt\": %s, \"period_us\": %lld}\n", ncores, rt ? "true" : "false",
            (long long)(period_ns / 1000));
@@ -236,5 +238,8 @@ int main(int argc, char **argv) {
     }
     stopping = 1;
     for (int c = 0; c < ncores; c++) pthread_join(threads[c], NULL);
+    free(threads);
+    free(edges);
+    free(cores);
     return 0;
 }

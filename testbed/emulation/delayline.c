@@ -1136,6 +1136,7 @@ int main(int argc, char **argv)
                 "[--seed N] [--tag STRING] [--rt-prio N] [--late-budget-us N]\n"
                 "   or: delayline --control [--tag STRING] [--rt-prio N] [--late-budget-us N] "
                 "(links on stdin)\n", why);
+        free(first);
         return 2;
     }
 
@@ -1176,7 +1177,10 @@ int main(int argc, char **argv)
             die(1, "epoll (ports): %s", strerror(errno));
     } else {
         int gone;
-        if (start_link(first, why, sizeof why, &gone)) die(gone ? 3 : 1, "%s", why);
+        if (start_link(first, why, sizeof why, &gone)) {
+            free_link(first);
+            die(gone ? 3 : 1, "%s", why);
+        }
     }
 
     printf("ready\n");

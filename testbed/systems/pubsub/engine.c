@@ -45,7 +45,7 @@
  * --max-payload (engine.py passes nats-server's limit); a refused pub's data is read as lines.
  * Told without asking: "done IDX SENT" (a publisher reached its duration), "lost CONN" (a connection
  * dropped: libnats reconnects), "back CONN", "closed CONN", "counts IDX RECEIVED BYTES" once a second
- * per subscriber (for NC reports' rates), "warn TEXT".
+ * per subscriber (for NC reports' rates).
  *
  * Exit codes: 0 after "exit" or at the end of stdin, 1 on an unexpected error, 2 on bad arguments.
  */
