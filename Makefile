@@ -57,10 +57,11 @@ test-long: setup browser  ## the long live runs: failover faults, durable topics
 # The compiled parts under AddressSanitizer and UBSan: TESTBED_SANITIZE makes testbed.procs.build_c build
 # each into sanitize/ beside its usual binary and hand that one out, so the parts' own tests (and the
 # fuzz tests) run the sanitized code; the first error, or a leak at exit, ends the process with an error
-# (halt_on_error), which fails its test. Not here: tests/test_dataplane.py's compiled-engine tests, a
-# whole live system (ZooKeeper, Serf, brokers) whose minutes under ASan's 2-3x slowdown would judge
-# the emulation's timing, not the engine; run it with SANITIZE_TESTS=tests/test_dataplane.py.
-SANITIZE_TESTS ?= tests/test_engine.py tests/test_delayline.py tests/test_stallprobe.py tests/test_cparts_fuzz.py
+# (halt_on_error), which fails its test. tests/test_dataplane.py is a whole live system (brokers,
+# ZooKeeper, Serf) whose compiled engine and delay line run sanitized too (~1.5 min of the ~3);
+# tests/test_dataplane_units.py runs no compiled part.
+SANITIZE_TESTS ?= tests/test_engine.py tests/test_delayline.py tests/test_stallprobe.py tests/test_cparts_fuzz.py \
+                  tests/test_dataplane.py
 SANITIZE_ENV := TESTBED_SANITIZE=1 ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1 \
                 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 sanitize: venv  ## the C parts built with -fsanitize=address,undefined, then their tests (SANITIZE_TESTS) run against them
