@@ -14,7 +14,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt browser bench-view venv scenario test test-long figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers benches
+.PHONY: setup apt browser bench-view venv scenario test test-long sanitize figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers benches
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -53,6 +53,19 @@ test: setup browser  ## the test suite but its long live runs (namespace tests n
 
 test-long: setup browser  ## the long live runs: failover faults, durable topics, MMOG, runs over namespace-servers, two runs at once, a run past capacity
 	$(BIN)/python -m pytest -q -ra --durations=25 -m long $(TEST_ARGS)
+
+# The compiled parts under AddressSanitizer and UBSan: TESTBED_SANITIZE makes testbed.procs.build_c build
+# each into sanitize/ beside its usual binary and hand that one out, so the parts' own tests (and the
+# fuzz tests) run the sanitized code; the first error, or a leak at exit, ends the process with an error
+# (halt_on_error), which fails its test. tests/test_dataplane.py is a whole live system (brokers,
+# ZooKeeper, Serf) whose compiled engine and delay line run sanitized too (~1.5 min of the ~3);
+# tests/test_dataplane_units.py runs no compiled part.
+SANITIZE_TESTS ?= tests/test_engine.py tests/test_delayline.py tests/test_stallprobe.py tests/test_cparts_fuzz.py \
+                  tests/test_dataplane.py
+SANITIZE_ENV := TESTBED_SANITIZE=1 ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:abort_on_error=1 \
+                UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+sanitize: venv  ## the C parts built with -fsanitize=address,undefined, then their tests (SANITIZE_TESTS) run against them
+	$(SANITIZE_ENV) $(BIN)/python -m pytest -q -ra -p no:cacheprovider $(SANITIZE_TESTS) $(TEST_ARGS)
 
 figures: venv
 	$(BIN)/testbed figures

@@ -128,13 +128,29 @@ class BuildError(RuntimeError):
     """A C helper cannot be built here (no gcc, missing headers, a compile error)."""
 
 
+#: `make sanitize`: with this variable set (to anything but "" or "0"), every C helper is built with
+#: AddressSanitizer and UndefinedBehaviorSanitizer into `sanitize/` beside its usual binary, and that
+#: binary is the one returned (so is the one run): the tests of the helpers then run the sanitized code.
+SANITIZE_ENV = "TESTBED_SANITIZE"
+SANITIZE_FLAGS = ("-O1", "-g", "-fsanitize=address,undefined", "-fno-omit-frame-pointer")
+
+
+def sanitizing() -> bool:
+    """Whether C helpers are built (and run) with the sanitizers (SANITIZE_ENV)."""
+    return os.environ.get(SANITIZE_ENV, "") not in ("", "0")
+
+
 def build_c(source: Path, binary: Path, libs: Sequence[str] = ()) -> Path:
-    """`binary`, compiled from `source` with gcc if it is missing or older than the source.
+    """`binary`, compiled from `source` with gcc if it is missing or older than the source (and, when
+    `sanitizing()`, its sanitized twin in `sanitize/` beside it).
 
     Built on first use rather than at install time, so a fresh checkout works as soon as gcc is
     present. The compiler writes a temporary file that replaces `binary` atomically, so concurrent
     builders and callers never run half a file."""
     source, binary = Path(source), Path(binary)
+    flags: Sequence[str] = ("-O2",)
+    if sanitizing():
+        binary, flags = binary.parent / "sanitize" / binary.name, SANITIZE_FLAGS
     if not source.exists():
         raise BuildError(f"source missing: {source}")
     if binary.exists() and binary.stat().st_mtime >= source.stat().st_mtime:
@@ -144,7 +160,7 @@ def build_c(source: Path, binary: Path, libs: Sequence[str] = ()) -> Path:
         raise BuildError(f"gcc not found: it builds {source.name} (apt-get install -y gcc libc6-dev)")
     binary.parent.mkdir(parents=True, exist_ok=True)
     tmp = binary.with_name(f".{binary.name}.{os.getpid()}.tmp")
-    proc = subprocess.run([gcc, "-O2", "-Wall", "-Wextra", "-o", str(tmp), str(source), *libs],
+    proc = subprocess.run([gcc, *flags, "-Wall", "-Wextra", "-o", str(tmp), str(source), *libs],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)

@@ -35,7 +35,6 @@
 #define RING 4096              /* late intervals kept per core (minutes of them at a few per second) */
 #define LATE_NS 100000LL       /* a wake later than 0.1 ms is recorded as a late interval */
 #define PRIORITY 99
-#define MAX_CORES 256
 
 typedef struct { int64_t due, woke; } interval_t;
 
@@ -49,6 +48,11 @@ typedef struct {
 
 static core_t *cores;
 static int ncores;
+/* Sized by the cores the process may use (main): every core's intervals of the window fit, so "every
+ * core late at once" is seen on a machine of any size. */
+typedef struct { int64_t at; int delta; } edge_t;
+static edge_t *edges;
+static size_t edges_cap;
 static int64_t period_ns = 2000000;
 static volatile sig_atomic_t stopping;
 
@@ -83,8 +87,6 @@ static void *probe(void *arg) {
     return NULL;
 }
 
-typedef struct { int64_t at; int delta; } edge_t;
-
 static int by_time(const void *a, const void *b) {
     const edge_t *x = a, *y = b;
     if (x->at != y->at) return x->at < y->at ? -1 : 1;
@@ -94,8 +96,7 @@ static int by_time(const void *a, const void *b) {
 /* The longest span in [from - 1 s, to + 1 s] in which every core was late at once, among the spans
  * that overlap [from, to) (monotonic ns). A core's intervals never overlap each other. */
 static double stall_ms(int64_t from, int64_t to) {
-    static edge_t edges[2 * RING * 8];
-    size_t n = 0, cap = sizeof edges / sizeof edges[0];
+    size_t n = 0, cap = edges_cap;
     for (int c = 0; c < ncores; c++) {
         uint64_t written = atomic_load_explicit(&cores[c].written, memory_order_acquire);
         uint64_t first = written > RING ? written - RING : 0;
@@ -147,16 +148,20 @@ static void on_signal(int sig) { (void)sig; stopping = 1; }
 
 int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
+        char *end = NULL;
+        long long us = 0;
         if (!strcmp(argv[i], "--period-us") && i + 1 < argc) {
-            period_ns = atoll(argv[++i]) * 1000LL;
+            errno = 0;
+            us = strtoll(argv[++i], &end, 10);
+            if (errno || end == argv[i] || *end || us < 100 || us > 100000) {
+                fprintf(stderr, "stallprobe: --period-us must be 100..100000\n");
+                return 2;
+            }
+            period_ns = us * 1000LL;
         } else {
             fprintf(stderr, "usage: stallprobe [--period-us P]\n");
             return 2;
         }
-    }
-    if (period_ns < 100000 || period_ns > 100000000) {
-        fprintf(stderr, "stallprobe: --period-us must be 100..100000\n");
-        return 2;
     }
     prctl(PR_SET_PDEATHSIG, SIGTERM);
     struct sigaction sa = {0};
@@ -170,23 +175,35 @@ int main(int argc, char **argv) {
     sigaddset(&signals, SIGINT);
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
 
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    sched_getaffinity(0, sizeof allowed, &allowed);
-    ncores = CPU_COUNT(&allowed);
-    if (ncores < 1 || ncores > MAX_CORES) return 1;
+    /* the machine's cores, however many (a cpu_set_t holds 1024 at most) */
+    long configured = sysconf(_SC_NPROCESSORS_CONF);
+    int ncpus = configured > CPU_SETSIZE ? (int)configured : CPU_SETSIZE;
+    cpu_set_t *allowed = CPU_ALLOC(ncpus);
+    size_t setsize = CPU_ALLOC_SIZE(ncpus);
+    if (!allowed || sched_getaffinity(0, setsize, allowed)) {
+        fprintf(stderr, "stallprobe: sched_getaffinity: %s\n", strerror(errno));
+        return 1;
+    }
+    ncores = CPU_COUNT_S(setsize, allowed);
     cores = calloc((size_t)ncores, sizeof *cores);
-    pthread_t threads[MAX_CORES];
+    pthread_t *threads = calloc((size_t)ncores, sizeof *threads);
+    edges_cap = 2 * (size_t)RING * (size_t)ncores;
+    edges = malloc(edges_cap * sizeof *edges);
+    if (ncores < 1 || !cores || !threads || !edges) {
+        fprintf(stderr, "stallprobe: no cores or no memory for %d\n", ncores);
+        return 1;
+    }
+    cpu_set_t *one = CPU_ALLOC(ncpus);
+    if (!one) return 1;
     int rt = 1, k = 0;
-    for (int cpu = 0; cpu < CPU_SETSIZE && k < ncores; cpu++) {
-        if (!CPU_ISSET(cpu, &allowed)) continue;
+    for (int cpu = 0; cpu < ncpus && k < ncores; cpu++) {
+        if (!CPU_ISSET_S(cpu, setsize, allowed)) continue;
         cores[k].cpu = cpu;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(cpu, &one);
-        pthread_attr_setaffinity_np(&attr, sizeof one, &one);
+        CPU_ZERO_S(setsize, one);
+        CPU_SET_S(cpu, setsize, one);
+        pthread_attr_setaffinity_np(&attr, setsize, one);
         struct sched_param param = {.sched_priority = PRIORITY};
         pthread_attr_setinheritsched(&attr, PTHREAD_EXPLICIT_SCHED);
         pthread_attr_setschedpolicy(&attr, SCHED_FIFO);
@@ -204,6 +221,8 @@ int main(int argc, char **argv) {
         }
         k++;
     }
+    CPU_FREE(one);
+    CPU_FREE(allowed);
     pthread_sigmask(SIG_UNBLOCK, &signals, NULL);
     printf("{\"cores\": %d, \"rt\": %s, \"period_us\": %lld}\n", ncores, rt ? "true" : "false",
            (long long)(period_ns / 1000));
@@ -219,5 +238,8 @@ int main(int argc, char **argv) {
     }
     stopping = 1;
     for (int c = 0; c < ncores; c++) pthread_join(threads[c], NULL);
+    free(threads);
+    free(edges);
+    free(cores);
     return 0;
 }

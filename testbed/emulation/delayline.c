@@ -37,15 +37,19 @@
  *   add ID --if-a A --if-b B [the per-link options above]  ->  "ok ID" | "error ID why"
  *   del ID                                                 ->  "ok ID" | "error ID why"
  * and a link whose interface disappears is dropped with "gone ID" (the
- * process goes on).  One timer serves every link: with --tick-us T, frames
+ * process goes on).  A line holds at most 8,190 bytes: a longer one is
+ * dropped whole, up to its newline, and answered "error - ..." once; a
+ * line with a NUL byte or more than 62 words is refused, never run.  A
+ * removed link's slot is taken by the next link added.  One timer serves every link: with --tick-us T, frames
  * leave on a grid of period T, or of the RX holdoff if smaller (each within
  * half a period of its due time), so one wakeup serves every frame of every
  * link due around a grid point; and the ports' receive events are off while
  * a wakeup comes within the holdoff anyway (see RX_SET).  The SIGUSR1 line
  * then sums all links per direction ("ab" = A->B of every link) and adds
  * "links", "wakeups", "rx_holdoffs", "early" (frames sent before their due
- * time), "tick_us" (the grid's period now) and "holdoff_us" (how late a
- * port may be read).
+ * time), "tick_us" (the grid's period now), "holdoff_us" (how late a
+ * port may be read) and "slots" (the link table's length: what every pass
+ * scans; at most the most links relayed at once).
  *
  * Routing inside the shaper (shared mode, ModelNet's core: every packet moved
  * through its pipes by one process).  Two more lines tell the relay what the
@@ -147,14 +151,22 @@ struct port { char name[IF_NAMESIZE]; int ifindex; int fd; uint64_t kdrops; };
 /* One link: two ports, a direction each way ([0] = A->B, [1] = B->A). */
 struct link {
     long id;
+    uint64_t gen;                       /* which start of a slot: its ports' epoll ids carry it */
     int gone;                           /* an interface disappeared: drop at a safe point */
     struct port ports[2];
     struct dir dirs[2];
     uint64_t seed;
 };
 
-static struct link **links;             /* slots; NULL = free (never reused in one process) */
+/* Slots; NULL = free. A relink takes the lowest free slot, and `nslots` is one past the highest
+ * used, so every scan is bounded by the links relayed at once, not by every link ever added. A
+ * port's epoll id names its slot and the slot's generation: an event already fetched for a link
+ * removed in the same pass never reaches the link that took its slot. */
+static struct link **links;
 static int nslots, slots_cap;
+static uint64_t link_gens;              /* starts so far: the next link's `gen` */
+#define GEN_SHIFT 32
+#define PORT_ID(slot, side, gen) (((gen) << GEN_SHIFT) | (2 + 2 * (uint64_t)(slot) + (side)))
 
 /* Routing inside the shaper (the `hop` and `route` lines).  A hop outlives
  * its link (a killed link is added again with the same id), so hops are kept
@@ -169,7 +181,7 @@ static struct router routers[MAX_ROUTERS];
 static uint64_t forwarded;              /* frames moved from hop to hop inside the relay */
 static int64_t moved_due_min = INT64_MAX; /* earliest due of a frame moved this pass */
 static int control;                     /* --control: links come and go on stdin */
-static int ep = -1;                     /* epoll: 0 signalfd, 1 stdin, 2 + 2 * slot + side ports */
+static int ep = -1;                     /* epoll: 0 signalfd, 1 stdin, PORT_ID(slot, side, gen) ports */
 /* Shared mode: the ports are in an epoll set of their own (ep_ports), itself
  * in `ep` as RX_SET while armed.  It is off while a wakeup comes within
  * `rx_set_holdoff` anyway (that wakeup reads it), and for a holdoff after two
@@ -315,8 +327,8 @@ static void dump_stats(void)
             late_max[i] / 1000, late_window_max[i] / 1000);
     snprintf(line + n, sizeof line - n, "\"links\":%d,\"wakeups\":%" PRIu64 ",\"rx_holdoffs\":%" PRIu64
              ",\"ts_fallback\":%" PRIu64 ",\"wake_lead_us\":%" PRId64 ",\"forwarded\":%" PRIu64
-             ",\"tick_us\":%" PRId64 ",\"holdoff_us\":%" PRId64 "}\n", count, wakeups, rx_set_disarms, ts_fallback,
-             wake_ns / 1000, forwarded, tick_ns / 1000, rx_set_holdoff / 1000);
+             ",\"tick_us\":%" PRId64 ",\"holdoff_us\":%" PRId64 ",\"slots\":%d}\n", count, wakeups, rx_set_disarms,
+             ts_fallback, wake_ns / 1000, forwarded, tick_ns / 1000, rx_set_holdoff / 1000, nslots);
     fputs(line, stderr);
     fflush(stderr);
 }
@@ -777,21 +789,25 @@ static int start_link(struct link *l, char *why, size_t wlen, int *gone)
         snprintf(why, wlen, "out of memory");
         return -1;
     }
-    if (nslots == slots_cap) {
+    int slot = 0;
+    while (slot < nslots && links[slot]) slot++;        /* the lowest free slot */
+    if (slot == slots_cap) {
+        if (slots_cap >= (1 << 28)) { snprintf(why, wlen, "too many links"); return -1; }
         slots_cap = slots_cap ? 2 * slots_cap : 16;
         struct link **grown = realloc(links, slots_cap * sizeof *links);
         if (!grown) { snprintf(why, wlen, "out of memory"); return -1; }
         links = grown;
     }
-    int slot = nslots;
+    l->gen = ++link_gens & ((1ULL << (62 - GEN_SHIFT)) - 1);   /* below RX_SET's bit */
     for (int i = 0; i < 2; i++) {
-        struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 2 + 2 * (uint64_t)slot + i };
+        struct epoll_event ev = { .events = EPOLLIN, .data.u64 = PORT_ID(slot, i, l->gen) };
         if (epoll_ctl(ep_ports, EPOLL_CTL_ADD, l->ports[i].fd, &ev)) {
             snprintf(why, wlen, "epoll_ctl: %s", strerror(errno));
             return -1;
         }
     }
-    links[nslots++] = l;
+    links[slot] = l;
+    if (slot == nslots) nslots++;
     for (int h = 0; h < nhops; h++)
         if (hops[h].link_id == l->id) {
             l->dirs[hops[h].side].to_router = hops[h].router;
@@ -810,6 +826,7 @@ static void remove_link(int slot)
         for (int k = 0; k < NCOUNT; k++) retired[i][k] += c[k];
     }
     links[slot] = NULL;
+    while (nslots > 0 && !links[nslots - 1]) nslots--;  /* scans end at the highest link */
     free_link(l);
     rx_set_recompute();
 }
@@ -911,53 +928,77 @@ static int command_route(long router, int argc, char **argv, char *why, size_t w
     return 0;
 }
 
-/* One line of the control protocol (see the top of this file). */
-static void command(char *line)
+/* "error ID why" (ID "-": the line named none) in printable ASCII. */
+static void refuse(long id, const char *why)
+{
+    char text[300];
+    snprintf(text, sizeof text, "%s", why);
+    for (char *p = text; *p; p++)
+        if (*p < 0x20 || *p > 0x7e) *p = '?';
+    if (id < 0) printf("error - %s\n", text);
+    else printf("error %ld %s\n", id, text);
+}
+
+/* One line of the control protocol (see the top of this file): len bytes and a NUL. */
+static void command(char *line, size_t len)
 {
     char *argv[64], why[256] = "", *save = NULL;
-    int argc = 0;
-    for (char *t = strtok_r(line, " \t\r", &save); t && argc < 63; t = strtok_r(NULL, " \t\r", &save))
+    int argc = 0, too_many = 0;
+    if (memchr(line, 0, len)) {                         /* strtok would stop at it: run a prefix */
+        refuse(-1, "a NUL byte in the line");
+        fflush(stdout);
+        return;
+    }
+    for (char *t = strtok_r(line, " \t\r", &save); t; t = strtok_r(NULL, " \t\r", &save)) {
+        if (argc == 63) { too_many = 1; break; }
         argv[argc++] = t;
+    }
     argv[argc] = NULL;
     if (argc == 0) return;
     char *end; errno = 0;
     long id = argc > 1 ? strtol(argv[1], &end, 10) : -1;
     if (argc < 2 || errno || *end || id < 0) {
-        printf("error - expected 'add ID options', 'del ID', 'hop ID ...' or 'route ROUTER ...'\n");
+        refuse(-1, "expected 'add ID options', 'del ID', 'hop ID ...' or 'route ROUTER ...'");
+    } else if (too_many) {
+        refuse(id, "more than 62 words");
     } else if (!strcmp(argv[0], "hop") || !strcmp(argv[0], "route")) {
         int bad = argv[0][0] == 'h' ? command_hop(id, argc, argv, why, sizeof why)
                                     : command_route(id, argc, argv, why, sizeof why);
-        if (bad) printf("error %ld %s\n", id, why);
+        if (bad) refuse(id, why);
         else printf("ok %ld\n", id);
     } else if (!strcmp(argv[0], "del")) {
         int slot = find_link(id);
-        if (slot < 0) printf("error %ld no such link\n", id);
+        if (slot < 0) refuse(id, "no such link");
         else { remove_link(slot); printf("ok %ld\n", id); }
     } else if (!strcmp(argv[0], "add")) {
         struct link *l = calloc(1, sizeof *l);
         int gone = 0;
         argv[1] = argv[0];                              /* getopt skips argv[0] */
-        if (!l) printf("error %ld out of memory\n", id);
-        else if (find_link(id) >= 0) { printf("error %ld already relayed\n", id); free(l); }
+        if (!l) refuse(id, "out of memory");
+        else if (find_link(id) >= 0) { refuse(id, "already relayed"); free(l); }
         else if (l->id = id, parse_options(argc - 1, argv + 1, l, NULL, why, sizeof why) ||
                  start_link(l, why, sizeof why, &gone)) {
-            printf("error %ld %s\n", id, why);
+            refuse(id, why);
             free_link(l);
         } else {
             printf("ok %ld\n", id);
         }
     } else {
-        printf("error %ld unknown command '%s'\n", id, argv[0]);
+        snprintf(why, sizeof why, "unknown command '%.40s'", argv[0]);
+        refuse(id, why);
     }
     fflush(stdout);
 }
 
 /* Read what stdin holds and run each whole line; 1 once stdin is closed
- * (the launcher is gone: so are we). */
+ * (the launcher is gone: so are we).  A line longer than the buffer is
+ * dropped whole, up to its newline, and refused once: never its tail run. */
+#define CONTROL_LINE_MAX 8192
 static int read_commands(void)
 {
-    static char buf[8192];
+    static char buf[CONTROL_LINE_MAX];
     static size_t used;
+    static int dropping;                                /* inside an over-long line */
     ssize_t n = read(STDIN_FILENO, buf + used, sizeof buf - 1 - used);
     if (n == 0) return 1;
     if (n < 0) return errno == EAGAIN || errno == EINTR ? 0 : 1;
@@ -966,12 +1007,20 @@ static int read_commands(void)
     char *start = buf, *nl;
     while ((nl = memchr(start, '\n', used - (size_t)(start - buf)))) {
         *nl = 0;
-        command(start);
+        if (dropping) dropping = 0;                     /* its end: the next line counts again */
+        else command(start, (size_t)(nl - start));
         start = nl + 1;
     }
     used -= (size_t)(start - buf);
     memmove(buf, start, used);
-    if (used == sizeof buf - 1) used = 0;               /* an endless line: drop it */
+    if (used == sizeof buf - 1) {                       /* no newline in a full buffer */
+        if (!dropping) {
+            printf("error - a line over %d bytes: dropped\n", CONTROL_LINE_MAX - 2);
+            fflush(stdout);
+        }
+        dropping = 1;
+        used = 0;
+    }
     return 0;
 }
 
@@ -989,7 +1038,7 @@ static void reap_gone(void)
 
 static void set_armed(struct link *l, int side, int slot, int armed)
 {
-    struct epoll_event ev = { .events = armed ? EPOLLIN : 0, .data.u64 = 2 + 2 * (uint64_t)slot + side };
+    struct epoll_event ev = { .events = armed ? EPOLLIN : 0, .data.u64 = PORT_ID(slot, side, l->gen) };
     l->dirs[side].rx_armed = armed;
     epoll_ctl(ep_ports, EPOLL_CTL_MOD, l->ports[side].fd, &ev);
 }
@@ -1051,9 +1100,10 @@ static void rx_set_read(void)
 /* A port's event: an error (gone?), or frames to read while it is armed. */
 static void port_event(uint64_t id, uint32_t events)
 {
-    int slot = (int)((id - 2) / 2), side = (int)((id - 2) % 2);
+    uint64_t low = id & ((1ULL << GEN_SHIFT) - 1);
+    int slot = (int)((low - 2) / 2), side = (int)((low - 2) % 2);
     struct link *l = slot < nslots ? links[slot] : NULL;
-    if (!l) return;                                 /* removed by a command this pass */
+    if (!l || l->gen != id >> GEN_SHIFT) return;    /* removed by a command this pass */
     if (events & EPOLLERR) {
         /* Interface went down or was deleted: the socket reports ENETDOWN.
          * Deleted -> gone; merely down -> keep going, the kernel
@@ -1086,6 +1136,7 @@ int main(int argc, char **argv)
                 "[--seed N] [--tag STRING] [--rt-prio N] [--late-budget-us N]\n"
                 "   or: delayline --control [--tag STRING] [--rt-prio N] [--late-budget-us N] "
                 "(links on stdin)\n", why);
+        free(first);
         return 2;
     }
 
@@ -1126,7 +1177,10 @@ int main(int argc, char **argv)
             die(1, "epoll (ports): %s", strerror(errno));
     } else {
         int gone;
-        if (start_link(first, why, sizeof why, &gone)) die(gone ? 3 : 1, "%s", why);
+        if (start_link(first, why, sizeof why, &gone)) {
+            free_link(first);
+            die(gone ? 3 : 1, "%s", why);
+        }
     }
 
     printf("ready\n");

@@ -39,9 +39,13 @@
  *   summary REQ IDX                          -> "ok REQ {json}": a publisher's or subscriber's counts
  *   forget REQ IDX                           a subscriber that is done: its trace closed, its slot freed
  *   exit                                     flush traces and health, exit 0
+ * A line holds at most 4,095 bytes; a longer one is dropped whole, up to its newline, and refused once.
+ * A line that does not match its command's words (parse_command: checked integers and numbers, no NUL)
+ * is refused, never run: "err REQ why", REQ 0 when the line names none. A pub's LEN is at most
+ * --max-payload (engine.py passes nats-server's limit); a refused pub's data is read as lines.
  * Told without asking: "done IDX SENT" (a publisher reached its duration), "lost CONN" (a connection
  * dropped: libnats reconnects), "back CONN", "closed CONN", "counts IDX RECEIVED BYTES" once a second
- * per subscriber (for NC reports' rates), "warn TEXT".
+ * per subscriber (for NC reports' rates).
  *
  * Exit codes: 0 after "exit" or at the end of stdin, 1 on an unexpected error, 2 on bad arguments.
  */
@@ -49,6 +53,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <malloc.h>
 #include <math.h>
 #include <nats/nats.h>
@@ -79,9 +84,13 @@ static const double BUCKETS_MS[] = {0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 20
                                     5000, 10000, 30000, 60000};
 #define NBUCKETS ((int)(sizeof BUCKETS_MS / sizeof BUCKETS_MS[0]) + 1)
 
+/* `nc` and `fd` are written by libnats's threads (connect, reconnect: ev_attach, ev_detach) and by the
+ * loop (conn_closed), and read by the loop: atomics, so every read sees a whole pointer, never a torn
+ * or stale one (C11: plain reads and writes of an _Atomic object are sequentially consistent). */
 typedef struct conn {
-    int id, fd, open, closing;
-    natsConnection *nc;
+    int id, open, closing;
+    _Atomic int fd;
+    natsConnection *_Atomic nc;
     char broker[128], inbox[96];
     natsSubscription *marker;     /* flush markers come back on it */
     atomic_int want_write;
@@ -89,10 +98,14 @@ typedef struct conn {
     struct conn *close_next;      /* in the closer's queue */
 } conn_t;
 
+/* A hole in a producer's sequence numbers: [lo, hi) not received (yet). */
+typedef struct { int64_t lo, hi; } gap_t;
+
 typedef struct {
     int64_t first, last, received, duplicates, reordered;
-    int64_t *missing;
-    size_t nmissing, cap;
+    int64_t lost;                 /* numbers in the holes: ProducerStats.lost of the Python client */
+    gap_t *gaps;                  /* the newest MAX_GAPS holes, in order (see `see`) */
+    size_t ngaps, gcap;
     char name[128];
 } producer_t;
 
@@ -248,9 +261,12 @@ static natsStatus ev_detach(void *data) {
     return NATS_OK;
 }
 
-static void on_lost(natsConnection *nc, void *closure) { (void)nc; post(3, ((conn_t *)closure)->id, 0, NULL); }
-static void on_back(natsConnection *nc, void *closure) { (void)nc; post(4, ((conn_t *)closure)->id, 0, NULL); }
-static void on_closed(natsConnection *nc, void *closure) { (void)nc; post(5, ((conn_t *)closure)->id, 0, NULL); }
+/* libnats calls these from its callback thread, possibly after the loop freed the connection (its
+ * close is told after natsConnection_Close returns): their closure is the connection's id, not it. */
+#define ID_CLOSURE(id) ((void *)(intptr_t)(id))
+static void on_lost(natsConnection *nc, void *closure) { (void)nc; post(3, (int)(intptr_t)closure, 0, NULL); }
+static void on_back(natsConnection *nc, void *closure) { (void)nc; post(4, (int)(intptr_t)closure, 0, NULL); }
+static void on_closed(natsConnection *nc, void *closure) { (void)nc; post(5, (int)(intptr_t)closure, 0, NULL); }
 
 /* One closer thread for the engine: libnats's Close flushes with a ping round trip whose answer the
  * loop must read, so it cannot run in the loop; a thread per close cost a spawn each, and the 32
@@ -423,9 +439,9 @@ static void *connect_thread(void *arg) {
     if (s == NATS_OK) s = natsOptions_SetMaxPingsOut(opts, 2);
     if (s == NATS_OK) s = natsOptions_SetMaxReconnect(opts, -1);
     if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 200);
-    if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(opts, on_lost, job->conn);
-    if (s == NATS_OK) s = natsOptions_SetReconnectedCB(opts, on_back, job->conn);
-    if (s == NATS_OK) s = natsOptions_SetClosedCB(opts, on_closed, job->conn);
+    if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(opts, on_lost, ID_CLOSURE(job->conn->id));
+    if (s == NATS_OK) s = natsOptions_SetReconnectedCB(opts, on_back, ID_CLOSURE(job->conn->id));
+    if (s == NATS_OK) s = natsOptions_SetClosedCB(opts, on_closed, ID_CLOSURE(job->conn->id));
     if (s == NATS_OK) s = natsConnection_Connect(&nc, opts);
     if (s == NATS_OK) {
         job->conn->nc = nc;
@@ -447,6 +463,18 @@ static void say(const char *fmt, ...) {
     vfprintf(stdout, fmt, ap);
     va_end(ap);
     fputc('\n', stdout);
+}
+
+/* "err REQ why" (REQ 0: a line that named none) in printable ASCII: what Python reads is text. */
+static void refuse(int64_t req, const char *fmt, ...) {
+    char why[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    for (char *p = why; *p; p++)
+        if (*p < 0x20 || *p > 0x7e) *p = '?';
+    say("err %" PRId64 " %s", req, why);
 }
 
 /* -- health: the guard's per-second lines ------------------------------------------------------- */
@@ -533,10 +561,16 @@ static void conn_closed(conn_t *c) {
 }
 
 /* -- subscribers ----------------------------------------------------------------------------------- */
+/* A subscriber keeps at most MAX_PRODUCERS producers (each with its holes, MAX_GAPS at most): past
+ * that, messages of new names are counted malformed, so a peer inventing names cannot grow the engine
+ * without bound. */
+#define MAX_PRODUCERS 4096
+#define SEQ_MAX (INT64_MAX / 4)
+
 static producer_t *producer_of(subscriber_t *s, const char *name, size_t len) {
     for (size_t i = 0; i < s->nproducers; i++)
         if (strlen(s->producers[i].name) == len && !memcmp(s->producers[i].name, name, len)) return &s->producers[i];
-    if (len >= sizeof s->producers[0].name) return NULL;
+    if (len >= sizeof s->producers[0].name || s->nproducers >= MAX_PRODUCERS) return NULL;
     if (s->nproducers == s->cap) {
         s->cap = s->cap ? s->cap * 2 : 16;
         s->producers = realloc(s->producers, s->cap * sizeof *s->producers);
@@ -549,24 +583,57 @@ static producer_t *producer_of(subscriber_t *s, const char *name, size_t len) {
     return p;
 }
 
-static void missing_add(producer_t *p, int64_t lo, int64_t hi) {   /* [lo, hi) */
-    for (int64_t q = lo; q < hi; q++) {
-        if (p->nmissing == p->cap) {
-            p->cap = p->cap ? p->cap * 2 : 64;
-            p->missing = realloc(p->missing, p->cap * sizeof *p->missing);
-            if (!p->missing) abort();
-        }
-        p->missing[p->nmissing++] = q;
+/* Holes are kept as ranges, so memory grows with the number of holes, never with their size (one
+ * message numbered 1e12 is one hole, not 1e12 entries). At most MAX_GAPS are kept, the newest (a
+ * message arrives late into a recent hole, if at all): past that a peer is punching holes on
+ * purpose, and the oldest is forgotten; `lost` still counts its numbers, and one of them arriving
+ * after all is then counted a duplicate, not reordered. Every change costs at most one memmove of
+ * MAX_GAPS entries. */
+#define MAX_GAPS 1024
+
+static void gap_insert(producer_t *p, size_t at, int64_t lo, int64_t hi) {
+    if (p->ngaps == MAX_GAPS) {                       /* forget the oldest hole */
+        if (at == 0) return;                          /* the new one would be it */
+        memmove(p->gaps, p->gaps + 1, --p->ngaps * sizeof *p->gaps);
+        at--;
     }
+    if (p->ngaps == p->gcap) {
+        p->gcap = p->gcap ? p->gcap * 2 : 16;
+        p->gaps = realloc(p->gaps, p->gcap * sizeof *p->gaps);
+        if (!p->gaps) abort();
+    }
+    memmove(p->gaps + at + 1, p->gaps + at, (p->ngaps - at) * sizeof *p->gaps);
+    p->gaps[at] = (gap_t){lo, hi};
+    p->ngaps++;
 }
 
+/* A hole [lo, hi) below every hole kept (at_end 0) or above (1). */
+static void missing_add(producer_t *p, int64_t lo, int64_t hi, int at_end) {
+    if (lo >= hi) return;
+    p->lost += hi - lo;
+    gap_insert(p, at_end ? p->ngaps : 0, lo, hi);
+}
+
+/* 1 if `seq` was in a hole kept (and is no longer missing). */
 static int missing_take(producer_t *p, int64_t seq) {
-    for (size_t i = p->nmissing; i-- > 0;)
-        if (p->missing[i] == seq) {
-            p->missing[i] = p->missing[--p->nmissing];
-            return 1;
-        }
-    return 0;
+    size_t lo = 0, hi = p->ngaps;
+    while (lo < hi) {                                 /* the first hole that ends after seq */
+        size_t mid = lo + (hi - lo) / 2;
+        if (p->gaps[mid].hi <= seq) lo = mid + 1; else hi = mid;
+    }
+    if (lo == p->ngaps || p->gaps[lo].lo > seq) return 0;
+    gap_t *g = &p->gaps[lo];
+    p->lost--;
+    if (g->lo == seq) g->lo++;
+    else if (g->hi == seq + 1) g->hi--;
+    else {                                            /* split: [lo, seq) and [seq + 1, hi) */
+        int64_t end = g->hi;
+        g->hi = seq;
+        gap_insert(p, lo + 1, seq + 1, end);
+        return 1;
+    }
+    if (g->lo == g->hi) memmove(g, g + 1, (--p->ngaps - lo) * sizeof *p->gaps);
+    return 1;
 }
 
 /* ProducerStats.see of the Python client: 0 for a duplicate. */
@@ -576,12 +643,12 @@ static int see(producer_t *p, int64_t seq) {
         return 1;
     }
     if (seq > p->last) {
-        if (seq > p->last + 1) missing_add(p, p->last + 1, seq);
+        if (seq > p->last + 1) missing_add(p, p->last + 1, seq, 1);
         p->last = seq;
     } else if (missing_take(p, seq)) {
         p->reordered++;
     } else if (seq < p->first) {
-        missing_add(p, seq + 1, p->first);
+        missing_add(p, seq + 1, p->first, 0);
         p->first = seq;
         p->reordered++;
     } else {
@@ -715,6 +782,15 @@ static void row_seconds(char *row, size_t *n, double t) {
     row_micros(row, n, seconds * 1000000 + (int64_t)us);
 }
 
+/* A message's string (or none) that a trace row can hold as it is: printable ASCII, at most `max` bytes. */
+static int text_span(const char *v, size_t len, size_t max) {
+    if (!v) return 1;
+    if (len > max) return 0;
+    for (size_t i = 0; i < len; i++)
+        if (v[i] < 0x20 || v[i] > 0x7e) return 0;
+    return 1;
+}
+
 static void deliver(sub_t *sb, natsMsg *m, int64_t received_ns) {
     subscriber_t *s = &subscribers[sb->subscriber];
     const char *data = natsMsg_GetData(m);
@@ -730,13 +806,21 @@ static void deliver(sub_t *sb, natsMsg *m, int64_t received_ns) {
     }
     const char *pv = ps.v, *seqv = seqs.v, *tv = ts.v, *sv = ss.v, *idv = id.v;
     size_t plen = ps.len, seqlen = seqs.len, tlen = ts.len, slen = ss.len, idlen = id.len;
+    /* the strings go into trace rows and summaries whole (row_json keeps 150 bytes: a longer escaped
+     * string could be cut inside an escape) and must read as text there */
+    if (!text_span(pv, plen, 127) || !text_span(sv, slen, 150) || !text_span(idv, idlen, 150)) {
+        s->malformed++;
+        return;
+    }
     memcpy(num, seqv, seqlen); num[seqlen] = 0;
     char *endp;
+    errno = 0;
     int64_t seq = strtoll(num, &endp, 10);
-    if (*endp) { s->malformed++; return; }
+    /* a publisher numbers from 0; past SEQ_MAX a hole's bounds could overflow */
+    if (errno || endp == num || *endp || seq < 0 || seq > SEQ_MAX) { s->malformed++; return; }
     memcpy(num, tv, tlen); num[tlen] = 0;
     double sent = strtod(num, &endp);
-    if (*endp) { s->malformed++; return; }
+    if (endp == num || *endp || !isfinite(sent)) { s->malformed++; return; }
     if (!sb->seen) {
         sb->seen = 1;
         say("first %d %.6f", sb->sid, received_ns / 1e9);
@@ -858,8 +942,10 @@ static int free_sub(void) {
     return -1;
 }
 
-static char stdin_buf[1 << 20];
-static size_t stdin_len;
+/* stdin: LINE_MAX_ + max_payload bytes and room to read more (allocated at the start) */
+static char *stdin_buf;
+static size_t stdin_cap, stdin_len, max_payload = 1 << 20;
+static int stdin_dropping;        /* inside an over-long line: its bytes are dropped up to its newline */
 
 static void summary(int64_t req, int idx) {
     if (idx >= 0 && idx < MAX_CLIENTS && publishers[idx].used) {
@@ -875,9 +961,9 @@ static void summary(int64_t req, int idx) {
             char name[192];
             json_str(name, sizeof name, p->name);
             fprintf(stdout, "%s%s:{\"received\":%" PRId64 ",\"first\":%" PRId64 ",\"last\":%" PRId64
-                    ",\"lost\":%zu,\"duplicates\":%" PRId64 ",\"reordered\":%" PRId64 "}", i ? "," : "", name,
-                    p->received, p->first, p->last, p->nmissing, p->duplicates, p->reordered);
-            lost += p->nmissing, dup += p->duplicates, reord += p->reordered;
+                    ",\"lost\":%" PRId64 ",\"duplicates\":%" PRId64 ",\"reordered\":%" PRId64 "}", i ? "," : "", name,
+                    p->received, p->first, p->last, p->lost, p->duplicates, p->reordered);
+            lost += p->lost, dup += p->duplicates, reord += p->reordered;
         }
         fprintf(stdout, "},\"brokers\":{");
         for (int b = 0; b < s->nbrokers; b++) {
@@ -887,28 +973,122 @@ static void summary(int64_t req, int idx) {
         }
         say("},\"lost\":%" PRId64 ",\"duplicates\":%" PRId64 ",\"reordered\":%" PRId64 "}", lost, dup, reord);
     } else {
-        say("err %" PRId64 " no client %d", req, idx);
+        refuse(req, "no client %d", idx);
     }
 }
 
-static int command(char *line, char *data, size_t dlen) {
-    char *argv[16];
-    int argc = 0;
-    for (char *t = strtok(line, " "); t && argc < 16; t = strtok(NULL, " ")) argv[argc++] = t;
-    if (!argc) return 0;
-    const char *op = argv[0];
-    int64_t req = argc > 1 ? strtoll(argv[1], NULL, 10) : 0;
-    if (!strcmp(op, "exit")) return 1;
-    if (!strcmp(op, "pub") && argc == 4) {
-        conn_t *c = conn_get(atoi(argv[1]));
-        if (c && c->nc) natsConnection_Publish(c->nc, argv[2], data, (int)dlen);
+/* -- the command line, parsed by a pure function (nothing but its arguments), so it can be fuzzed ----
+ * Each command's words after its name, one letter a word: r a request id (1..INT64_MAX), i an id
+ * (0..INT_MAX), I an id or "-" (-1), n a payload's length (0..max_payload), d a finite number, m
+ * "drain" or "now", s any word. A line that does not match its command's words is refused whole. */
+enum { OP_EXIT, OP_PUB, OP_CONNECT, OP_SUB, OP_DSUB, OP_UNSUB, OP_FLUSH, OP_CLOSE, OP_SUBSCRIBER,
+       OP_PUBLISHER, OP_ROUTE, OP_HALT, OP_SUMMARY, OP_FORGET, NOPS };
+static const struct { const char *name, *words; } OPS[NOPS] = {
+    [OP_EXIT] = {"exit", ""}, [OP_PUB] = {"pub", "isn"}, [OP_CONNECT] = {"connect", "rissi"},
+    [OP_SUB] = {"sub", "riis"}, [OP_DSUB] = {"dsub", "riisi"}, [OP_UNSUB] = {"unsub", "ri"},
+    [OP_FLUSH] = {"flush", "ri"}, [OP_CLOSE] = {"close", "rim"}, [OP_SUBSCRIBER] = {"subscriber", "risssss"},
+    [OP_PUBLISHER] = {"publisher", "risssdiddI"}, [OP_ROUTE] = {"route", "riI"}, [OP_HALT] = {"halt", "ri"},
+    [OP_SUMMARY] = {"summary", "ri"}, [OP_FORGET] = {"forget", "ri"},
+};
+#define MAX_WORDS 12
+#define BLANKS " \t\r\v\f"
+
+typedef struct {
+    int op, argc;
+    char *argv[MAX_WORDS];        /* argv[0]: the command's name */
+    int64_t req;                  /* 0: none (pub, exit), or not readable */
+    int64_t n[MAX_WORDS];         /* word k's integer (r, i, I, n) */
+    double d[MAX_WORDS];          /* word k's number (d) */
+} cmd_t;
+
+/* A whole decimal integer in [lo, hi] (no sign but '-', no blanks, no rest), or -1. */
+static int parse_i64(const char *w, int64_t lo, int64_t hi, int64_t *out) {
+    if (!(*w == '-' || (*w >= '0' && *w <= '9'))) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(w, &end, 10);
+    if (errno || end == w || *end || v < lo || v > hi) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_number(const char *w, double *out) {
+    if (!(*w == '-' || *w == '.' || (*w >= '0' && *w <= '9'))) return -1;
+    char *end;
+    errno = 0;
+    double v = strtod(w, &end);
+    if (errno || end == w || *end || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* `line` (len bytes and a NUL; its words are cut in place) into `c`: 0, 1 for a blank line, or -1
+ * with `why` (and c->req when the line named one). Pure: it reads nothing else. */
+static int parse_command(char *line, size_t len, size_t max_payload, cmd_t *c, char *why, size_t wlen) {
+    memset(c, 0, sizeof *c);
+    c->op = -1;
+    int nul = memchr(line, 0, len) != NULL;           /* before strtok_r writes its own */
+    char *save = NULL;
+    for (char *t = strtok_r(line, BLANKS, &save); t; t = strtok_r(NULL, BLANKS, &save)) {
+        if (c->argc == MAX_WORDS) { snprintf(why, wlen, "more than %d words", MAX_WORDS); return -1; }
+        c->argv[c->argc++] = t;
+    }
+    if (!c->argc) return 1;
+    for (int op = 0; op < NOPS; op++)
+        if (!strcmp(c->argv[0], OPS[op].name)) c->op = op;
+    if (c->op < 0) { snprintf(why, wlen, "unknown command '%.40s'", c->argv[0]); return -1; }
+    const char *words = OPS[c->op].words;
+    if (words[0] == 'r' && c->argc > 1 && parse_i64(c->argv[1], 1, INT64_MAX, &c->req)) c->req = 0;
+    /* the words end at a NUL (strtok_r stops there): the line is refused, its words only name it */
+    if (nul) { snprintf(why, wlen, "a NUL byte in the line"); return -1; }
+    if (c->argc != 1 + (int)strlen(words)) {
+        snprintf(why, wlen, "%s takes %d words, not %d", OPS[c->op].name, (int)strlen(words), c->argc - 1);
+        return -1;
+    }
+    for (int k = 1; k < c->argc; k++) {
+        const char *w = c->argv[k];
+        int bad = 0;
+        switch (words[k - 1]) {
+        case 'r': bad = parse_i64(w, 1, INT64_MAX, &c->n[k]); break;
+        case 'i': bad = parse_i64(w, 0, INT_MAX, &c->n[k]); break;
+        case 'I': if (strcmp(w, "-")) bad = parse_i64(w, 0, INT_MAX, &c->n[k]); else c->n[k] = -1; break;
+        case 'n': bad = parse_i64(w, 0, (int64_t)max_payload, &c->n[k]); break;
+        case 'd': bad = parse_number(w, &c->d[k]); break;
+        case 'm': bad = strcmp(w, "drain") && strcmp(w, "now"); break;
+        default: break;
+        }
+        if (bad) {
+            snprintf(why, wlen, "%s: word %d '%.40s' is not %s", OPS[c->op].name, k, w,
+                     words[k - 1] == 'n' ? "a payload length within the limit" : words[k - 1] == 'd' ? "a finite number"
+                     : words[k - 1] == 'm' ? "drain or now" : "an id in range");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The publisher's checks the parser cannot make: a rate and a start that keep the open loop's
+ * catching up bounded (every message due is sent in one wake), a size within a message's limit. */
+#define MAX_RATE 1e6
+#define MAX_BACKLOG 1e6
+
+static int command(cmd_t *cmd, char *data, size_t dlen) {
+    char **argv = cmd->argv;
+    int64_t *n = cmd->n, req = cmd->req;
+    switch (cmd->op) {
+    case OP_EXIT:
+        return 1;
+    case OP_PUB: {
+        conn_t *c = conn_get((int)n[1]);
+        natsConnection *nc = c ? c->nc : NULL;
+        if (nc) natsConnection_Publish(nc, argv[2], data, (int)dlen);
         return 0;
     }
-    if (!strcmp(op, "connect") && argc == 6) {
-        int id = atoi(argv[2]);
+    case OP_CONNECT: {
+        int id = (int)n[2];
         /* ids only grow (engine.py's counter); a slot is the id modulo MAX_CONNS, busy only while a
          * connection outlives 4096 newer ones */
-        if (id < 0 || conns[id % MAX_CONNS]) { say("err %" PRId64 " connection %d: its slot is in use", req, id); return 0; }
+        if (conns[id % MAX_CONNS]) { refuse(req, "connection %d: its slot is in use", id); return 0; }
         conn_t *c = calloc(1, sizeof *c);
         connect_job_t *job = calloc(1, sizeof *job);
         if (!c || !job) abort();
@@ -917,60 +1097,68 @@ static int command(char *line, char *data, size_t dlen) {
         snprintf(c->inbox, sizeof c->inbox, "_EF.%d.%d.%" PRIu64, getpid(), id, ++seq_marker);
         conns[id % MAX_CONNS] = c;
         if (id % MAX_CONNS >= conns_hi) conns_hi = id % MAX_CONNS + 1;
-        job->conn = c, job->req = req, job->timeout_ms = atoi(argv[5]);
+        job->conn = c, job->req = req, job->timeout_ms = (int)n[5];
         snprintf(job->url, sizeof job->url, "%s", argv[3]);
         pthread_t t;
         pthread_attr_t attr;
         pthread_attr_init(&attr);
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        if (pthread_create(&t, &attr, connect_thread, job)) { say("err %" PRId64 " no thread", req); free(job); }
+        if (pthread_create(&t, &attr, connect_thread, job)) {
+            refuse(req, "no thread");
+            conns[id % MAX_CONNS] = NULL;
+            free(job);
+            free(c);
+        }
         pthread_attr_destroy(&attr);
         return 0;
     }
-    if ((!strcmp(op, "sub") && argc == 5) || (!strcmp(op, "dsub") && argc == 6)) {
-        conn_t *c = conn_get(atoi(argv[3]));
-        int slot = free_sub(), data_sub = !strcmp(op, "dsub");
-        int who = data_sub ? atoi(argv[5]) : -1;
-        if (!c || !c->nc || slot < 0 || (data_sub && (who < 0 || who >= MAX_CLIENTS || !subscribers[who].used))) {
-            say("err %" PRId64 " no such connection or subscriber", req);
+    case OP_SUB:
+    case OP_DSUB: {
+        conn_t *c = conn_get((int)n[3]);
+        natsConnection *nc = c ? c->nc : NULL;
+        int slot = free_sub(), data_sub = cmd->op == OP_DSUB;
+        int who = data_sub ? (int)n[5] : -1;
+        if (!nc || slot < 0 || (data_sub && (who >= MAX_CLIENTS || !subscribers[who].used))) {
+            refuse(req, "no such connection or subscriber");
             return 0;
         }
-        natsStatus s = natsConnection_SubscribeSync(&subs[slot].sub, c->nc, argv[4]);
-        if (s != NATS_OK) { say("err %" PRId64 " %s", req, natsStatus_GetText(s)); return 0; }
+        natsStatus s = natsConnection_SubscribeSync(&subs[slot].sub, nc, argv[4]);
+        if (s != NATS_OK) { refuse(req, "%s", natsStatus_GetText(s)); return 0; }
         natsSubscription_SetPendingLimits(subs[slot].sub, -1, -1);   /* the engine reads every tick */
-        subs[slot].used = 1, subs[slot].sid = atoi(argv[2]), subs[slot].kind = data_sub, subs[slot].conn = c;
+        subs[slot].used = 1, subs[slot].sid = (int)n[2], subs[slot].kind = data_sub, subs[slot].conn = c;
         subs[slot].subscriber = who, subs[slot].seen = 0, subs[slot].broker_slot = -1;
         say("ok %" PRId64, req);
         return 0;
     }
-    if (!strcmp(op, "unsub") && argc == 3) {
-        int i = find_sub(atoi(argv[2]));
+    case OP_UNSUB: {
+        int i = find_sub((int)n[2]);
         if (i >= 0) { natsSubscription_Unsubscribe(subs[i].sub); natsSubscription_Destroy(subs[i].sub); subs[i].used = 0; }
         say("ok %" PRId64, req);
         return 0;
     }
-    if (!strcmp(op, "flush") && argc == 3) {
-        conn_t *c = conn_get(atoi(argv[2]));
-        if (!c || !c->nc) say("err %" PRId64 " no connection", req);
+    case OP_FLUSH: {
+        conn_t *c = conn_get((int)n[2]);
+        if (!c || !c->nc) refuse(req, "no connection");
         else send_marker(c, req, 0);
         return 0;
     }
-    if (!strcmp(op, "close") && argc == 4) {
-        conn_t *c = conn_get(atoi(argv[2]));
+    case OP_CLOSE: {
+        conn_t *c = conn_get((int)n[2]);
         if (!c) { say("ok %" PRId64, req); return 0; }
-        if (!strcmp(argv[3], "drain") && c->nc && natsConnection_Status(c->nc) == NATS_CONN_STATUS_CONNECTED) {
+        natsConnection *nc = c->nc;
+        if (!strcmp(argv[3], "drain") && nc && natsConnection_Status(nc) == NATS_CONN_STATUS_CONNECTED) {
             send_marker(c, req, 1);
         } else {
-            if (!c->nc) { say("err %" PRId64 " still connecting", req); return 0; }
+            if (!nc) { refuse(req, "still connecting"); return 0; }
             conn_close(c);
             say("ok %" PRId64, req);
         }
         return 0;
     }
-    if (!strcmp(op, "subscriber") && argc == 8) {
-        int idx = atoi(argv[2]);
-        if (idx < 0 || idx >= MAX_CLIENTS || subscribers[idx].used || publishers[idx].used) {
-            say("err %" PRId64 " client %d exists", req, idx);
+    case OP_SUBSCRIBER: {
+        int idx = (int)n[2];
+        if (idx >= MAX_CLIENTS || subscribers[idx].used || publishers[idx].used) {
+            refuse(req, "client %d exists or is out of range", idx);
             return 0;
         }
         subscriber_t *s = &subscribers[idx];
@@ -979,7 +1167,7 @@ static int command(char *line, char *data, size_t dlen) {
         if (idx >= clients_hi) clients_hi = idx + 1;
         if (strcmp(argv[3], "-")) {
             if (out_open(&s->trace, argv[3])) {
-                say("err %" PRId64 " %s: %s", req, argv[3], strerror(errno));
+                refuse(req, "%s: %s", argv[3], strerror(errno));
                 s->used = 0;
                 return 0;
             }
@@ -995,10 +1183,17 @@ static int command(char *line, char *data, size_t dlen) {
         say("ok %" PRId64, req);
         return 0;
     }
-    if (!strcmp(op, "publisher") && argc == 11) {
-        int idx = atoi(argv[2]);
-        if (idx < 0 || idx >= MAX_CLIENTS || publishers[idx].used || subscribers[idx].used) {
-            say("err %" PRId64 " client %d exists", req, idx);
+    case OP_PUBLISHER: {
+        int idx = (int)n[2];
+        double rate = cmd->d[6], start = cmd->d[8], duration = cmd->d[9];
+        if (idx >= MAX_CLIENTS || publishers[idx].used || subscribers[idx].used) {
+            refuse(req, "client %d exists or is out of range", idx);
+            return 0;
+        }
+        if (!(rate > 0 && rate <= MAX_RATE) || n[7] > (int64_t)max_payload || duration < 0
+            || (now_ns() / 1e9 - start) * rate > MAX_BACKLOG) {
+            refuse(req, "bad publisher: rate in (0, %g], size at most %zu, duration >= 0, at most %g messages "
+                   "due at its start", MAX_RATE, max_payload, MAX_BACKLOG);
             return 0;
         }
         publisher_t *p = &publishers[idx];
@@ -1006,27 +1201,22 @@ static int command(char *line, char *data, size_t dlen) {
         snprintf(p->subject, sizeof p->subject, "%s", argv[3]);
         snprintf(p->name, sizeof p->name, "%s", argv[4]);
         snprintf(p->site, sizeof p->site, "%s", word(argv[5]));
-        p->rate = strtod(argv[6], NULL), p->size = atoi(argv[7]);
-        p->start = strtod(argv[8], NULL), p->duration = strtod(argv[9], NULL);
-        if (!(p->rate > 0) || p->size < 0 || p->size > (1 << 24) || !(p->duration >= 0)) {
-            say("err %" PRId64 " bad publisher", req);
-            return 0;
-        }
+        p->rate = rate, p->size = (int)n[7], p->start = start, p->duration = duration;
         p->buf = malloc(p->size + ROW_MAX);
         if (!p->buf) abort();
         memset(p->buf, 'x', p->size + ROW_MAX);
         p->used = 1, p->idx = idx;
         if (idx >= clients_hi) clients_hi = idx + 1;
-        conn_t *c = strcmp(argv[10], "-") ? conn_get(atoi(argv[10])) : NULL;
+        conn_t *c = n[10] >= 0 ? conn_get((int)n[10]) : NULL;
         p->route = c && c->nc ? c : NULL;
         say("ok %" PRId64, req);
         return 0;
     }
-    if (!strcmp(op, "route") && argc == 4) {
-        int idx = atoi(argv[2]);
-        publisher_t *p = idx >= 0 && idx < MAX_CLIENTS && publishers[idx].used ? &publishers[idx] : NULL;
-        conn_t *c = strcmp(argv[3], "-") ? conn_get(atoi(argv[3])) : NULL;
-        if (!p || (strcmp(argv[3], "-") && (!c || !c->nc))) { say("err %" PRId64 " no such publisher or connection", req); return 0; }
+    case OP_ROUTE: {
+        int idx = (int)n[2];
+        publisher_t *p = idx < MAX_CLIENTS && publishers[idx].used ? &publishers[idx] : NULL;
+        conn_t *c = n[3] >= 0 ? conn_get((int)n[3]) : NULL;
+        if (!p || (n[3] >= 0 && (!c || !c->nc))) { refuse(req, "no such publisher or connection"); return 0; }
         if (!c) {
             if (p->route) p->held_from = p->seq;
             p->route = NULL;
@@ -1040,23 +1230,22 @@ static int command(char *line, char *data, size_t dlen) {
         send_marker(c, req, 0);
         return 0;
     }
-    if (!strcmp(op, "halt") && argc == 3) {
-        int idx = atoi(argv[2]);
-        if (idx >= 0 && idx < MAX_CLIENTS && publishers[idx].used) publishers[idx].halted = 1;
+    case OP_HALT: {
+        int idx = (int)n[2];
+        if (idx < MAX_CLIENTS && publishers[idx].used) publishers[idx].halted = 1;
         say("ok %" PRId64, req);
         return 0;
     }
-    if (!strcmp(op, "summary") && argc == 3) {
-        summary(req, atoi(argv[2]));
+    case OP_SUMMARY:
+        summary(req, n[2] < MAX_CLIENTS ? (int)n[2] : -1);
         return 0;
-    }
-    if (!strcmp(op, "forget") && argc == 3) {   /* a subscriber that is done: its trace closed, its slot free */
-        int idx = atoi(argv[2]);
-        if (idx >= 0 && idx < MAX_CLIENTS && subscribers[idx].used) {
+    case OP_FORGET: {   /* a subscriber that is done: its trace closed, its slot free */
+        int idx = (int)n[2];
+        if (idx < MAX_CLIENTS && subscribers[idx].used) {
             subscriber_t *s = &subscribers[idx];
             int answered_later = s->trace.buf != NULL;
             out_close(&s->trace, req);       /* answered by the writer once the trace is complete */
-            for (size_t i = 0; i < s->nproducers; i++) free(s->producers[i].missing);
+            for (size_t i = 0; i < s->nproducers; i++) free(s->producers[i].gaps);
             free(s->producers);
             memset(s, 0, sizeof *s);
             if (answered_later) return 0;
@@ -1064,33 +1253,58 @@ static int command(char *line, char *data, size_t dlen) {
         say("ok %" PRId64, req);
         return 0;
     }
-    say("warn unknown command %s (%d words)", op, argc);
+    }
     return 0;
 }
 
-/* Lines from stdin; a "pub" line is followed by its LEN bytes of data. Returns 1 on exit/EOF. */
+/* An over-long line is dropped whole, up to its newline, and refused once, naming its request when its
+ * first words do. */
+static void refuse_long(const char *head, size_t have) {
+    char start[64];
+    size_t k = have < sizeof start - 1 ? have : sizeof start - 1;
+    memcpy(start, head, k);
+    start[k] = 0;
+    char *save = NULL, *op = strtok_r(start, BLANKS, &save), *second = op ? strtok_r(NULL, BLANKS, &save) : NULL;
+    int64_t req = 0;
+    if (!op || !second || !strcmp(op, "pub") || parse_i64(second, 1, INT64_MAX, &req)) req = 0;
+    refuse(req, "a line over %d bytes: dropped", LINE_MAX_ - 1);
+}
+
+/* Lines from stdin; a "pub" line is followed by its LEN bytes of data (at most max_payload: the buffer
+ * holds a whole line and its data). Returns 1 on exit/EOF. A refused "pub" line's data is not
+ * skipped (its length is what was refused): it is read as lines, each refused unless it is one. */
 static int read_commands(void) {
-    ssize_t n = read(0, stdin_buf + stdin_len, sizeof stdin_buf - stdin_len);
-    if (n == 0) return 1;
-    if (n < 0) return errno == EAGAIN || errno == EINTR ? 0 : 1;
-    stdin_len += n;
+    ssize_t got = read(0, stdin_buf + stdin_len, stdin_cap - stdin_len);
+    if (got == 0) return 1;
+    if (got < 0) return errno == EAGAIN || errno == EINTR ? 0 : 1;
+    stdin_len += got;
     size_t off = 0;
     for (;;) {
-        char *nl = memchr(stdin_buf + off, '\n', stdin_len - off);
-        if (!nl) break;
-        size_t llen = nl - (stdin_buf + off), dlen = 0;
-        char line[LINE_MAX_];
-        if (llen >= sizeof line) llen = sizeof line - 1;
-        memcpy(line, stdin_buf + off, llen);
-        line[llen] = 0;
-        if (!strncmp(line, "pub ", 4)) {
-            const char *last = strrchr(line, ' ');
-            dlen = strtoull(last + 1, NULL, 10);
-            if ((size_t)(nl + 1 - stdin_buf) + dlen > stdin_len) break;   /* the data is not all here yet */
+        char *at = stdin_buf + off;
+        size_t have = stdin_len - off;
+        char *nl = memchr(at, '\n', have);
+        if (stdin_dropping) {                         /* the rest of an over-long line */
+            if (!nl) { off = stdin_len; break; }
+            stdin_dropping = 0;
+            off = nl + 1 - stdin_buf;
+            continue;
         }
-        int stop = command(line, nl + 1, dlen);
+        if (!nl) {
+            if (have >= LINE_MAX_) { refuse_long(at, have); stdin_dropping = 1; off = stdin_len; }
+            break;
+        }
+        size_t llen = nl - at;
+        if (llen >= LINE_MAX_) { refuse_long(at, llen); off = nl + 1 - stdin_buf; continue; }
+        char line[LINE_MAX_], why[256];
+        memcpy(line, at, llen);
+        line[llen] = 0;
+        cmd_t cmd;
+        int parsed = parse_command(line, llen, max_payload, &cmd, why, sizeof why);
+        size_t dlen = parsed == 0 && cmd.op == OP_PUB ? (size_t)cmd.n[3] : 0;
+        if (have - llen - 1 < dlen) break;            /* the data is not all here yet (it fits) */
         off = (nl + 1 - stdin_buf) + dlen;
-        if (stop) return 1;
+        if (parsed < 0) refuse(cmd.req, "%s", why);
+        else if (parsed == 0 && command(&cmd, nl + 1, dlen)) return 1;
     }
     memmove(stdin_buf, stdin_buf + off, stdin_len - off);
     stdin_len -= off;
@@ -1110,9 +1324,9 @@ static void handle_events(void) {
             natsStatus s = natsConnection_SubscribeSync(&c->marker, c->nc, c->inbox);
             c->open = s == NATS_OK;
             if (c->open) say("ok %" PRId64, e->req);
-            else say("err %" PRId64 " marker subscription: %s", e->req, natsStatus_GetText(s));
+            else refuse(e->req, "marker subscription: %s", natsStatus_GetText(s));
         } else if (e->kind == 2) {
-            say("err %" PRId64 " %s", e->req, e->text);
+            refuse(e->req, "%s", e->text);
             if (c) { conns[c->id % MAX_CONNS] = NULL; free(c); }
         } else if (e->kind == 3 && c && !c->closing) say("lost %d", c->id);
         else if (e->kind == 4 && c && !c->closing) say("back %d", c->id);
@@ -1144,9 +1358,11 @@ static int64_t receive_stamp(int fd) {
 }
 
 static void read_conn(conn_t *c) {
-    if (!c->nc || c->fd < 0) return;
-    c->ts_ns = receive_stamp(c->fd);
-    natsConnection_ProcessReadEvent(c->nc);
+    natsConnection *nc = c->nc;   /* one load each: libnats's threads may change them meanwhile */
+    int fd = c->fd;
+    if (!nc || fd < 0) return;
+    c->ts_ns = receive_stamp(fd);
+    natsConnection_ProcessReadEvent(nc);
     natsMsg *m;
     if (c->marker)
         while (natsSubscription_NextMsg(&m, c->marker, 0) == NATS_OK) {
@@ -1180,25 +1396,29 @@ static void read_conn(conn_t *c) {
 
 int main(int argc, char **argv) {
     const char *health_path = NULL;
+    int64_t tick_us = tick_ns / 1000, holdoff_us = read_holdoff_ns / 1000, nice_arg = 0, rt_arg = 0,
+            payload_arg = (int64_t)max_payload;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tick-us") && i + 1 < argc) tick_ns = strtoll(argv[++i], NULL, 10) * 1000;
-        else if (!strcmp(argv[i], "--read-holdoff-us") && i + 1 < argc) read_holdoff_ns = strtoll(argv[++i], NULL, 10) * 1000;
-        else if (!strcmp(argv[i], "--health") && i + 1 < argc) health_path = argv[++i];
-        else if (!strcmp(argv[i], "--nice") && i + 1 < argc) nice_value = (int)strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--rt-prio") && i + 1 < argc) rt_prio = (int)strtol(argv[++i], NULL, 10);
-        else {
-            fprintf(stderr, "usage: engine [--tick-us N] [--read-holdoff-us N] [--health FILE] [--nice N] [--rt-prio N]\n");
+        int bad = i + 1 >= argc;
+        if (bad) {}
+        else if (!strcmp(argv[i], "--tick-us")) bad = parse_i64(argv[++i], 1, 100000, &tick_us);
+        else if (!strcmp(argv[i], "--read-holdoff-us")) bad = parse_i64(argv[++i], 0, 100000, &holdoff_us);
+        else if (!strcmp(argv[i], "--health")) health_path = argv[++i];
+        else if (!strcmp(argv[i], "--nice")) bad = parse_i64(argv[++i], -20, 19, &nice_arg);
+        else if (!strcmp(argv[i], "--rt-prio")) bad = parse_i64(argv[++i], 0, 99, &rt_arg);
+        else if (!strcmp(argv[i], "--max-payload")) bad = parse_i64(argv[++i], 1, 64 << 20, &payload_arg);
+        else bad = 1;
+        if (bad) {
+            fprintf(stderr, "usage: engine [--tick-us 1..100000] [--read-holdoff-us 0..100000] [--health FILE] "
+                    "[--nice -20..19] [--rt-prio 0..99] [--max-payload 1..67108864]\n");
             return 2;
         }
     }
-    if (tick_ns < 1000 || tick_ns > 100000000) { fprintf(stderr, "engine: --tick-us must be in [1, 100000]\n"); return 2; }
-    if (read_holdoff_ns < 0 || read_holdoff_ns > 100000000) {
-        fprintf(stderr, "engine: --read-holdoff-us must be in [0, 100000]\n");
-        return 2;
-    }
+    tick_ns = tick_us * 1000, read_holdoff_ns = holdoff_us * 1000;
+    nice_value = (int)nice_arg, rt_prio = (int)rt_arg, max_payload = (size_t)payload_arg;
+    stdin_cap = LINE_MAX_ + max_payload + (1 << 16);
+    if (!(stdin_buf = malloc(stdin_cap))) { fprintf(stderr, "engine: no memory for the command buffer\n"); return 1; }
     if (health_path && out_open(&health, health_path)) { perror(health_path); return 2; }
-    if (nice_value < -20 || nice_value > 19) { fprintf(stderr, "engine: --nice must be in [-20, 19]\n"); return 2; }
-    if (rt_prio < 0 || rt_prio > 99) { fprintf(stderr, "engine: --rt-prio must be in [0, 99]\n"); return 2; }
     /* Before any thread starts: libnats's threads and ours inherit it. The engine's wakes are short
      * bursts whose lateness is every due message's: at a real-time priority (below the delay line's, so
      * the network still comes first) a wake preempts the emulated hosts' threads at once, where a nice

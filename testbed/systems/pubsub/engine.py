@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from testbed import procs
+from testbed.scenario.fields import NATS_MAX_PAYLOAD_B
 from testbed.systems.pubsub.client import Endpoint, Publisher, Subscriber
 
 SOURCE = Path(__file__).with_name("engine.c")
@@ -39,6 +40,9 @@ READ_HOLDOFF_US = 1000  # after a read, data alone wakes the engine again only t
 RT_PRIORITY = 5
 NICE = -10
 _TOKEN = re.compile(r"\S+")
+#: The longest payload a `pub` line may carry (nats-server's own limit): the engine sizes its command
+#: buffer by it and refuses a longer one (its data would then be read as command lines).
+MAX_PAYLOAD = NATS_MAX_PAYLOAD_B
 
 
 class EngineUnavailable(RuntimeError):
@@ -105,7 +109,7 @@ class Engine:
     async def start(self) -> "Engine":
         binary = ensure_built()
         argv = [str(binary), "--tick-us", str(int(self.tick_us)), "--read-holdoff-us", str(int(self.read_holdoff_us)),
-                "--nice", str(NICE), "--rt-prio", str(RT_PRIORITY)]
+                "--nice", str(NICE), "--rt-prio", str(RT_PRIORITY), "--max-payload", str(MAX_PAYLOAD)]
         if self.health:
             argv += ["--health", str(health_path(self.health))]
         self.process = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
@@ -238,6 +242,8 @@ class EngineConnection:
         return EngineSubscription(self.engine, sid)
 
     async def publish(self, subject: str, payload: bytes) -> None:
+        if len(payload) > MAX_PAYLOAD:
+            raise ValueError(f"a payload of {len(payload)} B is over the engine's limit of {MAX_PAYLOAD} B")
         self.engine.send(f"pub {self.id} {_token(subject, 'subject')} {len(payload)}", payload)
 
     async def flush(self, timeout: float = 30.0) -> None:
