@@ -171,7 +171,10 @@ CAUSE_TEXT = {
 OUTSIDE_CORES_MIN = 0.25
 #: Why clients were late, by what the CPU figures of their seconds show (`_why_late`).
 WHY_LATE = {
-    "outside": "processes outside the run used up to {cores:.2f} cores{names}: outside load, not this run's",
+    "outside": "processes outside the run took up to {cores:.2f} cores{names}: repeat it on a quiet machine",
+    "load": "the machine cannot offer this load",
+    "own": "the CPU was at least {idle:.0f} % idle: the run's own processes fell behind, not the machine's capacity",
+} cores{names}: outside load, not this run's",
     "load": "the machine cannot offer this load",
     "own": "with the CPU at least {idle:.0f} % idle: the run's own processes fell behind, not the machine's capacity",
 }
@@ -257,10 +260,10 @@ def _why_late(idle_min: float | None, outside: float, names: dict, causes: list[
     if outside >= OUTSIDE_CORES_MIN:
         top = sorted(names.items(), key=lambda kv: -kv[1])[:3]
         listed = f" ({', '.join(f'{n} {c:.2f}' for n, c in top)})" if top else ""
-        return ": " + WHY_LATE["outside"].format(cores=outside, names=listed)
+        return "; " + WHY_LATE["outside"].format(cores=outside, names=listed)
     if "cpu" in causes or idle_min < 2 * BUDGET.cpu_idle_min:
-        return ": " + WHY_LATE["load"]
-    return ", " + WHY_LATE["own"].format(idle=100 * idle_min)
+        return "; " + WHY_LATE["load"]
+    return "; " + WHY_LATE["own"].format(idle=100 * idle_min)
 
 
 def _format(cause: str, worst: float | None) -> str:

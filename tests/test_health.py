@@ -51,10 +51,10 @@ def test_intervals_merge_consecutive_seconds_and_word_the_worst_value():
     rows += [second(9), second(10, cpu_idle=0.0), second(11)]
     found = health.intervals(rows)
     assert [(i["from_s"], i["to_s"]) for i in found] == [(5.0, 9.0), (10.0, 11.0)]
-    assert found[0]["cause"] == ("publishers late by up to 8.0 s, with the CPU at least 50 % idle: the run's own "
+    assert found[0]["cause"] == ("publishers late by up to 8.0 s; the CPU was at least 50 % idle: the run's own "
                                  "processes fell behind, not the machine's capacity")
     assert found[1]["causes"] == ["cpu"] and "0 % idle" in found[1]["cause"]
-    assert found[1]["cause"].endswith(": the machine cannot offer this load")
+    assert found[1]["cause"].endswith("; the machine cannot offer this load")
     assert "steal" not in found[0]["cause"] and found[0]["steal_ms"] == 0.0
 
 
@@ -63,15 +63,15 @@ def test_late_clients_are_blamed_on_what_the_cpu_figures_show():
     run took it; outside load is named with its processes; with CPU to spare, the run's own processes."""
     late = {"publisher_n": 100, "publisher_over": 90, "publisher_late_max_ms": 40.0}
     short = health.intervals([second(0, **late, cpu_idle=0.03, cpu_by_class={"clients": 1.9, "other": 0.05})])
-    assert short[0]["cause"].endswith(": the machine cannot offer this load")
+    assert short[0]["cause"].endswith("; the machine cannot offer this load")
     outside = health.intervals([second(0, **late, cpu_idle=0.02, cpu_by_class={"clients": 1.0, "other": 0.9},
                                        cpu_other_top={"cc1": 0.7, "make": 0.1})])
-    assert outside[0]["cause"].endswith("processes outside the run used up to 0.90 cores (cc1 0.70, make 0.10): "
-                                        "outside load, not this run's")
+    assert outside[0]["cause"].endswith("; processes outside the run took up to 0.90 cores (cc1 0.70, make 0.10): "
+                                        "repeat it on a quiet machine")
     spare = health.intervals([second(0, **late, cpu_idle=0.27, cpu_by_class={"clients": 1.0, "other": 0.45})])
-    assert "outside the run used up to 0.45 cores" in spare[0]["cause"]  # named, though the CPU was not short
+    assert "outside the run took up to 0.45 cores" in spare[0]["cause"]  # named, though the CPU was not short
     own = health.intervals([second(0, **late, cpu_idle=0.27)])
-    assert "at least 27 % idle: the run's own processes fell behind" in own[0]["cause"]
+    assert "; the CPU was at least 27 % idle: the run's own processes fell behind" in own[0]["cause"]
     assert "cannot offer" not in own[0]["cause"]
 
 
