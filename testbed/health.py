@@ -174,9 +174,6 @@ WHY_LATE = {
     "outside": "processes outside the run took up to {cores:.2f} cores{names}: repeat it on a quiet machine",
     "load": "the machine cannot offer this load",
     "own": "the CPU was at least {idle:.0f} % idle: the run's own processes fell behind, not the machine's capacity",
-} cores{names}: outside load, not this run's",
-    "load": "the machine cannot offer this load",
-    "own": "with the CPU at least {idle:.0f} % idle: the run's own processes fell behind, not the machine's capacity",
 }
 
 #: Appended to a saturated interval's cause when the hypervisor took CPU from the VM in it (/proc/stat
