@@ -14,7 +14,6 @@ from functools import cache
 from importlib import resources
 
 import numpy as np
-from sklearn.cluster import KMeans
 
 EARTH_RADIUS_M = 6_371_000.0
 
@@ -60,6 +59,8 @@ def mec_zones(count: int, seed: int, dataset: str = "atlanta") -> list[Zone]:
         raise ValueError(f"{count} zones asked for but the {dataset} data has only {len(points)} towers")
     projection = Projection(points)
     xy = projection.to_xy(points)
+    from sklearn.cluster import KMeans  # here, not at import: it costs every `testbed` command ~0.7 s
+
     model = KMeans(n_clusters=count, random_state=seed, n_init=10).fit(xy)
     centres = projection.to_latlon(model.cluster_centers_)
     sizes = np.bincount(model.labels_, minlength=count)
