@@ -19,7 +19,7 @@ from testbed.emulation import cleanup, installed
 from testbed.emulation.backends.containernet import image_problems
 from testbed.probe import pairs_of_interest
 from testbed.scenario.loader import load
-from tests.live import measured_held, probe_beyond_bounds_ms, probe_failures
+from tests.live import judged_seconds, measured_held, probe_beyond_bounds_ms, probe_failures
 from tests.needs import containernet_missing
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +71,12 @@ def test_the_pub_sub_system_runs_in_containers_and_survives_a_broker_crash(harne
           f"{summary['expected_deliveries']}")
     assert summary["expected_deliveries"] > 1000 and summary["delivered"] >= 0.9 * summary["expected_deliveries"]
     assert summary["rounds_failed"] == 0
+    # the harness judged the run in containers as it does on namespaces: health rows for the workload's
+    # seconds, CPU per class (processes started by `docker exec` are the host's processes too)
+    harness = summary["harness"]
+    print(f"containernet harness: {harness['validity']}, cpu by class {harness['cpu_by_class']}")
+    assert judged_seconds(out) >= 10 and harness["seconds"] >= 10 and harness["stalls_measured"]
+    assert harness["cpu_by_class"].get("clients", 0) > 0 and harness["cpu_by_class"].get("relays", 0) > 0
     # Every topic of the one swarm sits on bzone1 (its zone) when it is killed; they are re-placed by
     # fencing the dead broker (not migrated: nothing is left to release), and every member's client
     # of every topic comes back. The counts come from the scenario, not from an old run.
