@@ -215,3 +215,16 @@ def test_a_scenario_that_asks_for_mininet_is_not_re_run(usable, tmp_path):
     assert choose.reexec_argv(["run", str(scenario)]) is None
     scenario.write_text("name: s\nemulation: {backend: auto}\n")
     assert choose.reexec_argv(["run", str(scenario)]) is not None
+
+
+def test_a_venv_without_the_projects_requirements_is_no_silent_fallback(monkeypatch):
+    """`auto` then runs on namespaces, and the run's first line says why: what the venv lacks and the
+    command that installs it; `--backend containernet` refuses with the same words."""
+    lacking = installed.Install("/opt/cn-venv/bin/python", "the documented location", missing=("pydantic",))
+    monkeypatch.setattr(installed, "find_containernet", lambda: lacking)
+    monkeypatch.setattr(installed, "containernet_importable_here", lambda: (False, "no"))
+    monkeypatch.setattr(installed, "docker_engine_running", lambda: True)
+    for choice in (choose.choose_backend(), choose.choose_backend("containernet")):
+        assert choice.value != "containernet"
+        assert "not the project's requirements pydantic" in choice.reason and "containernet-deps" in choice.reason
+    assert choose.reexec_argv(["run", "x.yaml"]) is None
