@@ -14,7 +14,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt browser bench-view venv scenario test test-long sanitize figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers benches
+.PHONY: setup apt browser bench-view venv scenario test test-long test-containernet containernet sanitize figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers benches
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -48,8 +48,8 @@ scenario: setup  ## the default smoke scenario end to end, then its figures (SCE
 # Two workers, whole files each (a file's shared live run stays shared; a live test has the machine
 # to itself: tests/machine.py); TEST_ARGS adds pytest flags.
 PYTEST_WORKERS ?= 2
-test: setup browser  ## the test suite but its long live runs (namespace tests need root; Containernet tests skip with the reason)
-	$(BIN)/python -m pytest -q -ra --durations=25 -n $(PYTEST_WORKERS) --dist loadfile -m "not long" $(TEST_ARGS)
+test: setup browser  ## the test suite but its long live runs and the Containernet tests (namespace tests need root)
+	$(BIN)/python -m pytest -q -ra --durations=25 -n $(PYTEST_WORKERS) --dist loadfile -m "not long and not containernet" $(TEST_ARGS)
 
 test-long: setup browser  ## the long live runs: failover faults, durable topics, MMOG, runs over namespace-servers, two runs at once, a run past capacity
 	$(BIN)/python -m pytest -q -ra --durations=25 -m long $(TEST_ARGS)
@@ -78,9 +78,19 @@ images: venv  ## Docker images for the Containernet backend (bootstraps the base
 	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 	$(BIN)/python -m testbed.emulation.images build
 
-containernet-deps:  ## the project's requirements into the Containernet venv (CN_PYTHON), its pins kept
-	@test -x $(CN_PYTHON) || { echo "no Containernet venv at $(CN_PYTHON): install it first (docs/containernet.md)"; exit 2; }
-	$(CN_PYTHON) -m pip install -q -r requirements.txt -c images/containernet-constraints.txt
+# docs/containernet.md's install, steps 1-5 (images/install-containernet): packages, the source unpacked outside
+# the project, /opt/cn-venv with the pins, the project's requirements there, the engine and the images.
+containernet: venv  ## Containernet for the Docker backend (CONTAINERNET_SRC=<checkout of the pinned commit, or its tarball>)
+	CONTAINERNET_SRC="$(CONTAINERNET_SRC)" images/install-containernet
+
+containernet-deps:  ## the project's requirements into the Containernet venv (CN_PYTHON), its pins kept, selenium left out
+	@test -x $(CN_PYTHON) || { echo "no Containernet venv at $(CN_PYTHON): make containernet CONTAINERNET_SRC=... (docs/containernet.md)"; exit 2; }
+	mkdir -p build && $(PYTHON) testbed/emulation/installed.py requirements > build/containernet-requirements.txt
+	$(CN_PYTHON) -m pip install -q -r build/containernet-requirements.txt -c images/containernet-constraints.txt
+
+# The Containernet tests; TESTBED_REQUIRE_CONTAINERNET=1 (CI, after `make containernet`) turns their skips into failures.
+test-containernet: venv  ## the Containernet backend's tests (make containernet first)
+	$(BIN)/python -m pytest -q -ra --durations=10 -m containernet $(TEST_ARGS)
 
 doctor: venv
 	$(BIN)/testbed doctor

@@ -3,7 +3,8 @@
 - `spark`: a small local SparkSession for the PySpark jobs (analysis tests), one per test process
   (a JVM start costs ~10 s), skipping without pyspark or Java;
 - `cn_python`: the interpreter that has Containernet, skipping (with what is missing) where it is
-  not installed, not root, or the Docker engine or base image is absent.
+  not installed, not root, or the Docker engine or base image is absent; `tests.needs.containernet_missing()`
+  is that skip, a failure where $TESTBED_REQUIRE_CONTAINERNET is set (CI, after `make containernet`).
 """
 
 from __future__ import annotations
@@ -55,20 +56,21 @@ def containernet_python() -> str:
 def cn_python() -> str:
     from testbed.emulation import installed
     from testbed.emulation.docker_engine import BASE_IMAGE, engine_running, image_exists
+    from tests.needs import containernet_missing
 
     python = containernet_python()
     res = subprocess.run([python, "-c", "from mininet.net import Containernet; from mininet.node import Docker"],
                          capture_output=True, text=True, check=False)
     if res.returncode != 0:
-        pytest.skip(f"Containernet not importable with {python} "
-                    f"(set {installed.CONTAINERNET_PYTHON_ENV}; see docs/containernet.md)")
+        containernet_missing(f"Containernet not importable with {python} (install: {installed.INSTALL}; "
+                             f"or set {installed.CONTAINERNET_PYTHON_ENV})")
     if os.geteuid() != 0:
-        pytest.skip("Containernet needs root")
+        containernet_missing("Containernet needs root")
     if not engine_running():
-        pytest.skip("Docker engine not running "
-                    "(testbed.emulation.docker_engine.start_engine() starts it)")
+        containernet_missing("Docker engine not running "
+                             "(testbed.emulation.docker_engine.start_engine() starts it)")
     if not image_exists(BASE_IMAGE):
-        pytest.skip(f"image {BASE_IMAGE} missing (python -m testbed.emulation.images build)")
+        containernet_missing(f"image {BASE_IMAGE} missing (make images)")
     return python
 
 

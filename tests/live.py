@@ -78,3 +78,21 @@ def measured_held(measure: Callable[[], object], off_ms: Callable[[object], floa
         seen.append(f"{off:.2f} {unit} off with {stolen:.0f} ms stolen")
     pytest.skip(f"not testable on this machine now: {attempts} measurements, each off while the hypervisor "
                 f"stole more than {QUIET_STEAL_MS:g} ms during it ({'; '.join(seen)})")
+
+def probe_beyond_bounds_ms(pairs: list[dict]) -> float:
+    """How far the worst pair of a `testbed probe --json` is beyond its bounds (median within its
+    tolerance of the configured RTT, p99 at most its p99_bound_ms), ms; <= 0 when every pair held,
+    and a pair with no reply (or a probe with no pairs) is far off."""
+    return max([1e9 if p["median_ms"] is None else
+                max(abs(p["median_ms"] - p["configured_ms"]) - p["tolerance_ms"], p["p99_ms"] - p["p99_bound_ms"])
+                for p in pairs] or [1e9])
+
+
+def probe_failures(pairs: list[dict]) -> str:
+    """The pairs of a `testbed probe --json` beyond their bounds, one line each with what was measured."""
+    def ms(value) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    return "\n".join(f"{p['a']} <-> {p['b']}: configured {ms(p['configured_ms'])} ms, median {ms(p['median_ms'])} "
+                     f"(+-{ms(p['tolerance_ms'])}), p99 {ms(p['p99_ms'])} (bound {ms(p['p99_bound_ms'])}), "
+                     f"{p['received']}/{p['sent']} replies" for p in pairs if not p["ok"])

@@ -31,3 +31,15 @@ def full_system(test):
     for mark in FULL_SYSTEM:
         test = mark(test)
     return test
+
+
+REQUIRE_CONTAINERNET_ENV = "TESTBED_REQUIRE_CONTAINERNET"
+
+
+def containernet_missing(reason: str) -> None:
+    """Skip a Containernet test, naming what is missing; fail instead where Containernet is required
+    ($TESTBED_REQUIRE_CONTAINERNET=1: CI installed it, so a skip would hide a broken install)."""
+    if os.environ.get(REQUIRE_CONTAINERNET_ENV, "") not in ("", "0"):
+        pytest.fail(f"{reason} (and ${REQUIRE_CONTAINERNET_ENV} is set: Containernet must be usable here)",
+                    pytrace=False)
+    pytest.skip(reason)

@@ -19,6 +19,8 @@ from testbed.emulation import cleanup, installed
 from testbed.emulation.backends.containernet import image_problems
 from testbed.probe import pairs_of_interest
 from testbed.scenario.loader import load
+from tests.live import judged_seconds, measured_held, probe_beyond_bounds_ms, probe_failures
+from tests.needs import containernet_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.containernet
@@ -36,10 +38,10 @@ emulation: {backend: containernet}
 def harness(cn_python):
     problems = image_problems({"cloud", "broker", "nc-proxy", "client"})
     if problems:
-        pytest.skip("; ".join(problems))
+        containernet_missing("; ".join(problems))
     install = installed.find_containernet()
     if not install.usable:
-        pytest.skip(install.describe())
+        containernet_missing(install.describe())
     return cn_python
 
 
@@ -69,6 +71,12 @@ def test_the_pub_sub_system_runs_in_containers_and_survives_a_broker_crash(harne
           f"{summary['expected_deliveries']}")
     assert summary["expected_deliveries"] > 1000 and summary["delivered"] >= 0.9 * summary["expected_deliveries"]
     assert summary["rounds_failed"] == 0
+    # the harness judged the run in containers as it does on namespaces: health rows for the workload's
+    # seconds, CPU per class (processes started by `docker exec` are the host's processes too)
+    harness = summary["harness"]
+    print(f"containernet harness: {harness['validity']}, cpu by class {harness['cpu_by_class']}")
+    assert judged_seconds(out) >= 10 and harness["seconds"] >= 10 and harness["stalls_measured"]
+    assert harness["cpu_by_class"].get("clients", 0) > 0 and harness["cpu_by_class"].get("relays", 0) > 0
     # Every topic of the one swarm sits on bzone1 (its zone) when it is killed; they are re-placed by
     # fencing the dead broker (not migrated: nothing is left to release), and every member's client
     # of every topic comes back. The counts come from the scenario, not from an old run.
@@ -89,13 +97,28 @@ def _mmog_smoke():
     return topology.checked(load(path), str(path))
 
 
+def _probe_pairs(done: subprocess.CompletedProcess) -> list[dict]:
+    try:
+        return json.loads(done.stdout)["pairs"]
+    except (ValueError, KeyError):
+        return []
+
+
+@pytest.mark.quiet
 def test_probe_on_docker_hosts_is_within_bounds(harness):
-    out = subprocess.run([harness, "-m", "testbed.cli", "probe", "scenarios/mmog-smoke.yaml", "--backend", "containernet",
-                          "--count", "30", "--json"], capture_output=True, text=True, cwd=ROOT, timeout=600)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    result = json.loads(out.stdout)
-    assert result["backend"] == "containernet" and result["ok"]
+    """Every pair the probe picks on mmog-smoke's Docker hosts, within the probe's own bounds; measured
+    again while the hypervisor stole (a stall delays every ping in flight), as the namespace probes are."""
+    def probe() -> subprocess.CompletedProcess:
+        return subprocess.run([harness, "-m", "testbed.cli", "probe", "scenarios/mmog-smoke.yaml", "--backend",
+                               "containernet", "--count", "30", "--json"], capture_output=True, text=True, cwd=ROOT,
+                              timeout=600)
+
+    done = measured_held(probe, lambda done: probe_beyond_bounds_ms(_probe_pairs(done)))
+    assert done.returncode in (0, 1) and _probe_pairs(done), done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["backend"] == "containernet"
     assert len(result["pairs"]) == len(pairs_of_interest(_mmog_smoke()))
+    assert result["ok"], "pairs beyond the probe's bounds:\n" + probe_failures(result["pairs"])
     assert not cleanup.docker_containers(None)
 
 

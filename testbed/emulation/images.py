@@ -203,6 +203,15 @@ def remove_stale_images() -> None:
         subprocess.run(["docker", "rmi", *stale], capture_output=True, check=False)
 
 
+def stale(roles: Sequence[str] = ROLES, base: str = BASE_IMAGE) -> list[str]:
+    """Why `build` would be needed: the base image missing, a role image missing or built from other
+    requirements (the source itself is bind-mounted at run time, so a source change needs no build)."""
+    from testbed.emulation.backends.containernet import image_problems
+
+    start_engine()
+    return ([] if image_exists(base) else [f"image {base} is missing (make images)"]) + image_problems(set(roles))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.emulation.images",
                                      description="Build the testbed's Docker role images.")
@@ -212,7 +221,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help=f"roles to build (default: all of {', '.join(ROLES)})")
     build.add_argument("--root", type=Path, default=None,
                        help="build context (default: this repository)")
+    sub.add_parser("check", help="exit 0 when the images are there and current, else 1 naming what is not")
     args = parser.parse_args(argv)
+    if args.command == "check":
+        problems = stale()
+        print("\n".join(problems) or "images current")
+        return 1 if problems else 0
     unknown = sorted(set(args.roles) - set(ROLES))
     if unknown:
         parser.error(f"unknown role(s) {', '.join(unknown)}; choose from {', '.join(ROLES)}")

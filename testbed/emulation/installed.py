@@ -24,17 +24,38 @@ REEXECUTED_ENV = "TESTBED_REEXECUTED"  # set in the re-run process, so it never 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = PROJECT_ROOT / "requirements.txt"
 CONSTRAINTS = PROJECT_ROOT / "images" / "containernet-constraints.txt"
+# Distributions of requirements.txt that the Containernet venv does not get. selenium drives the live
+# view's browser tests, which run in .venv, never in that venv; its 4.51 needs urllib3 >= 2.6.3, and the
+# docker SDK 6.0.1 that Containernet pins breaks with urllib3 2 (images/containernet-constraints.txt).
+NOT_IN_CONTAINERNET_VENV = frozenset({"selenium"})
+INSTALL = "make containernet CONTAINERNET_SRC=<its checkout> (docs/containernet.md)"
 
 
 def pins(path: Path) -> dict[str, str]:
     """`name==version` lines of a requirements or constraints file (comments and blanks skipped)."""
+    return pins_of(path.read_text().splitlines())
+
+
+def pins_of(lines: list[str]) -> dict[str, str]:
     found = {}
-    for line in path.read_text().splitlines():
+    for line in lines:
         line = line.split("#", 1)[0].strip()
         if "==" in line:
             name, version = line.split("==", 1)
             found[name.strip().lower()] = version.strip()
     return found
+
+
+def containernet_requirements() -> list[str]:
+    """requirements.txt's lines that the Containernet venv gets (all but NOT_IN_CONTAINERNET_VENV)."""
+    lines = (line.split("#", 1)[0].strip() for line in REQUIREMENTS.read_text().splitlines())
+    return [pin for pin in lines if pin and pin.split("==", 1)[0].strip().lower() not in NOT_IN_CONTAINERNET_VENV]
+
+
+def wanted_in_containernet_venv() -> dict[str, str]:
+    """What the Containernet venv must hold, name -> version: its constraints win over requirements.txt."""
+    project = {name: version for name, version in pins(REQUIREMENTS).items() if name not in NOT_IN_CONTAINERNET_VENV}
+    return {**project, **pins(CONSTRAINTS)}
 
 
 # Run with the candidate interpreter: does Containernet import, and which pinned distributions are
@@ -76,8 +97,8 @@ class Install:
 
     @property
     def fix(self) -> str:
-        pip = str(Path(self.python).parent / "pip") if self.python else "/opt/cn-venv/bin/pip"
-        return f"{pip} install -r {REQUIREMENTS} -c {CONSTRAINTS}"
+        python = f" CN_PYTHON={self.python}" if self.python and self.python != DEFAULT_CONTAINERNET_PYTHON else ""
+        return f"make -C {PROJECT_ROOT} containernet-deps{python}"
 
     def describe(self) -> str:
         if not self.python:
@@ -102,11 +123,11 @@ def find_containernet() -> Install:
     if not python:
         if not Path(DEFAULT_CONTAINERNET_PYTHON).exists():
             return Install("", f"no Containernet venv: {CONTAINERNET_PYTHON_ENV} is unset and "
-                               f"{DEFAULT_CONTAINERNET_PYTHON} does not exist (install: docs/containernet.md)")
+                               f"{DEFAULT_CONTAINERNET_PYTHON} does not exist (install: {INSTALL})")
         python, source = DEFAULT_CONTAINERNET_PYTHON, "the documented location"
     if not (Path(python).is_file() and os.access(python, os.X_OK)):
-        return Install(python, source, error="not an executable file (install: docs/containernet.md)")
-    wanted = {**pins(REQUIREMENTS), **pins(CONSTRAINTS)}
+        return Install(python, source, error=f"not an executable file (install: {INSTALL})")
+    wanted = wanted_in_containernet_venv()
     try:
         out = subprocess.run([python, "-c", _INSPECT, json.dumps(wanted)], capture_output=True, text=True,
                              timeout=60, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
@@ -115,7 +136,7 @@ def find_containernet() -> Install:
         return Install(python, source, error=f"cannot run it: {error}")
     if found["error"]:
         return Install(python, source, error=f"Containernet does not import ({found['error']}; "
-                                             "install: docs/containernet.md)")
+                                             f"install: {INSTALL})")
     return Install(python, source, missing=tuple(found["missing"]), other_versions=tuple(found["other"]))
 
 
@@ -156,3 +177,9 @@ def docker_engine_running() -> bool:
     from testbed.emulation.docker_engine import engine_running
 
     return engine_running(timeout_s=10.0)
+
+
+if __name__ == "__main__":  # `make containernet-deps`: run as a file, before the venv can import the package
+    if sys.argv[1:] != ["requirements"]:
+        sys.exit(f"usage: python {__file__} requirements")
+    print("\n".join(containernet_requirements()))

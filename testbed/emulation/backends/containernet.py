@@ -39,10 +39,12 @@ class ContainernetBackend(Backend):
     @classmethod
     def available(cls) -> tuple[bool, str]:
         ok, why = installed.containernet_importable()
-        if not ok:
-            return False, why
+        if not ok and not installed.find_containernet().usable:
+            return False, why  # what is missing where, and the command that installs it
         if not installed.docker_engine_running():
-            return False, "no Docker engine answers (start dockerd)"
+            return False, f"Containernet is installed but no Docker engine answers (start it: {START_ENGINE})"
+        if not ok:
+            return False, why  # usable in its venv: `testbed` re-runs itself there
         return True, "Containernet imports and a Docker engine answers"
 
     @classmethod
