@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import mobility, topology
+from testbed import health, mobility, topology
 from testbed.scenario.loader import load
 from testbed.systems.pubsub.workload_role import summarize
 from testbed.view import server as server_mod
@@ -74,12 +74,14 @@ def make_run(where: Path, finished: bool = True) -> tuple[Path, dict]:
     _lines(out / "traces" / f"{TOPIC}.swarm1-u1.jsonl",
            [_trace(s, k, 0.060 if s == 3 else 0.018 + k / 1000, "bzone2" if s >= 5 else "bzone1")
             for s in range(10) for k in range(20)])
-    _lines(out / "health.jsonl", [{"t": int(T0) + s, "elapsed_s": s, "cpu_steal_ms": {2: 20.0}.get(s, 0.0),
-                                   "publisher_late_max_ms": {2: 5.0, 6: 9.0}.get(s, 0.1),
-                                   "causes": ["publishers"] if s in (2, 6) else []} for s in range(10)])
+    rows = [{"t": int(T0) + s, "elapsed_s": s, "cpu_steal_ms": {2: 20.0}.get(s, 0.0),
+             "publisher_late_max_ms": {2: 5.0, 6: 9.0}.get(s, 0.1), "causes": ["publishers"] if s in (2, 6) else []}
+            for s in range(10)]
+    _lines(out / "health.jsonl", rows)
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()] + manager
     summary = summarize(out / "traces", {"follow_leader": 0.040, "sensor_data": 0.040}, events,
                         [{"sent": 200, "received": 200}])
+    summary["harness"] = health.verdict(rows)  # as the run writes it: "valid 8 of 10 s"
     if finished:
         _lines(out / "events.jsonl", manager + [{"type": "run_end", "time": T0 + 10}])  # the merge at the end
         (out / "summary.json").write_text(json.dumps(summary))
