@@ -5,6 +5,7 @@ tiny fake tree of its own (a package `testbed` with one function and one test)."
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -99,3 +100,13 @@ def test_the_copy_s_own_code_is_what_gets_imported(tmp_path):
 def test_verdicts(baseline, mutated, expected):
     base = Outcome(baseline, 1.0) if baseline else None
     assert verdict(base, Outcome(mutated, 1.0)) == expected
+
+
+def test_a_run_of_some_mutants_replaces_theirs_in_the_record_and_keeps_the_others(tmp_path):
+    record = tmp_path / "mutants.json"
+    first = [mutants.Result(m.name, m.defect, m.files, list(m.tests), "unjudged", 1.0, "") for m in MUTANTS[:2]]
+    record.write_text(json.dumps(mutants.merged(record, first, "aaaaaaa")))
+    again = [mutants.Result(MUTANTS[0].name, "", "", [], "caught", 2.0, "")]
+    kept = mutants.merged(record, again, "bbbbbbb")["mutants"]
+    assert [(m["name"], m["verdict"], m["commit"]) for m in kept] == [
+        (MUTANTS[0].name, "caught", "bbbbbbb"), (MUTANTS[1].name, "unjudged", "aaaaaaa")]

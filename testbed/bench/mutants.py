@@ -295,6 +295,18 @@ def table(results: list[Result]):
     return out
 
 
+def merged(path: Path, results: list[Result], commit: str) -> dict:
+    """The record with `results` in it: a run of some mutants (`--only`) replaces theirs and keeps the
+    others' (each entry says its commit and date)."""
+    when = time.strftime("%Y-%m-%d %H:%M")
+    fresh = {r.name: {**asdict(r), "commit": commit, "date": when} for r in results}
+    before = json.loads(path.read_text()) if path.exists() else {}
+    kept = [{"commit": before.get("commit"), "date": before.get("date"), **m} for m in before.get("mutants", [])]
+    by_name = {m["name"]: m for m in kept} | fresh
+    order = [m.name for m in MUTANTS] + sorted(set(by_name) - {m.name for m in MUTANTS})
+    return {"mutants": [by_name[n] for n in order if n in by_name]}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     args.add_argument("--only", help="comma-separated mutant names")
@@ -319,8 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     results = bench(chosen, git_copy, timeout=opts.timeout, logs=OUT / "mutants")
     Console().print(table(results))
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / "mutants.json").write_text(json.dumps({"commit": commit, "date": time.strftime("%Y-%m-%d %H:%M"),
-                                                  "mutants": [asdict(r) for r in results]}, indent=2))
+    (OUT / "mutants.json").write_text(json.dumps(merged(OUT / "mutants.json", results, commit), indent=2))
     caught = sum(r.verdict == "caught" for r in results)
     print(f"{caught} of {len(results)} mutants caught -> {OUT / 'mutants.json'}")
     return 0 if caught == len(results) else 1
