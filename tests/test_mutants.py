@@ -75,13 +75,16 @@ def test_the_runner_tells_caught_from_not_caught_from_error_on_a_fake_tree(tmp_p
               fake("harmless", "a + b", "b + a"),                         # test_add passes: not caught
               fake("moved", "a * b", "a - b"),                            # not in the source: error
               fake("skipped", "a + b", "a - b", "tests/test_calc.py::test_skipped"),  # baseline skips: unjudged
-              fake("uncollected", "a + b", "a - b", "tests/test_calc.py::test_absent"))  # no such test: error
+              fake("uncollected", "(a, b):", "(a, b)"),                  # the test file does not import: error
+              fake("absent", "a + b", "a - b", "tests/test_calc.py::test_absent"))  # baseline not collected: unjudged
     results = {r.name: r for r in mutants.bench(chosen, fake_copy, sys.executable, build=False, timeout=120,
                                                 logs=tmp_path / "logs")}
     assert {n: r.verdict for n, r in results.items()} == {
-        "breaks": "caught", "harmless": "not caught", "moved": "error", "skipped": "unjudged", "uncollected": "error"}
+        "breaks": "caught", "harmless": "not caught", "moved": "error", "skipped": "unjudged", "uncollected": "error",
+        "absent": "unjudged"}
     assert "patch does not apply" in results["moved"].detail
     assert results["breaks"].seconds > 0 and results["breaks"].baseline["status"] == "passed"
+    assert results["absent"].seconds == 0 and "unmutated test error" in results["absent"].detail  # not run
     assert (tmp_path / "logs" / "breaks.log").read_text()
 
 

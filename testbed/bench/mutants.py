@@ -232,7 +232,8 @@ class Result:
 
 def judge(mutant: Mutant, baseline: Outcome | None, copy: Callable[[Path], None], python: str,
           build: bool = True, timeout: float = TIMEOUT_S, logs: Path | None = None) -> Result:
-    """`mutant` applied to a fresh copy, its tests run there, the verdict against `baseline`."""
+    """`mutant` applied to a fresh copy, its tests run there, the verdict against `baseline` (a
+    patch that does not apply is an error even then; a baseline that did not pass runs nothing)."""
     tree = Path(tempfile.mkdtemp(prefix=f"mutant-{mutant.name}-"))
     base = asdict(baseline) if baseline else {}
     base.pop("detail", None)
@@ -246,6 +247,9 @@ def judge(mutant: Mutant, baseline: Outcome | None, copy: Callable[[Path], None]
             apply(tree, mutant)
         except PatchError as error:
             return result("error", Outcome("error", 0.0, str(error)))
+        if baseline is None or baseline.status != "passed":  # nothing to judge against: the machine's time saved
+            why = f"the unmutated test {baseline.status if baseline else 'did not run'}"
+            return result("unjudged", Outcome("unjudged", 0.0, f"{why}: {baseline.detail[-600:] if baseline else ''}"))
         started = time.monotonic()
         why = prepare(tree, python, build)
         if why:
