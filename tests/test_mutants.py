@@ -55,7 +55,8 @@ FAKE = {
     "testbed/calc.py": "def add(a, b):\n    return a + b\n",
     "tests/test_calc.py": "from testbed.calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n\n\n"
                           "def test_other():\n    assert add(0, 0) == 0\n\n\n"
-                          "def test_skipped():\n    import pytest\n    pytest.skip('not here')\n",
+                          "def test_skipped():\n    import pytest\n    pytest.skip('not here')\n\n\n"
+                          "def test_held():\n    assert add(2, 3) == 5, '2 runs, none held by the harness: busy'\n",
     "pyproject.toml": "[tool.pytest.ini_options]\n",
 }
 
@@ -76,12 +77,13 @@ def test_the_runner_tells_caught_from_not_caught_from_error_on_a_fake_tree(tmp_p
               fake("moved", "a * b", "a - b"),                            # not in the source: error
               fake("skipped", "a + b", "a - b", "tests/test_calc.py::test_skipped"),  # baseline skips: unjudged
               fake("uncollected", "(a, b):", "(a, b)"),                  # the test file does not import: error
+              fake("busy", "a + b", "a - b", "tests/test_calc.py::test_held"),  # failed, runs not held: unjudged
               fake("absent", "a + b", "a - b", "tests/test_calc.py::test_absent"))  # baseline not collected: unjudged
     results = {r.name: r for r in mutants.bench(chosen, fake_copy, sys.executable, build=False, timeout=120,
                                                 logs=tmp_path / "logs")}
     assert {n: r.verdict for n, r in results.items()} == {
         "breaks": "caught", "harmless": "not caught", "moved": "error", "skipped": "unjudged", "uncollected": "error",
-        "absent": "unjudged"}
+        "busy": "unjudged", "absent": "unjudged"}
     assert "patch does not apply" in results["moved"].detail
     assert results["breaks"].seconds > 0 and results["breaks"].baseline["status"] == "passed"
     assert results["absent"].seconds == 0 and "unmutated test error" in results["absent"].detail  # not run
@@ -99,7 +101,7 @@ def test_the_copy_s_own_code_is_what_gets_imported(tmp_path):
 @pytest.mark.parametrize("baseline, mutated, expected", [
     ("passed", "failed", "caught"), ("passed", "passed", "not caught"), ("failed", "failed", "unjudged"),
     ("skipped", "failed", "unjudged"), ("passed", "skipped", "unjudged"), ("passed", "error", "error"),
-    (None, "failed", "unjudged")])
+    ("passed", "not held", "unjudged"), (None, "failed", "unjudged")])
 def test_verdicts(baseline, mutated, expected):
     base = Outcome(baseline, 1.0) if baseline else None
     assert verdict(base, Outcome(mutated, 1.0)) == expected

@@ -11,7 +11,8 @@ interpreter with PYTHONPATH at the copy (checked: `testbed.__file__` must resolv
 distinct test runs once unmutated first; it must pass, else the mutants it judges are `unjudged`.
 
 A verdict is `caught` (the test failed), `not caught` (it passed), `unjudged` (the baseline did not
-pass, or the mutant's test was skipped) or `error` (the patch does not apply exactly once, the copy
+pass; the mutant's test was skipped, or failed only because the harness held none of its runs:
+`tests.live.run_held`) or `error` (the patch does not apply exactly once, the copy
 could not be built or imported, the session failed outside any test, or it timed out): only
 `caught` counts, and the bench exits 1 unless every mutant is caught. Result:
 results/bench/mutants.json, the pytest output of each run in results/bench/mutants/.
@@ -36,6 +37,7 @@ from typing import Callable
 
 REPO = Path(__file__).resolve().parents[2]
 OUT = Path("results/bench")
+NOT_HELD = "none held by the harness"  # tests.live.run_held: no run was evidence (outside load, steal)
 TIMEOUT_S = 1200.0  # one test's run: the UAV smoke takes 2-3 min on a busy 2-core VM, twice when not held
 
 
@@ -161,7 +163,7 @@ def env_for(tree: Path) -> dict[str, str]:
 
 @dataclass
 class Outcome:
-    status: str  # passed, failed, skipped, error
+    status: str  # passed, failed, skipped, error, or not held (the test said its runs were no evidence)
     seconds: float
     detail: str = ""
 
@@ -170,11 +172,13 @@ def outcome(returncode: int, junit: Path, seconds: float, output: str) -> Outcom
     """What one pytest session said, from its JUnit XML: a test that failed (setup included) is
     `failed`; all passed with the session failing anyway (e.g. leftovers) or nothing collected is
     `error`; only skips is `skipped`."""
-    cases = ET.parse(junit).getroot().iter("testcase") if junit.exists() else iter(())
+    cases = list(ET.parse(junit).getroot().iter("testcase")) if junit.exists() else []
     kinds = [next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed") for case in cases]
+    said = " ".join(f"{c.get('message', '')} {c.text or ''}" for case in cases for c in case
+                    if c.tag in ("failure", "error"))
     tail = output.strip()[-800:]
     if {"failure", "error"} & set(kinds) and returncode == 1:
-        return Outcome("failed", seconds, tail)
+        return Outcome("not held" if NOT_HELD in said else "failed", seconds, tail)
     if not kinds or returncode not in (0, 1):
         return Outcome("error", seconds, f"pytest exit {returncode}, {len(kinds)} tests: {tail}")
     if returncode != 0:
@@ -213,7 +217,7 @@ def _write(log: Path | None, text: str) -> None:
 def verdict(baseline: Outcome | None, mutated: Outcome) -> str:
     if mutated.status == "error":
         return "error"
-    if baseline is None or baseline.status != "passed" or mutated.status == "skipped":
+    if baseline is None or baseline.status != "passed" or mutated.status in ("skipped", "not held"):
         return "unjudged"
     return "caught" if mutated.status == "failed" else "not caught"
 
@@ -237,6 +241,8 @@ def judge(mutant: Mutant, baseline: Outcome | None, copy: Callable[[Path], None]
     tree = Path(tempfile.mkdtemp(prefix=f"mutant-{mutant.name}-"))
     base = asdict(baseline) if baseline else {}
     base.pop("detail", None)
+    if base:
+        base["seconds"] = round(base["seconds"], 1)
 
     def result(verdict_: str, outcome_: Outcome) -> Result:
         return Result(mutant.name, mutant.defect, mutant.files, list(mutant.tests), verdict_,
