@@ -112,7 +112,7 @@ bench-view: setup browser  ## what watching costs: uav-smoke with and without th
 bench-soak: setup  ## 30 min of uav-smoke with a broker crashed and restarted every 5 min: memory and open files per process class must not grow past a bound -> results/bench/soak.json, soak.png (SOAK_ARGS=--minutes 10 ...)
 	$(BIN)/python -m testbed.bench.soak $(SOAK_ARGS)
 
-bench-mutants: setup  ## six named defects (random placement, a migration never completing, +20 ms on one link, 1 % of deliveries dropped, the handover trigger never firing, durable acks before storage), each on a copy of HEAD against the live test that must catch it -> results/bench/mutants.json (~30 min; MUTANTS_ARGS="--only placement-random")
+bench-mutants: setup  ## six named defects (random placement, a migration never completing, +20 ms on one link, 1 % of deliveries dropped, the handover trigger never firing, durable acks before storage), each on a copy of HEAD against the live test that must catch it -> results/bench/mutants.json (~12 min on a quiet machine; MUTANTS_ARGS="--only placement-random")
 	$(BIN)/python -m testbed.bench.mutants $(MUTANTS_ARGS)
 
 benches: venv  ## the benchmarks each system brings (testbed/systems/*/manifest.py): name, system, length, what it writes
