@@ -14,7 +14,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt browser bench-view venv scenario test test-long test-containernet containernet sanitize figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers benches
+.PHONY: setup apt browser bench-view venv scenario test test-long test-containernet containernet sanitize figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers bench-mutants benches
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -134,6 +134,9 @@ bench-view: setup browser  ## what watching costs: uav-smoke with and without th
 
 bench-soak: setup  ## 30 min of uav-smoke with a broker crashed and restarted every 5 min: memory and open files per process class must not grow past a bound -> results/bench/soak.json, soak.png (SOAK_ARGS=--minutes 10 ...)
 	$(BIN)/python -m testbed.bench.soak $(SOAK_ARGS)
+
+bench-mutants: setup  ## six named defects (random placement, a migration never completing, +20 ms on one link, 1 % of deliveries dropped, the handover trigger never firing, durable acks before storage), each on a copy of HEAD against the live test that must catch it -> results/bench/mutants.json (~12 min on a quiet machine; MUTANTS_ARGS="--only placement-random")
+	$(BIN)/python -m testbed.bench.mutants $(MUTANTS_ARGS)
 
 benches: venv  ## the benchmarks each system brings (testbed/systems/*/manifest.py): name, system, length, what it writes
 	@$(BIN)/testbed bench
