@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import topology
-from testbed.mobility import random_waypoint
+from testbed import mobility, topology
 from testbed.scenario.loader import load
 from testbed.systems.pubsub.bench.handover import reaction_chain
 from tests.live import run_held
@@ -44,8 +43,7 @@ def test_the_trigger_moves_a_handed_over_swarms_topics_early_and_never_back_with
     # a poll, the early reports' spacing and a second for the new zone's proxy to answer, plus what
     # the hypervisor held of it; the first one's early round moved both topics to the new zone's broker
     scenario = load(out / "scenario.yaml")
-    planned = [(h.node, h.to_site) for h in random_waypoint(scenario, topology.build(scenario))[1]
-               if h.time < scenario.duration]
+    planned = [(h.node, h.to_site) for h in mobility.plan(scenario, topology.build(scenario))]
     assert [(e["node"], e["to_site"]) for e in relinks] == planned
     trigger = scenario.control.handover_trigger
     t0 = next(e["time"] for e in events if e["type"] == "run_start")
