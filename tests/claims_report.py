@@ -12,7 +12,7 @@ from pathlib import Path
 from tests.claims import DEFAULT_NAME, ENV
 
 ROOT = Path(__file__).resolve().parent.parent
-WIDTH = 160
+REASON = 400  # characters of a reason shown
 
 
 def table(records: list[dict]) -> str:
@@ -21,11 +21,12 @@ def table(records: list[dict]) -> str:
                                                                  "test skipped"))]
     unjudged = [r for r in records if r["status"] != "judged"]
     if unjudged:
-        lines.append(f"{'status':<14} {'test':<60} {'claim':<40} reason")
+        lines.append(f"{'status':<14} {'claim':<50} test / reason")
     for r in sorted(unjudged, key=lambda r: (r["status"] == "test skipped", r["test"])):
         machine = " [the machine's]" if r.get("attributed_to_machine") else ""
-        line = f"{r['status']:<14} {r['test'][-60:]:<60} {r['claim'][:40]:<40} {r['reason']}{machine}"
-        lines.append(" ".join(line.split("\n"))[:WIDTH])
+        lines.append(f"{r['status']:<14} {r['claim'][:50]:<50} {r['test']}")
+        reason = " ".join(r["reason"].split())
+        lines.append(f"{'':<14} {reason[:REASON]}{'...' if len(reason) > REASON else ''}{machine}")
     return "\n".join(lines)
 
 

@@ -30,7 +30,7 @@ from testbed.systems.pubsub.client import LOOKUP_ATTEMPT_S, NATS_CONNECT_TIMEOUT
 from testbed.systems.pubsub.lookup import PROBE_S, SESSION_S
 from tests.live import run_held
 from tests.needs import FULL_SYSTEM
-from tests.spans import MIGRATION_S, slack_s, unmeasured_within
+from tests.spans import MIGRATION_S, health, slack_s, unmeasured_within
 
 ROOT = Path(__file__).resolve().parent.parent
 FAILOVER_P50_S = 1.0  # the clients' downtime after a broker crash (6-7.6 s when the session's expiry decided it)
@@ -97,7 +97,11 @@ def live(path: Path, results: Path, windows: dict[str, tuple[float, float, tuple
     def not_held(out: Path, _summary: dict) -> str | None:
         late = {name: ours for name, (low, high, allowed) in windows.items()
                 if (ours := unmeasured_within(out, low, high, allowed))}
-        return f"seconds without CPU to spare in these windows: {late}" if late else None
+        if not late:
+            return None
+        seen = {s for seconds in late.values() for s in seconds}
+        causes = sorted({c for r in health(out) if float(r["elapsed_s"]) in seen for c in r.get("causes") or ()})
+        return f"seconds without CPU to spare in these windows: {late} (causes {causes})"
     name = yaml.safe_load(path.read_text())["name"]
     run, out, summary = run_held([str(path)], results, name, not_held)
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
