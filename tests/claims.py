@@ -89,10 +89,13 @@ def pytest_runtest_protocol(item, nextitem):
 
 def pytest_runtest_logreport(report):
     """On the controller (or the only process): each test's records once (its teardown report
-    carries all of them), and a skipped test's reason."""
+    carries all of them), each live test (marker `root`) that passed, and a skipped test's reason."""
     records = [value for name, value in report.user_properties if name == KEY]
     if report.when == "teardown":
         _records.extend({"test": report.nodeid, **r} for r in records)
+    if report.when == "call" and report.passed and "root" in report.keywords:  # the denominator
+        _records.append({"test": report.nodeid, "claim": "(the whole test)", "status": "live test passed",
+                         "reason": "", "attributed_to_machine": False})
     if report.skipped and not any(r["status"] == "skipped" for r in records):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         _records.append({"test": report.nodeid, "claim": "(the whole test)", "status": "test skipped",

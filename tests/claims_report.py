@@ -18,8 +18,8 @@ REASON = 400  # characters of a reason shown
 def table(records: list[dict]) -> str:
     counts = Counter(r["status"] for r in records)
     lines = ["claims: " + ", ".join(f"{counts[s]} {s}" for s in ("judged", "skipped", "failed", "not exercised",
-                                                                 "test skipped"))]
-    unjudged = [r for r in records if r["status"] != "judged"]
+                                                                 "test skipped", "live test passed"))]
+    unjudged = [r for r in records if r["status"] not in ("judged", "live test passed")]
     if unjudged:
         lines.append(f"{'status':<14} {'claim':<50} test / reason")
     for r in sorted(unjudged, key=lambda r: (r["status"] == "test skipped", r["test"])):

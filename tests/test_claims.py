@@ -25,6 +25,7 @@ def run():
     claims.not_exercised("failover across servers", "the killed broker held no topic")
     return 1
 
+@pytest.mark.root
 def test_judged(run):
     with claims.judge("latency median"):
         assert run == 1
@@ -57,9 +58,10 @@ def test_every_claim_s_outcome_is_recorded_and_an_unexplained_one_fails(tmp_path
     assert got == {("test_judged", "failover across servers", "not exercised"), ("test_judged", "latency median", "judged"),
                    ("test_wrong_judged", "a claim that fails", "judged"),
                    ("test_machine", "downtime", "skipped"), ("test_ours", "placement", "failed"),
-                   ("test_env", "(the whole test)", "test skipped")}
+                   ("test_env", "(the whole test)", "test skipped"),
+                   ("test_judged", "(the whole test)", "live test passed")}
     printed = table(json.loads(record.read_text())["claims"])
-    assert printed.startswith("claims: 2 judged, 1 skipped, 1 failed, 1 not exercised, 1 test skipped")
+    assert printed.startswith("claims: 2 judged, 1 skipped, 1 failed, 1 not exercised, 1 test skipped, 1 live test passed")
     assert "needs Containernet" in printed and "steal 900 ms" in printed
 
 
