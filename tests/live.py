@@ -1,7 +1,8 @@
 """Live runs for tests: `testbed run` as a user types it, repeated once when the harness did not
 hold the run. A measurement counts only from a run the harness itself considers held; on this
 2-core VM the hypervisor now and then stalls every process for milliseconds at once (steal time,
-which the health rows record), and such a run is discarded and repeated, not judged."""
+which the health rows record), and such a run is discarded and repeated, not judged. A run never
+held fails, unless the machine is why (tests.claims records which)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from tests import claims
 from testbed.health import LATENESS_FIELDS, explained_by_machine  # noqa: F401 - the rule tests judge by
 
 ROOT = Path(__file__).resolve().parent.parent
+
 
 class ByMachine(str):
     """What a `not_held` says when the seconds that kept the run from being held are the machine's
