@@ -17,7 +17,7 @@ from testbed import topology
 from testbed.mobility import random_waypoint
 from testbed.scenario.loader import load
 from testbed.systems.pubsub import trace_schema
-from testbed.systems.pubsub.engine import HEADER
+from testbed.systems.pubsub.engine import BINARY, HEADER
 from tests.needs import FULL_SYSTEM
 from tests.spans import MIGRATION_S, slack_s
 
@@ -75,7 +75,8 @@ def test_the_uav_smoke_through_the_compiled_engine(tmp_path):
     published = sum(json.loads(line)["hist"]["n"] for p in engines for line in p.open())
     assert published >= summary["published"] * 0.98
     assert not list((out / "logs").glob("health-swarm?.jsonl"))  # the control plane's loop is not probed
-    leftover = subprocess.run(["pgrep", "-f", "pubsub/_build/engine "], capture_output=True, text=True)
+    # this checkout's engines only: another checkout's run on the machine has its own
+    leftover = subprocess.run(["pgrep", "-f", f"{BINARY} "], capture_output=True, text=True)
     assert leftover.stdout == "", f"engine processes outlived the run: {leftover.stdout}"
 
 
