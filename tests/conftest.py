@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 # tests.leftovers: the session fails if it leaves anything behind; tests.machine: which live tests
-# may run side by side (marker `quiet`: none beside it).
-pytest_plugins = ["tests.leftovers", "tests.machine"]
+# may run side by side (marker `quiet`: none beside it); tests.claims: which claims were judged, which
+# not and why (claims.json, the table .ci/run prints).
+pytest_plugins = ["tests.leftovers", "tests.machine", "tests.claims"]
 
 
 @pytest.fixture(scope="session")

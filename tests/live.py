@@ -1,7 +1,8 @@
 """Live runs for tests: `testbed run` as a user types it, repeated once when the harness did not
 hold the run. A measurement counts only from a run the harness itself considers held; on this
 2-core VM the hypervisor now and then stalls every process for milliseconds at once (steal time,
-which the health rows record), and such a run is discarded and repeated, not judged."""
+which the health rows record), and such a run is discarded and repeated, not judged. A run never
+held fails, unless the machine is why (tests.claims records which)."""
 
 from __future__ import annotations
 
@@ -12,17 +13,26 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-import pytest
 
+from tests import claims
 from testbed.health import LATENESS_FIELDS, explained_by_machine  # noqa: F401 - the rule tests judge by
 
 ROOT = Path(__file__).resolve().parent.parent
 
+
+class ByMachine(str):
+    """What a `not_held` says when the seconds that kept the run from being held are the machine's
+    (the hypervisor's steal or a stalled VM, `explained_by_machine`), not the load's: a run none of
+    whose attempts was held for that reason is skipped, recorded (tests.claims), not failed."""
+
+
 def run_held(argv: list[str], results: Path, name: str, not_held: Callable[[Path, dict], str | None],
              attempts: int = 2, timeout: float = 600) -> tuple[subprocess.CompletedProcess, Path, dict]:
     """(the run, its directory, its summary) of `testbed run <argv> --results ...`, the first of
-    `attempts` whose `not_held(run_dir, summary)` says nothing (None); each attempt in its own folder."""
-    why = None
+    `attempts` whose `not_held(run_dir, summary)` says nothing (None); each attempt in its own folder.
+    A run that crashed fails at once; when none was held, the claims on it are unjudged: skipped when
+    every attempt's reason is the machine's (`ByMachine`), failed with the guard's reasons otherwise."""
+    whys = []
     for attempt in range(attempts):
         where = results / f"attempt{attempt}"
         run = subprocess.run([sys.executable, "-m", "testbed.cli", "run", *argv, "--results", str(where)],
@@ -33,7 +43,21 @@ def run_held(argv: list[str], results: Path, name: str, not_held: Callable[[Path
         why = not_held(out, summary)
         if why is None:
             return run, out, summary
-    raise AssertionError(f"{attempts} runs, none held by the harness: {why}")
+        whys.append(why)
+    claims.unjudged(f"{name}: a run the harness held", f"{attempts} runs, none held: " + "; ".join(whys),
+                    attributed_to_machine=all(isinstance(why, ByMachine) for why in whys))
+
+
+def machine_seconds(out: Path) -> list[dict]:
+    """The run's saturated seconds (health rows) that the machine explains: steal or a stalled VM."""
+    rows = [json.loads(line) for line in (out / "health.jsonl").read_text().splitlines() if line.strip()]
+    return [r for r in rows if r.get("causes") and explained_by_machine(r)]
+
+
+def held_by_machine(rows: list[dict]) -> str:
+    """The figure a skip carries: how many seconds, how much steal, how long the longest stall."""
+    return (f"{len(rows)} s the hypervisor held (steal {sum(r.get('cpu_steal_ms') or 0.0 for r in rows):.0f} ms, "
+            f"stalls up to {max((r.get('machine_stall_ms') or 0.0 for r in rows), default=0.0):.0f} ms)")
 
 
 def unexplained_seconds(out: Path) -> list[float]:
@@ -67,7 +91,7 @@ def measured_held(measure: Callable[[], object], off_ms: Callable[[object], floa
     """`measure()`'s result, measured again (up to `attempts` times) while it is off (`off_ms`: how
     far beyond its bound, in `unit`, <= 0 when held) and the hypervisor stole more than QUIET_STEAL_MS
     during it. A result off with the machine quiet is returned, for the test to judge; when every
-    attempt was off under steal, the test is skipped as not testable now."""
+    attempt was off under steal, the test is skipped as not testable now (recorded: tests.claims)."""
     seen = []
     for _ in range(attempts):
         before = steal_ms()
@@ -76,8 +100,10 @@ def measured_held(measure: Callable[[], object], off_ms: Callable[[object], floa
         if off <= 0 or stolen <= QUIET_STEAL_MS:
             return result
         seen.append(f"{off:.2f} {unit} off with {stolen:.0f} ms stolen")
-    pytest.skip(f"not testable on this machine now: {attempts} measurements, each off while the hypervisor "
-                f"stole more than {QUIET_STEAL_MS:g} ms during it ({'; '.join(seen)})")
+    claims.unjudged("a measurement the hypervisor left alone",
+                    f"not testable on this machine now: {attempts} measurements, each off while the hypervisor "
+                    f"stole more than {QUIET_STEAL_MS:g} ms during it ({'; '.join(seen)})", attributed_to_machine=True)
+
 
 def probe_beyond_bounds_ms(pairs: list[dict]) -> float:
     """How far the worst pair of a `testbed probe --json` is beyond its bounds (median within its

@@ -23,7 +23,8 @@ from testbed.scenario.loader import ScenarioError, load
 from testbed.systems.bad.brokerload import load_between
 from testbed.systems.bad.dataplane import LEAF_PORT, hub_config, leaf_config
 from testbed.systems.bad.plan import bad_plan, factor_at, results_at
-from tests.live import judged_seconds, run_held, unexplained_seconds
+from tests import claims
+from tests.live import explained_by_machine, judged_seconds, run_held, unexplained_seconds
 from tests.needs import NATS_SERVER, full_system, needs_nats_server
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,9 +200,10 @@ def ldm_run(tmp_path_factory):
 
 def fresh_deviations(out: Path, events: list[dict]) -> tuple[list[float], int]:
     """|measured - eq. 5| / eq. 5 of every fresh measurement (summary's measured_vs_model) whose window,
-    since the round before, no saturated second touched; and how many were left out for one."""
+    since the round before, no second the machine held touched (steal or a stalled VM: it shifts a
+    window's bytes; the harness's own lateness does not excuse a window); and how many were left out."""
     health = [json.loads(line) for line in (out / "health.jsonl").read_text().splitlines() if line.strip()]
-    stalled = [h["t"] for h in health if h.get("saturated")]
+    stalled = [h["t"] for h in health if h.get("causes") and explained_by_machine(h)]
     rounds = sorted((e for e in events if e["type"] == "bad_round"), key=lambda e: e["time"])
     clean, left_out = [], 0
     for before, now in zip([None, *rounds], rounds):
@@ -251,8 +253,12 @@ def test_nr_placement_is_skewed_and_ldm_evens_the_measured_load(ldm_run):
     # first round came after the last subscriber registered (a round that came before moved some
     # of them already, and the first round with every subscriber then sees LDM's mix, not NR's)
     last_placed = max(e["time"] for e in placements)
+    nr_skew = "NR's placement is extremely skewed (eq. 5 cov > 0.5)"
     if not [e for e in events if e["type"] == "bad_migration" and e["time"] < last_placed]:
-        assert bad["cov_first"] > 0.5
+        with claims.judge(nr_skew):
+            assert bad["cov_first"] > 0.5
+    else:
+        claims.not_exercised(nr_skew, "the coordinator moved subscribers before the last one registered")
     # eq. 5 is what the brokers measure: nats-server's byte counters over windows that no move or
     # rate change touched (after each, a broker's next round or two go by the model: 4 to 17 such
     # measurements in six runs), within a few tenths of a percent (whole executions per window),
@@ -260,11 +266,13 @@ def test_nr_placement_is_skewed_and_ldm_evens_the_measured_load(ldm_run):
     # 4-40 % in one CI run whose every fresh window had 150-230 ms of steal a second)
     assert bad["fresh_samples"] >= 4, bad
     clean, stalled = fresh_deviations(_out, events)
-    if len(clean) >= 4:
-        assert float(np.median(clean)) < 0.03, (clean, bad)
+    if len(clean) < 4:  # judged last, as it may skip
+        unjudged_windows = (f"{len(clean)} fresh windows clear of the machine's seconds, {stalled} touched by them "
+                            f"(median over all {bad['measured_vs_model']:.3f})")
     else:
-        print(f"\nmeasured F_j vs eq. 5 not judged: {len(clean)} fresh windows clear of saturated seconds, "
-              f"{stalled} touched by them (median over all {bad['measured_vs_model']:.3f})")
+        unjudged_windows = None
+        with claims.judge("measured F_j is eq. 5"):
+            assert float(np.median(clean)) < 0.03, (clean, bad)
     # LDM ends less skewed, measured from what the subscribers received in the last 4 s (two
     # executions of every channel): it stops at alpha (0.15) or when no move is valid, and a move or
     # a surge within the window shifts the cov by a few hundredths; without migrations it stays ~0.8
@@ -277,6 +285,8 @@ def test_nr_placement_is_skewed_and_ldm_evens_the_measured_load(ldm_run):
     migrated = Counter(e["subscriber"] for e in events if e["type"] == "bad_migration" and e["time"] < end - 1)
     reattached = Counter(e["client"] for e in events if e["type"] == "bad_reattached")
     assert migrated and all(reattached[s] >= n for s, n in migrated.items()), (migrated, reattached)
+    if unjudged_windows is not None:  # with the machine's windows counted there were enough: theirs
+        claims.unjudged("measured F_j is eq. 5", unjudged_windows, attributed_to_machine=len(clean) + stalled >= 4)
 
 
 @full_system

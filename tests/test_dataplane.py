@@ -31,6 +31,7 @@ from testbed.systems.pubsub.role import ManagerOptions, PubSubSystem
 from testbed.systems.pubsub.broker import nats_url
 from testbed.policies.snapshot import BrokerReport, coord_from_dict
 from testbed.scenario.loader import parse_text
+from tests import claims
 from tests.live import QUIET_STEAL_MS, measured_held, steal_ms
 from tests.needs import needs_nats_server
 
@@ -59,8 +60,6 @@ emulation: {backend: mininet}
 """
 BROKERS = {"cloud": "clouddc", "bzone1": "zone1", "bzone2": "zone2"}
 PERIOD = 1.0  # monitoring and NC report period, short so the tests see reports quickly
-DOWNTIMES: dict[str, list[float]] = {}
-STOLEN_MS: dict[str, float] = {}  # the hypervisor's steal during each workflow's migration (tests.live.steal_ms)
 
 
 class Plane(PubSubSystem):
@@ -213,8 +212,9 @@ def test_zookeeper_runs_in_the_cloud_and_brokers_register(plane):
     assert brokers["cloud"]["cloud"] is True
     reports = wait_for(lambda: len(plane.meta.reports()) == 3 and plane.meta.reports(), timeout=3 * PERIOD + 2)
     report = BrokerReport.from_dict(reports["bzone1"])
-    assert 0 <= report.cpu < 1 and 0 < report.memory < 1 and report.network >= 0
-    assert reports["bzone1"]["network_bps"] >= 0 and reports["bzone1"]["period"] == PERIOD
+    assert 0 <= report.cpu < 1 and 0 < report.memory < 1 and reports["bzone1"]["period"] == PERIOD
+    # no client has published yet: the broker reports no topic and nothing sent on
+    assert report.broker == "bzone1" and report.topics == () and report.rate_out == 0.0
 
 
 @pytest.mark.quiet
@@ -252,7 +252,10 @@ def test_e2e_latency_matches_the_configured_path(plane, engine):
     assert report  # the owner reported the topic while its clients were alive
 
 
-def _migrate(plane, topic: str, workflow: str, engine: str = "python") -> tuple[dict, dict, dict, float]:
+def _migrate(plane, topic: str, workflow: str, engine: str = "python") -> tuple[dict, dict, dict, float, float]:
+    """(the broker's reply, the publisher's and the subscriber's summaries, the manager's time, the
+    hypervisor's steal in ms over the migration and the clients' move) of one move of `topic` from
+    bzone1 to bzone2 by `workflow`, its publisher at 100 messages/s for 6 s."""
     trace = plane.log_dir / f"trace-{topic}.jsonl"
     sub = plane.client("sub", "cl2", topic, "--trace", str(trace), "--engine", engine)
     pub = plane.client("pub", "cl1", topic, "--rate", "100", "--duration", "6", "--engine", engine)
@@ -269,8 +272,7 @@ def _migrate(plane, topic: str, workflow: str, engine: str = "python") -> tuple[
     sent = plane.summary(pub)
     drained(trace, sent["sent"])
     got = plane.summary(sub, stop=True)
-    STOLEN_MS[workflow] = steal_ms() - stolen_before  # over the migration and the clients' move
-    return reply, sent, got, manager_s
+    return reply, sent, got, manager_s, steal_ms() - stolen_before
 
 
 @pytest.mark.parametrize("workflow", ["enhanced", "baseline"])
@@ -279,7 +281,7 @@ def test_the_compiled_client_engine_moves_with_both_workflows(plane, workflow):
     one downtime each, the topic's messages through both brokers, and nothing lost in the enhanced
     workflow (the baseline's losses, if any, counted)."""
     topic = f"eng_{workflow[:4]}"
-    reply, sent, got, _ = _migrate(plane, topic, workflow, engine="compiled")
+    reply, sent, got, *_ = _migrate(plane, topic, workflow, engine="compiled")
     reason = "redirect" if workflow == "enhanced" else "disconnect"
     downs = {s["role"]: [d for d in s["downtimes"] if d["reason"] == reason] for s in (sent, got)}
     print(f"\n{workflow} through the engine: downtime producer {[round(d['downtime_s'] * 1e3, 1) for d in downs['producer']]}"
@@ -292,14 +294,45 @@ def test_the_compiled_client_engine_moves_with_both_workflows(plane, workflow):
     if workflow == "enhanced":
         assert got["received"] == 600 and got["lost"] == 0
     else:
-        assert got["received"] + got["lost"] == 600
+        assert_baseline_loss(got, downs)
 
 
-def test_enhanced_migration_moves_the_topic_without_loss(plane):
-    reply, sent, got, manager_s = _migrate(plane, "mig_enh", "enhanced")
+RATE = 100  # the migrating topic's messages a second (_migrate)
+
+
+def assert_baseline_loss(got: dict, downs: dict[str, list[dict]]) -> None:
+    """What the baseline may lose: every message counted (received or lost), and at most what was
+    published while its producer or its consumer was off a broker (their downtimes at RATE), and a
+    message in flight at each end."""
+    assert got["received"] + got["lost"] == 600
+    off_s = sum(d["downtime_s"] for d in downs["producer"] + downs["consumer"])
+    assert got["lost"] <= RATE * off_s + 2, (got["lost"], off_s)
+
+
+MIGRATED = {"enhanced": "mig_enh", "baseline": "mig_base"}  # the topic each workflow moves (later tests use them)
+
+
+def _pair(plane, suffix: str = "") -> dict[str, tuple]:
+    return {workflow: _migrate(plane, topic + suffix, workflow) for workflow, topic in MIGRATED.items()}
+
+
+@pytest.fixture(scope="module")
+def migrations(plane) -> dict[str, tuple]:
+    """A topic moved by each workflow, one after the other on the same plane (what `_migrate` gives,
+    by workflow): each judged on its own, and the two against each other."""
+    return _pair(plane)
+
+
+def _downs(workflow: str, sent: dict, got: dict) -> dict[str, list[dict]]:
+    reason = "redirect" if workflow == "enhanced" else "disconnect"
+    return {s["role"]: [d for d in s["downtimes"] if d["reason"] == reason] for s in (sent, got)}
+
+
+def test_enhanced_migration_moves_the_topic_without_loss(plane, migrations):
+    reply, sent, got, manager_s, _ = migrations["enhanced"]
     assert reply["ok"] and reply["workflow"] == "enhanced" and reply["acquired"] is True
     assert plane.meta.owner("mig_enh")["broker"] == "bzone2"
-    downs = {s["role"]: [d for d in s["downtimes"] if d["reason"] == "redirect"] for s in (sent, got)}
+    downs = _downs("enhanced", sent, got)
     print(f"\nenhanced: migration {reply['timing']['total_s'] * 1e3:.1f} ms at the broker "
           f"({manager_s * 1e3:.1f} ms at the manager), downtime producer "
           f"{[round(d['downtime_s'] * 1e3, 1) for d in downs['producer']]} ms, consumer "
@@ -309,14 +342,13 @@ def test_enhanced_migration_moves_the_topic_without_loss(plane):
     assert len(downs["producer"]) == 1 and len(downs["consumer"]) == 1, (sent["downtimes"], got["downtimes"])
     assert downs["producer"][0]["to"] == "bzone2" and downs["consumer"][0]["to"] == "bzone2"
     assert set(got["brokers"]) == {"bzone1", "bzone2"} and got["broker"] == "bzone2" and sent["broker"] == "bzone2"
-    DOWNTIMES["enhanced"] = [d["downtime_s"] for d in downs["producer"] + downs["consumer"]]
 
 
-def test_baseline_migration_goes_through_the_lookup(plane):
-    reply, sent, got, manager_s = _migrate(plane, "mig_base", "baseline")
+def test_baseline_migration_goes_through_the_lookup(plane, migrations):
+    reply, sent, got, manager_s, _ = migrations["baseline"]
     assert reply["ok"] and reply["workflow"] == "baseline" and reply["acquired"] is None
     assert plane.meta.owner("mig_base")["broker"] == "bzone2"
-    downs = {s["role"]: [d for d in s["downtimes"] if d["reason"] == "disconnect"] for s in (sent, got)}
+    downs = _downs("baseline", sent, got)
     print(f"\nbaseline: migration {reply['timing']['total_s'] * 1e3:.1f} ms at the broker "
           f"({manager_s * 1e3:.1f} ms at the manager), downtime producer "
           f"{[round(d['downtime_s'] * 1e3, 1) for d in downs['producer']]} ms, consumer "
@@ -324,21 +356,43 @@ def test_baseline_migration_goes_through_the_lookup(plane):
           f"{sent['sent']}, lost {got['lost']}, duplicates {got['duplicates']}, by broker {got['brokers']}")
     assert len(downs["producer"]) == 1 and len(downs["consumer"]) == 1, (sent["downtimes"], got["downtimes"])
     assert sent["sent"] == 600 and sent["broker"] == "bzone2" and got["broker"] == "bzone2"
-    assert got["received"] + got["lost"] == 600  # whatever the baseline loses is counted, never silent
-    base = [d["downtime_s"] for d in downs["producer"] + downs["consumer"]]
-    if "enhanced" in DOWNTIMES:  # the lookup round trip to the cloud is what the enhanced workflow saves
-        stolen = STOLEN_MS["enhanced"] + STOLEN_MS["baseline"]
-        if max(base) <= max(DOWNTIMES["enhanced"]) and stolen > QUIET_STEAL_MS:  # a stall outlasts the round trip
-            pytest.skip(f"downtimes not comparable: enhanced {max(DOWNTIMES['enhanced']) * 1e3:.0f} ms, baseline "
-                        f"{max(base) * 1e3:.0f} ms, while the hypervisor stole {stolen:.0f} ms in the migrations")
-        assert max(base) > max(DOWNTIMES["enhanced"])
+    assert_baseline_loss(got, downs)
+
+
+def _longest_down(pair: dict[str, tuple]) -> dict[str, float]:
+    return {w: max(d["downtime_s"] for ds in _downs(w, sent, got).values() for d in ds)
+            for w, (_reply, sent, got, _manager_s, _stolen) in pair.items()}
+
+
+def test_the_enhanced_workflow_is_down_shorter_than_the_baseline(plane, migrations):
+    """The lookup round trip to the cloud is what the enhanced workflow saves: judged on the two
+    moves of this plane, repeated once when the hypervisor stole more than a stall's worth in them
+    and the order came out wrong, skipped (recorded) only when it did so again."""
+    pairs = [migrations]
+    for attempt in range(2):
+        pair = pairs[-1]
+        longest, stolen = _longest_down(pair), sum(m[4] for m in pair.values())
+        if longest["baseline"] > longest["enhanced"] or stolen <= QUIET_STEAL_MS:
+            with claims.judge("enhanced migration down shorter than the baseline"):
+                assert longest["baseline"] > longest["enhanced"], longest
+            return
+        if attempt == 0:
+            pairs.append(_pair(plane, "_again"))
+    claims.unjudged("enhanced migration down shorter than the baseline",
+                    f"enhanced {longest['enhanced'] * 1e3:.0f} ms, baseline {longest['baseline'] * 1e3:.0f} ms, twice, "
+                    f"while the hypervisor stole {stolen:.0f} ms in the migrations", attributed_to_machine=True)
 
 
 def test_a_publish_to_the_old_broker_is_forwarded_with_a_redirect(plane):
     trace = plane.log_dir / "trace-stray.jsonl"
     sub = plane.client("sub", "cl2", "stray", "--trace", str(trace))
     assert plane.command("bzone1", op="release", topic="stray", to="bzone2", address=plane.url("bzone2"))["ok"]
-    time.sleep(1.0)  # the subscriber has moved to bzone2
+    events = plane.log_dir / "events-stray-cl2.jsonl"
+
+    def moved() -> bool:  # the subscriber relinked to bzone2 (its event log is written as it goes)
+        return events.exists() and any(json.loads(line).get("type") == "relinked" and json.loads(line).get("to") == "bzone2"
+                                       for line in events.read_text().splitlines() if line.strip())
+    assert wait_for(moved, timeout=15.0), "the subscriber did not move to bzone2"
 
     async def publish_to_old():
         nc = await nats.connect(plane.url("bzone1"))

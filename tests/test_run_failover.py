@@ -10,9 +10,10 @@ across the cut; two swarms and two cloud brokers): ZooKeeper killed and restarte
 6 s, the elected topic manager killed, and a client crash.
 
 Each fault comes after the worst-case recovery of the one before, derived from the scenario's
-monitoring period. A timing claim (in seconds) gets the stalls the harness measured across its span
-added to its bound, and counts only if the machine had CPU to spare in that window; otherwise the run
-is repeated (tests.spans, tests.live.run_held)."""
+monitoring period. A timing claim (in seconds) gets what the hypervisor held of its span (steal, the
+stall probe's stalls) added to its bound, never the clients' own lateness (a failover that blocks
+the client loop is that much slower), and counts only if the harness had CPU to spare in that window;
+otherwise the run is repeated (tests.spans, tests.live.run_held)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from testbed.systems.pubsub.client import LOOKUP_ATTEMPT_S, NATS_CONNECT_TIMEOUT
 from testbed.systems.pubsub.lookup import PROBE_S, SESSION_S
 from tests.live import run_held
 from tests.needs import FULL_SYSTEM
-from tests.spans import MIGRATION_S, slack_s, unmeasured_within
+from tests.spans import MIGRATION_S, health, slack_s, unmeasured_within
 
 ROOT = Path(__file__).resolve().parent.parent
 FAILOVER_P50_S = 1.0  # the clients' downtime after a broker crash (6-7.6 s when the session's expiry decided it)
@@ -85,7 +86,8 @@ class Run:
         return [json.loads(line) for path in (self.out / "traces").glob("*.jsonl") for line in path.open()]
 
     def slack(self, low: float, high: float) -> float:
-        """How much later than its own doing anything timed between two epoch times may be."""
+        """How much later than its own doing anything timed between two epoch times may be: what the
+        machine held of the span (tests.spans.slack_s)."""
         return slack_s(self.out, low - self.start, high - self.start)
 
 
@@ -95,7 +97,11 @@ def live(path: Path, results: Path, windows: dict[str, tuple[float, float, tuple
     def not_held(out: Path, _summary: dict) -> str | None:
         late = {name: ours for name, (low, high, allowed) in windows.items()
                 if (ours := unmeasured_within(out, low, high, allowed))}
-        return f"seconds without CPU to spare in these windows: {late}" if late else None
+        if not late:
+            return None
+        seen = {s for seconds in late.values() for s in seconds}
+        causes = sorted({c for r in health(out) if float(r["elapsed_s"]) in seen for c in r.get("causes") or ()})
+        return f"seconds without CPU to spare in these windows: {late} (causes {causes})"
     name = yaml.safe_load(path.read_text())["name"]
     run, out, summary = run_held([str(path)], results, name, not_held)
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
@@ -209,7 +215,7 @@ def test_a_killed_broker_has_its_topics_replaced_and_the_downtime_measured(broke
     assert len(lost) == 6 and lost == {(e["topic"], e["client"], e.get("role")) for e in downs}
     (fenced,) = of(run.events, "broker_fenced", since, until)
     assert fenced["broker"] == "bzone1" and fenced["probe_s"] < PROBE_S + run.slack(since, fenced["time"])  # refused
-    # each downtime less the stalls the harness measured across it
+    # each downtime less what the hypervisor held of it (not the clients' own lateness: theirs to answer for)
     own = sorted(e["downtime_s"] - run.slack(e["start"], e["end"]) for e in downs)
     assert statistics.median(own) < FAILOVER_P50_S and own[-1] < 2 * FAILOVER_P50_S, own
     # restarted when planned, its nats-server and agent up (registered with ZooKeeper) within seconds

@@ -6,7 +6,6 @@ test, tests/uav_run.py: about two minutes)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -20,7 +19,7 @@ from testbed.roles.launch import BROKER_NICE
 from testbed.scenario.loader import load
 from tests import browser, uav_run
 from tests.needs import FULL_SYSTEM
-from tests.spans import clean_seconds, detection_window, slack_s
+from tests.spans import clean_seconds, detection_window, slack_s, too_few_clean
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = FULL_SYSTEM
@@ -88,67 +87,56 @@ def test_uav_smoke_runs_end_to_end(uav):
     assert (uav.root / "figs" / f"fig8-{out.name}.png").stat().st_size > 10_000
 
 
-#: How far (ms) a swarm's own coordinate may sit from its zone's NC proxy's in the estimates: the
-#: proxy answers for every client of its zone, whose access links add their own few ms
-ZONE_SPREAD_MS = 4.0
+#: Brokers whose configured RTT from a swarm differs by less than this (s) are ties: either is right
+TIE_S = 1e-3
 
 
-def _estimates_from_zone_ms(events: list[dict], scenario, site: str, at: float) -> dict[str, float]:
-    """Each broker's estimated distance (ms) from `site`'s NC proxy in the last coordinate snapshot
-    before `at` (Vivaldi: the vectors' distance plus both heights)."""
-    (snapshot,) = [e for e in events if e["type"] == "nc_snapshot" and e["time"] <= at][-1:]
-    coordinates = snapshot["coordinates"]
-    topo = topology.build(scenario)
-    (proxy,) = [name for name, where in topo.placed("nc-proxy") if where == site][:1]
-    brokers = {e["broker"] for e in events if e["type"] == "broker_registered"}
-
-    def distance(a: dict, b: dict) -> float:
-        return 1e3 * (math.dist(a["vec"], b["vec"]) + a["height"] + b["height"])
-
-    return {b: distance(coordinates[proxy], coordinates[b]) for b in brokers if b in coordinates}
+def truly_nearest(topo, swarm: str, site: str, brokers: set[str]) -> set[str]:
+    """The brokers nearest a swarm attached at `site` on the configured network (the topology's
+    access and inter-site delays, which the coordinates only estimate): where ePulsar should put its
+    topics, whatever the run's own estimates said."""
+    rtt = {b: topo.node_rtt(swarm, b, site_a=site) for b in brokers}
+    return {b for b, value in rtt.items() if value <= min(rtt.values()) + TIE_S}
 
 
 def test_topics_start_at_their_swarm_and_follow_it_within_the_detection_window(uav):
-    """ePulsar's placement in the UAV case: each topic starts at the broker of its swarm's zone (its
-    first lookup carries the swarm's coordinate; when the settle phase ended unconverged, at the
-    broker nearest by the estimates of that moment), and after every handover both topics of the swarm
-    move to the new zone's broker within the detection window (`tests.spans.detection_window`), and
-    only there: a migration never takes a topic away from where its swarm is."""
+    """ePulsar's placement in the UAV case, judged on the configured network (not on the run's own
+    coordinate estimates: a wrong estimator must fail it): each topic starts at the broker nearest
+    its swarm (its zone's), and after every handover both topics of the swarm move to the new zone's
+    nearest broker within the detection window (`tests.spans.detection_window`, plus what the
+    hypervisor held of it), and only there: a migration never takes a topic away from where its
+    swarm is."""
     events = _events(uav.out)
     scenario = load(uav.out / "scenario.yaml")
+    topo = topology.build(scenario)
     t0 = next(e["time"] for e in events if e["type"] == "run_start")
     end = next(e["time"] for e in events if e["type"] == "run_end") - t0
     window = detection_window(scenario.control)
-    site_broker = {e["site"]: e["broker"] for e in events if e["type"] == "broker_registered"}
+    brokers = {e["broker"] for e in events if e["type"] == "broker_registered"}
     start_sites = _start_sites(scenario)
     placed = {e["topic"]: e["broker"] for e in events if e["type"] == "initial_placement"}
-    placed_at = {e["topic"]: e["time"] for e in events if e["type"] == "initial_placement"}
     moved = [e for e in events if e["type"] == "migration_end" and e.get("ok")]
-    settled = next(e for e in events if e["type"] == "settle_end")["settled"]
-
-    def best(site: str, at: float) -> set[str]:
-        """The brokers a topic of a swarm in `site` should be on at `at`: the zone's own once the
-        coordinates settled; when the settle phase hit its cap (steal slows Serf), those nearest
-        by the estimates of that moment."""
-        if settled:
-            return {site_broker[site]}
-        estimates = _estimates_from_zone_ms(events, scenario, site, at)
-        return {b for b, ms in estimates.items() if ms <= min(estimates.values()) + ZONE_SPREAD_MS}
-
+    handovers = 0
     for swarm, site in start_sites.items():
         topics = {f"{c}-{swarm}" for c in ("follow_leader", "sensor_data")}
-        assert all(placed[t] in best(site, placed_at[t]) for t in topics), (swarm, placed)
+
+        def best(where: str) -> set[str]:
+            return truly_nearest(topo, swarm, where, brokers)  # noqa: B023 - used within this iteration
+
+        assert all(placed[t] in best(site) for t in topics), (swarm, placed, best(site))
         visits = stays(events, swarm, site, t0, end)
         for site_now, low, high in visits[1:]:
             came = {e["topic"]: e["time"] - t0 for e in moved if e["topic"] in topics and low <= e["time"] - t0 < high
-                    and e["to_broker"] in best(site_now, e["time"])}
+                    and e["to_broker"] in best(site_now)}
             if low + window <= end:
-                late = slack_s(uav.out, low, low + window)  # the harness's own lateness and steal in the window
+                handovers += 1
+                late = slack_s(uav.out, low, low + window)  # what the hypervisor held of the window
                 assert set(came) == topics and max(came.values()) <= low + window + late, (swarm, site_now, low, came)
         for e in moved:
             if e["topic"] in topics:
                 (where,) = [s for s, low, high in visits if low <= e["time"] - t0 < high]
-                assert e["to_broker"] in best(where, e["time"]), (e, where)
+                assert e["to_broker"] in best(where), (e, where)
+    assert handovers >= 1, "no handover a detection window before the end: the moves were not judged"
 
 
 def test_most_deliveries_go_through_the_swarm_s_own_zone_at_the_path_s_latency(uav):
@@ -156,7 +144,7 @@ def test_most_deliveries_go_through_the_swarm_s_own_zone_at_the_path_s_latency(u
     handover, at the scenario's rate (a follow_leader message reaches the members - 1 followers, the
     followers' sensor_data messages reach the leader: rate x (members - 1) deliveries a second per
     class and swarm). At home the path is 2 x (8 ms access + 0.5 ms broker): ~17 ms, well under the
-    40 ms threshold; judged on messages sent in seconds the harness and the hypervisor left alone."""
+    40 ms threshold; judged on messages sent in seconds the hypervisor left alone."""
     out, events = uav.out, _events(uav.out)
     scenario = load(uav.out / "scenario.yaml")
     (swarms,) = scenario.nodes.clients
@@ -172,14 +160,16 @@ def test_most_deliveries_go_through_the_swarm_s_own_zone_at_the_path_s_latency(u
                       for i, (_site, low, high) in enumerate(visits))
     at_home = _latencies_at_home(out, events)
     clean = clean_seconds(out)
+    judged = {}
     for topic_class in ("follow_leader", "sensor_data"):
         mine = [(sent, ms) for topic, sent, ms in at_home if topic.startswith(topic_class)]
         assert len(mine) >= home_s * per_second, (topic_class, len(mine), home_s * per_second)
-        judged = sorted(ms for sent, ms in mine if int(sent) in clean)
-        if len(judged) < 5 * per_second:  # a median over seconds, not a few messages
-            pytest.skip(f"{topic_class}: {len(judged)} deliveries at home in seconds without steal or saturation "
-                        f"({len(clean)} clean seconds): the hypervisor left too few to judge a latency median")
-        assert 15 <= statistics.median(judged) <= 25, (topic_class, statistics.median(judged))
+        judged[topic_class] = (sorted(ms for sent, ms in mine if int(sent) in clean), len(mine))
+    # each class's median over seconds, not a few messages, in seconds the hypervisor left alone; the
+    # classes with enough judged before one without is recorded unjudged
+    for topic_class, (ms, sent) in sorted(judged.items(), key=lambda item: len(item[1][0]) < 5 * per_second):
+        too_few_clean(f"{topic_class} latency median at home", out, len(ms), int(5 * per_second), sent)
+        assert 15 <= statistics.median(ms) <= 25, (topic_class, statistics.median(ms))
 
 
 def test_a_threshold_set_on_the_running_experiment_is_the_one_the_manager_judges(uav):

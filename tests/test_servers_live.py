@@ -18,6 +18,7 @@ import pytest
 
 from testbed.emulation import runstate
 from testbed.emulation import servers as servers_mod
+from tests import claims
 from tests.live import measured_held, probe_beyond_bounds_ms
 from tests.needs import FULL_SYSTEM
 
@@ -221,15 +222,31 @@ def _left_on_servers(names) -> list[str]:
     return left
 
 
+#: The NTP-style error bound (half the shortest of 20 round trips through the server's ssh channel)
+#: a namespace-server on this kernel must reach: its clock offset is judged against the true one (0,
+#: the same clock), within that bound, and the bound itself against this
+CLOCK_ERROR_MAX_MS = 2.0
+
+
+def _clock_off_ms(offsets: dict) -> float:
+    """How far the worst server's clock estimate is from the truth (namespace-servers share this
+    machine's clock: offset 0) beyond its own error bound, or its bound beyond CLOCK_ERROR_MAX_MS."""
+    return max([max(abs(c["offset_ms"]) - c["error_ms"], c["error_ms"] - CLOCK_ERROR_MAX_MS)
+                for c in offsets.values()] or [1e9])
+
+
 def _beyond_bounds_ms(done: subprocess.CompletedProcess) -> float:
-    """How far the probe's worst pair is beyond its bounds, ms (tests.live); 0 when it passed, and a
-    probe that printed no pairs is far off."""
-    if done.returncode == 0:
-        return 0.0
+    """How far the probe's worst pair is beyond its bounds (median within its tolerance, p99 within
+    its p99 bound: `tests.live.probe_beyond_bounds_ms`), or its worst clock estimate beyond its own
+    (`_clock_off_ms`), ms; <= 0 when both held, and a probe that printed no pairs is far off."""
     try:
-        return probe_beyond_bounds_ms(json.loads(done.stdout)["pairs"])
+        result = json.loads(done.stdout)
+        pairs, clock = result["pairs"], _clock_off_ms(result["clock_offsets"])
     except (ValueError, KeyError):
         return 1e9
+    if done.returncode == 0:
+        return clock
+    return max(clock, probe_beyond_bounds_ms(pairs))
 
 
 @pytest.mark.quiet
@@ -244,9 +261,9 @@ def test_probe_across_three_servers_holds_the_configured_rtts(servers):
     across = [p for p in result["pairs"] if p["servers"].split("-")[0] != p["servers"].split("-")[1]]
     assert len(across) >= 5, result["pairs"]
     assert set(result["clock_offsets"]) == set(servers)
-    # namespace-servers share this machine's clock: the offset is the estimate's own error, which a
-    # stalled round trip widens (and which the run records beside it)
-    assert all(abs(c["offset_ms"]) < 1.0 + c["error_ms"] for c in result["clock_offsets"].values())
+    # namespace-servers share this machine's clock: the true offset is 0, within each estimate's bound,
+    # and the bound is what a round trip on one kernel gives (measured again when the hypervisor stole)
+    assert _clock_off_ms(result["clock_offsets"]) <= 0, result["clock_offsets"]
 
 
 def test_an_isolated_servers_processes_and_files_are_its_own(servers):
@@ -324,6 +341,12 @@ def test_a_run_over_three_servers_relinks_across_them_and_loses_nothing_outside_
     assert sum(g["lost"] for g in gaps) == summary["expected_deliveries"] - summary["delivered"], (gaps, summary)
     outages = _failover_outages(events)
     assert set(outages) == {e["topic"] for e in events if e["type"] == "orphan_replaced"}, outages
+    if outages:
+        claims.judged("a failover across servers loses only what was due during it")
+    else:
+        claims.not_exercised("a failover across servers loses only what was due during it",
+                             "bzone3 held no topic when it was killed (the coordinates placed the swarms elsewhere): "
+                             "only 'nothing lost' was judged")
     assert all(g["topic"] in outages and outages[g["topic"]][0] - IN_FLIGHT_S <= g["first_due"]
                and g["last_due"] <= outages[g["topic"]][1] for g in gaps), (gaps, outages)
     assert sorted(p.name for p in (out / "traces").glob("*.jsonl"))  # written on the servers, gathered here

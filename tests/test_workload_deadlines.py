@@ -14,12 +14,14 @@ from testbed.procs import stop_group
 from testbed.systems.pubsub import workload_role
 from testbed.systems.pubsub.workload_role import PubSubWorkload
 
-SILENT = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"
+SILENT = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); {say}time.sleep(60)"
 
 
-def _workload(count: int) -> PubSubWorkload:
+def _workload(count: int, say: str = "") -> PubSubWorkload:
+    """`count` local clients that ignore SIGTERM, each printing `say` once it does."""
     role = object.__new__(PubSubWorkload)  # only what attach and stop use
-    role.processes = {f"node{i}": subprocess.Popen([sys.executable, "-c", SILENT], stdout=subprocess.PIPE, text=True)
+    code = SILENT.format(say=f"print({say!r}, flush=True); " if say else "")
+    role.processes = {f"node{i}": subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
                       for i in range(count)}
     role.summaries = []
     return role
@@ -39,9 +41,9 @@ def test_clients_that_never_attach_fail_the_run_after_one_deadline_for_all(monke
 
 def test_clients_that_do_not_stop_are_killed_after_one_deadline_for_all(monkeypatch):
     monkeypatch.setattr(workload_role, "STOP_S", 1.0)
-    role = _workload(4)
+    role = _workload(4, say="deaf")
     processes = list(role.processes.values())
-    time.sleep(0.5)  # they ignore SIGTERM from here on
+    assert [p.stdout.readline() for p in processes] == ["deaf\n"] * 4  # they ignore SIGTERM from here on
     started = time.monotonic()
     role.stop()
     assert time.monotonic() - started < 30  # a wait per client would be 4 x 15 s
