@@ -104,11 +104,12 @@ class Child:
         self.proc.stdin.flush()
 
     def wait_for(self, pattern: bytes, timeout: float = ANSWER_S) -> re.Match:
-        """The first match of `pattern` in stdout, or a failure naming what the process did."""
+        """The first match of `pattern` in stdout's whole lines (a long line arrives in several reads:
+        `$` would match the end of its first part), or a failure naming what the process did."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with self.lock:
-                found = re.search(pattern, self.out)
+                found = re.search(pattern, self.out[:self.out.rfind(b"\n") + 1])
             if found:
                 return found
             assert self.proc.poll() is None, f"exited with {self.proc.returncode}: {self.err[-2000:]!r}"
