@@ -42,6 +42,11 @@ def test_env():
 def test_wrong_judged():
     with claims.judge("a claim that fails"):
         assert False
+
+@pytest.mark.fabricated_claims
+def test_fabricated():
+    claims.judged("a helper's own test")
+    claims.not_exercised("a helper's own test", "fabricated run")
 '''
 
 
@@ -53,7 +58,7 @@ def test_every_claim_s_outcome_is_recorded_and_an_unexplained_one_fails(tmp_path
                           "-c", os.devnull, "-p", "tests.claims", *workers, str(tmp_path / "test_session.py")],
                          capture_output=True, text=True, cwd=ROOT, timeout=120,
                          env={**os.environ, "CLAIMS_JSON": str(record), "PYTHONPATH": str(ROOT)})
-    assert "2 failed, 1 passed, 2 skipped" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "2 failed, 2 passed, 2 skipped" in run.stdout, run.stdout[-2000:] + run.stderr[-2000:]
     got = {(r["test"].split("::")[-1], r["claim"], r["status"]) for r in json.loads(record.read_text())["claims"]}
     assert got == {("test_judged", "failover across servers", "not exercised"), ("test_judged", "latency median", "judged"),
                    ("test_wrong_judged", "a claim that fails", "judged"),

@@ -363,6 +363,7 @@ def test_steal_excuses_a_late_second_only_when_it_lasted_as_long_as_the_lateness
     assert unexplained_seconds(tmp_path) == [-1.0, 1.0] and judged_seconds(tmp_path) == 3
 
 
+@pytest.mark.fabricated_claims
 def test_a_measurement_off_is_judged_only_when_the_machine_was_quiet(monkeypatch):
     """A probe median beyond its bound is measured again when the hypervisor stole more than 30 ms
     during it, returned for the test to judge when it stole no more, and skipped as not testable

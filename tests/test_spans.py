@@ -52,6 +52,7 @@ def test_clean_seconds_drop_only_what_the_machine_took(tmp_path):
     assert spans.clean_seconds(out) == {START, START + 1, START + 3}
 
 
+@pytest.mark.fabricated_claims
 def test_a_latency_with_too_few_clean_deliveries_fails_unless_the_machine_took_the_seconds(tmp_path):
     quiet = _out(tmp_path, [{"elapsed_s": 0.0}])
     with pytest.raises(pytest.fail.Exception, match="3 of 5 deliveries in clean seconds, 100 needed"):
@@ -77,6 +78,7 @@ def _fake_runs(monkeypatch, tmp_path: Path, codes: list[int]):
     monkeypatch.setattr(live.subprocess, "run", run)
 
 
+@pytest.mark.fabricated_claims
 def test_a_run_never_held_fails_with_its_reasons_unless_every_reason_is_the_machine_s(monkeypatch, tmp_path):
     _fake_runs(monkeypatch, tmp_path / "a", [0, 0])
     with pytest.raises(pytest.fail.Exception, match="2 runs, none held: 9 s ours; 9 s ours"):
