@@ -6,6 +6,7 @@ held fails, unless the machine is why (tests.claims records which)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -15,7 +16,8 @@ from typing import Callable
 
 
 from tests import claims
-from testbed.health import LATENESS_FIELDS, explained_by_machine  # noqa: F401 - the rule tests judge by
+from testbed.health import LATENESS_FIELDS, STALL_MIN_MS, STALL_PROBE_PERIOD_MS, explained_by_machine  # noqa: F401
+from testbed.stallprobe import StallProbe
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -89,20 +91,41 @@ QUIET_STEAL_MS = 30.0
 def measured_held(measure: Callable[[], object], off_ms: Callable[[object], float], attempts: int = 4,
                   unit: str = "ms"):
     """`measure()`'s result, measured again (up to `attempts` times) while it is off (`off_ms`: how
-    far beyond its bound, in `unit`, <= 0 when held) and the hypervisor stole more than QUIET_STEAL_MS
-    during it. A result off with the machine quiet is returned, for the test to judge; when every
-    attempt was off under steal, the test is skipped as not testable now (recorded: tests.claims)."""
+    far beyond its bound, in `unit`, <= 0 when held) and the machine held the VM during it: the
+    hypervisor stole more than QUIET_STEAL_MS, or stopped every core at once (the guard's stall
+    probe, `testbed.stallprobe`: on this VM such stalls of 8-55 ms come without steal) for as long as
+    the result is off (any such stall, for a result in another unit). A result off with the machine
+    quiet is returned, for the test to judge; when every attempt was off while the machine held the
+    VM, the test is skipped as not testable now (recorded: tests.claims)."""
     seen = []
     for _ in range(attempts):
-        before = steal_ms()
-        result = measure()
-        stolen, off = steal_ms() - before, off_ms(result)
-        if off <= 0 or stolen <= QUIET_STEAL_MS:
+        with machine_watch() as held:
+            result = measure()
+        off = off_ms(result)
+        stolen, stall = held["steal_ms"], held["stall_ms"]
+        stalled = stall >= STALL_MIN_MS and (unit != "ms" or stall + STALL_PROBE_PERIOD_MS >= off)
+        if off <= 0 or (stolen <= QUIET_STEAL_MS and not stalled):
             return result
-        seen.append(f"{off:.2f} {unit} off with {stolen:.0f} ms stolen")
+        seen.append(f"{off:.2f} {unit} off with {stolen:.0f} ms stolen, every core stopped for up to {stall:.0f} ms")
     claims.unjudged("a measurement the hypervisor left alone",
                     f"not testable on this machine now: {attempts} measurements, each off while the hypervisor "
-                    f"stole more than {QUIET_STEAL_MS:g} ms during it ({'; '.join(seen)})", attributed_to_machine=True)
+                    f"held the VM ({'; '.join(seen)})", attributed_to_machine=True)
+
+
+@contextlib.contextmanager
+def machine_watch():
+    """What the machine did during the block: {"steal_ms": steal time, "stall_ms": the longest span
+    in which every core's stall probe was late at once (0 when the probe cannot run here)}."""
+    probe, seconds, held = StallProbe("tests"), {}, {"steal_ms": 0.0, "stall_ms": 0.0}
+    probing, before = probe.start(), steal_ms()
+    try:
+        yield held
+    finally:
+        held["steal_ms"] = steal_ms() - before
+        if probing:
+            probe.stop()
+            probe.drain(seconds)
+            held["stall_ms"] = max((s.get("machine_stall_ms", 0.0) for s in seconds.values()), default=0.0)
 
 
 def probe_beyond_bounds_ms(pairs: list[dict]) -> float:
