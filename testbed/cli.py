@@ -1,27 +1,32 @@
-"""The `testbed` command: typer app. Exit codes: 0 ok, 2 bad input, 1 failure."""
+"""The `testbed` command: typer app. Exit codes: 0 ok, 2 bad input, 1 failure.
+
+Importing this module builds no scenario model and no data library (that takes seconds): a command
+imports what it uses, so `testbed --help` answers at once (tests/test_cli_help.py counts it)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from testbed import load as load_mod
-from testbed import topology as topo_mod
 from testbed.emulation import backends
 from testbed.emulation.shaping import SHAPERS
 from testbed.load import CAPACITY_FILE
 from testbed.policies import DISTANCES, POLICIES
-from testbed.scenario.loader import ScenarioError, load
-from testbed.scenario.model import Control, Emulation, Scenario, Topic
 from testbed.units import format_bandwidth, format_duration
-from testbed.options import OneLineErrors, at_scale, checked_as, view_address, view_port
+from testbed.options import OneLineErrors, at_scale, checked_as, plain_help, view_address, view_port
 from testbed.view.server import LOOPBACK
+
+if TYPE_CHECKING:
+    from testbed import topology as topo_mod
+    from testbed.scenario.loader import ScenarioError
+    from testbed.scenario.model import Scenario
 
 SCENARIO_DIR = Path("scenarios")
 EXIT_FAILURE, EXIT_BAD_INPUT = 1, 2
@@ -50,6 +55,9 @@ def _load(path: Path, scale: Optional[float] = None, seed: Optional[int] = None)
     """Load and validate, including the checks that need the data (zones vs towers, site names);
     the topology those checks built comes along, so a run builds it (and its k-means) once. A seed
     given here replaces the file's before the topology is built (zones and placements follow it)."""
+    from testbed import topology as topo_mod
+    from testbed.scenario.loader import ScenarioError, load
+
     try:
         scenario = at_scale(load(path), scale, path)
         if seed is not None:
@@ -65,6 +73,8 @@ def list_scenarios(directory: Path = typer.Option(SCENARIO_DIR, help="Where to l
 
     Example: testbed list
     """
+    from testbed.scenario.loader import ScenarioError, load
+
     table = Table("scenario", "duration", "description")
     for path in sorted(directory.glob("*.yaml")):
         try:
@@ -77,7 +87,7 @@ def list_scenarios(directory: Path = typer.Option(SCENARIO_DIR, help="Where to l
 
 @app.command()
 def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
-             scale: Optional[float] = typer.Option(None, callback=checked_as(Scenario, "scale"),
+             scale: Optional[float] = typer.Option(None, callback=checked_as("Scenario", "scale"),
                                                    help="Check at this scale (multiplies counts and rates)."),
              capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity): "
                                            "a load past what it can carry at all is an error.")) -> None:
@@ -85,6 +95,9 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
 
     Example: testbed validate scenarios/*.yaml
     """
+    from testbed import topology as topo_mod
+    from testbed.scenario.loader import ScenarioError, load
+
     failed = False
     for path in paths:
         try:
@@ -127,7 +140,7 @@ def _shaping_text(s: topo_mod.Shaping) -> tuple[str, str, str, str]:
 @app.command()
 def show(path: Path = typer.Argument(..., help="Scenario file."),
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-         scale: Optional[float] = typer.Option(None, callback=checked_as(Scenario, "scale"),
+         scale: Optional[float] = typer.Option(None, callback=checked_as("Scenario", "scale"),
                                               help="Multiply counts and rates."),
          capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity).")
          ) -> None:
@@ -191,7 +204,7 @@ def _thin_access(path: Path, scenario: Scenario, topology: topo_mod.Topology) ->
     thin = load_mod.thin_access_links(scenario, topology)
     if not thin:
         return None
-    from testbed.scenario.loader import Problem, line_of
+    from testbed.scenario.loader import Problem, ScenarioError, line_of
 
     worst = max(thin, key=lambda t: t.offered_bps / t.capacity_bps)
     others = len({t.node for t in thin} - {worst.node})
@@ -210,7 +223,7 @@ def _impossible(path: Path, verdict: load_mod.Verdict, capacity: Path) -> Scenar
     the workload's line; None when it can be carried."""
     if not verdict.impossible:
         return None
-    from testbed.scenario.loader import Problem, line_of
+    from testbed.scenario.loader import Problem, ScenarioError, line_of
 
     return ScenarioError([Problem(str(path), line_of(str(path), ("workload",)), "workload",
                                   "offered load past what this machine can carry at all: " + "; ".join(verdict.impossible)
@@ -332,22 +345,22 @@ def _servers(text: str | None, scenario) -> list:
 
 @app.command()
 def run(path: Path = typer.Argument(..., help="Scenario file."),
-        backend: str = typer.Option("auto", callback=checked_as(Emulation, "backend"),
+        backend: str = typer.Option("auto", callback=checked_as("Emulation", "backend"),
                                     help=" | ".join(("auto", *backends.names()))),
-        shaper: str = typer.Option("auto", callback=checked_as(Emulation, "shaper"), help=" | ".join(("auto", *SHAPERS))),
-        scale: Optional[float] = typer.Option(None, callback=checked_as(Scenario, "scale"),
+        shaper: str = typer.Option("auto", callback=checked_as("Emulation", "shaper"), help=" | ".join(("auto", *SHAPERS))),
+        scale: Optional[float] = typer.Option(None, callback=checked_as("Scenario", "scale"),
                                               help="Multiply counts and rates."),
         interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
-        duration: Optional[str] = typer.Option(None, callback=checked_as(Scenario, "duration"),
+        duration: Optional[str] = typer.Option(None, callback=checked_as("Scenario", "duration"),
                                                help="Override the scenario's duration, e.g. 20s."),
-        settle: Optional[str] = typer.Option(None, callback=checked_as(Control, "settle"),
+        settle: Optional[str] = typer.Option(None, callback=checked_as("Control", "settle"),
                                              help="Override control.settle: the longest wait for the "
                                              "coordinates before the workload, e.g. 5s (0s: none)."),
-        policy: Optional[str] = typer.Option(None, callback=checked_as(Control, "policy"),
+        policy: Optional[str] = typer.Option(None, callback=checked_as("Control", "policy"),
                                              help=f"Override control.policy: {' | '.join(POLICIES)}."),
-        distance: Optional[str] = typer.Option(None, callback=checked_as(Control, "distance"),
+        distance: Optional[str] = typer.Option(None, callback=checked_as("Control", "distance"),
                                                help=f"Override control.distance: {' | '.join(DISTANCES)}."),
-        seed: Optional[int] = typer.Option(None, callback=checked_as(Scenario, "seed"),
+        seed: Optional[int] = typer.Option(None, callback=checked_as("Scenario", "seed"),
                                            help="Override the scenario's seed (mobility, zones, link jitter): a repeat."),
         results: Path = typer.Option(Path("results"), help="Directory for run results."),
         strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a load beyond the measured capacity."),
@@ -422,9 +435,9 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
 
 @app.command()
 def probe(path: Path = typer.Argument(..., help="Scenario file."),
-          backend: str = typer.Option("auto", callback=checked_as(Emulation, "backend"),
+          backend: str = typer.Option("auto", callback=checked_as("Emulation", "backend"),
                                       help=" | ".join(("auto", *backends.names()))),
-          shaper: str = typer.Option("auto", callback=checked_as(Emulation, "shaper"),
+          shaper: str = typer.Option("auto", callback=checked_as("Emulation", "shaper"),
                                      help=" | ".join(("auto", *SHAPERS))),
           count: int = typer.Option(100, min=5, max=10000, help="Pings per pair."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -453,7 +466,7 @@ app.add_typer(topic_app, name="topic")
 @topic_app.command("set-threshold")
 def topic_set_threshold(run_id: str = typer.Argument(..., help="The running experiment's run id."),
                         topic: str = typer.Argument(..., help="Topic, e.g. follow_leader-swarm1."),
-                        threshold: str = typer.Argument(..., callback=checked_as(Topic, "threshold"),
+                        threshold: str = typer.Argument(..., callback=checked_as("Topic", "threshold"),
                                                         help="End-to-end latency threshold, e.g. 40ms.")) -> None:
     """Set a topic's latency threshold Lth(t) in the running experiment's ZooKeeper.
 
@@ -774,6 +787,9 @@ def bench_command(ctx: typer.Context,
     system, bench = benches[name]
     argv = [sys.executable, "-m", f"{system.package}.{bench.program}", *ctx.args]
     os.execv(argv[0], argv)  # its own process: its exit code, its Ctrl-C, its output straight through
+
+
+plain_help(app)  # after the last command: every one of them helps without typer's markup escapes
 
 
 def main() -> None:
