@@ -11,16 +11,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from testbed import load as load_mod
+from testbed import screen
 from testbed.emulation import backends
 from testbed.emulation.shaping import SHAPERS
 from testbed.load import CAPACITY_FILE
 from testbed.policies import DISTANCES, POLICIES
 from testbed.units import format_bandwidth, format_duration
 from testbed.options import OneLineErrors, at_scale, checked_as, plain_help, view_address, view_port
+from testbed.screen import Table
 from testbed.view.server import LOOPBACK
 
 if TYPE_CHECKING:
@@ -41,8 +41,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Emulate geo-distributed pub/sub scenarios (ePulsar) on Containernet or Mininet.",
 )
-console = Console(soft_wrap=True)  # a line stays one line in logs and pipes, however long its paths
-errors = Console(stderr=True)
+console = screen.console(soft_wrap=True)  # a line stays one line in logs and pipes, however long its paths
+errors = screen.console(stderr=True)
 
 
 
