@@ -40,6 +40,7 @@ app = typer.Typer(
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     help="Emulate geo-distributed pub/sub scenarios (ePulsar) on Containernet or Mininet.",
+    epilog="\b\nExample: testbed show scenarios/uav-smoke.yaml; sudo testbed run scenarios/uav-smoke.yaml --backend mininet",
 )
 console = screen.console(soft_wrap=True)  # a line stays one line in logs and pipes, however long its paths
 errors = screen.console(stderr=True)
@@ -69,14 +70,20 @@ def _load(path: Path, scale: Optional[float] = None, seed: Optional[int] = None)
 
 @app.command("list")
 def list_scenarios(directory: Path = typer.Option(SCENARIO_DIR, help="Where to look for scenario files.")) -> None:
-    """List the scenarios in ./scenarios with their description.
+    """List the scenarios in ./scenarios (or --directory) with their description; exit 2 when
+    there are none.
 
-    Example: testbed list
+    Example: testbed list --directory scenarios/bench
     """
     from testbed.scenario.loader import ScenarioError, load
 
+    paths = sorted(directory.glob("*.yaml"))
+    if not paths:
+        shipped = Path(__file__).resolve().parents[1] / SCENARIO_DIR
+        raise _fail_input(ValueError(f"list: no scenario files (*.yaml) in {directory.resolve()}; give --directory DIR"
+                                     + (f", e.g. --directory {shipped} (the shipped ones)" if shipped.is_dir() else "")))
     table = Table("scenario", "duration", "description")
-    for path in sorted(directory.glob("*.yaml")):
+    for path in paths:
         try:
             scenario = load(path)
             table.add_row(str(path), format_duration(scenario.duration), scenario.description)
@@ -459,7 +466,8 @@ def probe(path: Path = typer.Argument(..., help="Scenario file."),
     raise typer.Exit(code)
 
 
-topic_app = typer.Typer(help="Act on the topics of a running experiment.", no_args_is_help=True)
+topic_app = typer.Typer(help="Act on the topics of a running experiment.", no_args_is_help=True,
+                        epilog="\b\nExample: sudo testbed topic set-threshold ab12cd follow_leader-swarm1 30ms")
 app.add_typer(topic_app, name="topic")
 
 
@@ -547,6 +555,12 @@ def gather(run_dir: Path = typer.Argument(..., help="The run's folder here (resu
 
     Example: sudo testbed gather results/uav-smoke-ab12cd --servers vm1,vm2,vm3
     """
+    raise typer.Exit(EXIT_FAILURE if _gather(run_dir, servers) else 0)
+
+
+def _gather(run_dir: Path, servers: str, say=console.print) -> list:
+    """Gather run_dir from the servers whose file system is not ours (what is here is kept); says
+    how many answered and returns the problems."""
     from testbed.emulation import servers as servers_mod
     from testbed.emulation.runfiles import RunFiles
 
@@ -560,14 +574,14 @@ def gather(run_dir: Path = typer.Argument(..., help="The run's folder here (resu
     problems = RunFiles(elsewhere, None, run_dir.resolve()).gather()
     for problem in problems:
         errors.print(f"not gathered from {problem}")
-    console.print(f"gather: {len(elsewhere) - len(problems)} of {len(elsewhere)} servers into {run_dir}"
-                  + (" (the others share this machine's files)" if len(elsewhere) < len(chosen) else ""))
-    raise typer.Exit(EXIT_FAILURE if problems else 0)
+    say(f"gather: {len(elsewhere) - len(problems)} of {len(elsewhere)} servers into {run_dir}"
+        + (" (the others share this machine's files)" if len(elsewhere) < len(chosen) else ""))
+    return problems
 
 
 servers_app = typer.Typer(help="Servers a run spreads over: check machines, or make namespace-servers (several "
                           "ssh-reachable 'servers' on this machine).",
-                          no_args_is_help=True)
+                          no_args_is_help=True, epilog="\b\nExample: sudo testbed servers up 3 --isolated")
 app.add_typer(servers_app, name="servers")
 
 
@@ -630,7 +644,10 @@ def servers_check(hosts: list[str] = typer.Argument(..., help="Servers: [user@]h
 @servers_app.command("down")
 def servers_down() -> None:
     """Remove the namespace-servers: the connections to them, every process in their namespaces
-    (also of servers whose name is already gone), the namespaces and the management bridge."""
+    (also of servers whose name is already gone), the namespaces and the management bridge.
+
+    Example: sudo testbed servers down
+    """
     from testbed.emulation import servers as servers_mod
 
     removed = servers_mod.down()
@@ -667,7 +684,9 @@ def track(run_dir: Path = typer.Argument(..., help="A run directory (results/<ru
           message: str = typer.Argument(..., help="The message: its tracking id (32 hex digits, the trace's "
                                                   "track_id) or its msg_id (<producer>:<seq>)."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-          servers: Optional[str] = typer.Option(None, help=SERVERS_HELP)) -> None:
+          servers: Optional[str] = typer.Option(None, help="The servers the run spread over, e.g. vm1,vm2,vm3: "
+                                                "their brokers' histories are gathered here first (as `testbed gather` "
+                                                "does), for a run whose end did not gather them.")) -> None:
     """Trace a message back (Jun and Astley's message tracking): the brokers it crossed and the
     subscribers it reached, from the brokers' tracking histories, with each entry's expected
     false-positive probability.
@@ -679,6 +698,8 @@ def track(run_dir: Path = typer.Argument(..., help="A run directory (results/<ru
 
     if not (run_dir / "run.json").exists() and not (run_dir / "tracking").is_dir():
         raise _fail_input(ValueError(f"{run_dir}: not a run directory"))
+    if servers is not None:
+        _gather(run_dir, servers, say=errors.print)  # stdout stays the answer (--json)
     raw = _track_id(run_dir, message)
     try:
         answer = Traceback(read_run(run_dir)).query(raw).to_json()
