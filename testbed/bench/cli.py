@@ -23,17 +23,13 @@ OUT = ROOT / "results" / "bench" / "cli.json"
 HELP_TARGET_S = 0.5
 
 
-def command_paths() -> list[tuple[str, ...]]:
-    """Every command of `testbed` as the words that name it: () for the top, ("servers", "up"), ..."""
-    import typer.main
-
-    from testbed.cli import app
-
-    def walk(command, path):
-        yield path
-        for name, sub in getattr(command, "commands", {}).items():
-            yield from walk(sub, (*path, name))
-    return list(walk(typer.main.get_command(app), ()))
+def command_paths(executable: Path, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command of `executable` as the words that name it, read from its own help's "Commands:"
+    section: () for the top, ("servers", "up"), ... (what that checkout has, not what this one has)."""
+    help_text = subprocess.run([str(executable), *path, "--help"], capture_output=True, text=True).stdout
+    listed = help_text.partition("\nCommands:\n")[2].split("\n\n")[0]
+    names = [line.split()[0] for line in listed.splitlines() if line.startswith("  ") and not line.startswith("   ")]
+    return [path] + [p for name in names for p in command_paths(executable, (*path, name))]
 
 
 def best_of(argv: list[str], repeats: int, cwd: Path) -> tuple[float, int]:
@@ -57,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     executable = Path(args.testbed).absolute()
     checkout = executable.parents[2]  # <checkout>/.venv/bin/testbed: its scenarios are validated
     rows = []
-    for path in command_paths():
+    for path in command_paths(executable):
         seconds, code = best_of([str(executable), *path, "--help"], args.repeats, checkout)
         rows.append({"command": " ".join(("testbed", *path, "--help")), "best_s": round(seconds, 3), "exit": code})
     scenarios = sorted(str(p.relative_to(checkout)) for p in (checkout / "scenarios").glob("*.yaml"))
