@@ -745,6 +745,25 @@ def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run director
     raise typer.Exit(analysis_main(argv))
 
 
+@app.command()
+def compare(run_dirs: list[Path] = typer.Argument(..., help="Two or more runs' results folders, e.g. "
+                                                 "results/uav-smoke-<run id>."),
+            out: Path = typer.Option(Path("results/figures/compare.png"), help="Where the figure goes (PNG)."),
+            master: Optional[str] = typer.Option(None, help="Spark master (default local[*]).")) -> None:
+    """Runs side by side: scenario, policy, the harness's validity, p50/p95/p99 E2E latency and the
+    violation ratio per topic class (the paper comparison's reduction), migrations, client downtime
+    and the share of deliveries, as a table and a figure.
+
+    Example: testbed compare results/uav-smoke-ab12cd results/uav-smoke-cd34ef --out results/figures/compare.png
+    """
+    from analysis import side_by_side
+
+    try:
+        raise typer.Exit(side_by_side.main(run_dirs, out, master, console))
+    except side_by_side.NotARun as error:
+        raise _fail_input(error) from None
+
+
 @app.command("paper")
 def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where the figures and the index go."),
                   reuse: bool = typer.Option(False, "--reuse", help="Redraw microbenchmark figures from their "
