@@ -44,6 +44,11 @@ BAD = [  # (arguments, the option the one line names)
     (["paper", "--scale", "huge"], "--scale"),
     (["paper", "--policies", "hashing"], "--policies"),
     (["topic", "set-threshold", "abcdef", "follow_leader-swarm1", "soon"], "THRESHOLD"),
+    (["compare"], "RUN_DIRS"),
+    (["compare", str(REPO), str(REPO), "--out"], "--out"),
+    (["list", "--directory"], "--directory"),
+    (["servers", "up", "x"], "COUNT"),
+    (["servers", "up", "3", "--isolatd"], "--isolatd"),
 ]
 
 
