@@ -790,13 +790,16 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
     """
     from testbed import paper as paper_mod
 
+    import click
+
     if scale not in paper_mod.SCALES:
-        raise _fail_input(ValueError(f"--scale: {scale!r}; allowed: {', '.join(paper_mod.SCALES)}"))
+        raise typer.BadParameter(f"{scale!r}; allowed: {', '.join(paper_mod.SCALES)}", click.get_current_context(),
+                                 param_hint="'--scale'")
     chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
     unknown = [p for p in chosen if p not in POLICY_CHOICES]
     if unknown or not chosen:
-        raise _fail_input(ValueError(f"--policies: {', '.join(unknown) or 'none given'}; allowed: "
-                                     f"{', '.join(POLICY_CHOICES)}"))
+        raise typer.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(POLICY_CHOICES)}",
+                                 click.get_current_context(), param_hint="'--policies'")
     command = "testbed paper" + "".join(f" {a}" for a in sys.argv[2:]) if sys.argv[1:2] == ["paper"] else \
         "testbed figures --paper"
     options = paper_mod.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,

@@ -54,6 +54,16 @@ class PlainHelp(TyperCommand):
     def get_help(self, ctx: click.Context) -> str:
         return super().get_help(ctx).replace("\\[", "[")
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        """click's parser says "Option '--out' requires an argument." without the command: named here."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as error:
+            if error.ctx is not None or isinstance(error, OneLineUsageError):
+                raise
+            path = f"{parent.command_path} {info_name}" if parent is not None else info_name
+            raise OneLineUsageError(f"{path}: {error.format_message()}") from None
+
 
 def plain_help(app: typer.Typer) -> None:
     """Every command of `app` and of its sub-apps helps in plain text (PlainHelp); call it once
