@@ -123,6 +123,9 @@ def figure(found: list[dict], out: Path) -> dict:
         figures._threshold_line(top, next((r["threshold_s"] for r in mine.values() if r["threshold_s"]), None))
         bottom.bar(range(len(names)), [(mine[n]["violation_ratio"] or 0.0) * 100 if n in mine else 0.0 for n in names],
                    0.6, color="tab:red")
+        for i, name in enumerate(names):  # an empty place is said, not drawn as zero latency
+            if not (mine.get(name) or {}).get("messages"):
+                top.annotate("no messages", (i, 0), ha="center", va="bottom", fontsize=8, color="grey")
         ticks = [f"{n}\n{mine[n]['policy'] or '-'}\n{mine[n]['validity']}" if n in mine else n for n in names]
         for ax in (top, bottom):
             ax.set_xticks(range(len(names)), ticks, fontsize=7)
