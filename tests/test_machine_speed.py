@@ -27,8 +27,8 @@ def test_twice_as_costly_on_both_is_slower_by_two_and_warns():
 
 def test_the_ratio_weighs_both_references_alike():
     assert machine_speed.slowdown(_today(10.0, 2.0), THEN) == pytest.approx(math.sqrt(2))
-    assert "faster" in machine_speed.compared(_today(2.5, 1.0), THEN)
-    assert "as fast as when" in machine_speed.compared(_today(5.2, 2.1), THEN)
+    assert "faster" in machine_speed.compared(_today(3.5, 1.4), THEN)
+    assert "as fast as when" in machine_speed.compared(_today(5.5, 2.2), THEN)
 
 
 def test_a_capacity_file_without_a_reference_says_so():
