@@ -40,9 +40,9 @@ $(BIN)/testbed: requirements.txt pyproject.toml
 	$(BIN)/python -m pip install -q --no-deps -e .
 	touch $(BIN)/testbed
 
-scenario: setup  ## the default smoke scenario end to end, then its figures (SCENARIO=... picks another; VIEW=1 serves the live view)
+scenario: setup  ## the default smoke scenario end to end, then its figures (SCENARIO=... picks another; VIEW=1 serves the live view; BACKEND=containernet runs it on Docker hosts)
 	$(BIN)/testbed validate $(SCENARIO)
-	$(BIN)/testbed run $(SCENARIO) $(if $(VIEW),--view)
+	$(BIN)/testbed run $(SCENARIO) $(if $(VIEW),--view) $(if $(BACKEND),--backend $(BACKEND))
 	$(BIN)/testbed figures $$(dirname $$(ls -td results/*/run.json | head -1))
 
 # Two workers, whole files each (a file's shared live run stays shared; a live test has the machine

@@ -123,9 +123,9 @@ def test_make_containernet_deps_installs_what_the_check_wants():
     assert out.stdout.split() == installed.containernet_requirements()
 
 
-def _make_recipe(target: str) -> str:
-    """`make -n target`'s commands, without running them."""
-    out = subprocess.run(["make", "-n", "-C", str(ROOT), target], capture_output=True, text=True,
+def _make_recipe(target: str, *variables: str) -> str:
+    """`make -n target`'s commands (with `variables`, e.g. "BACKEND=containernet"), without running them."""
+    out = subprocess.run(["make", "-n", "-C", str(ROOT), target, *variables], capture_output=True, text=True,
                          env={**os.environ, "CN_PYTHON": sys.executable})
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -228,3 +228,9 @@ def test_a_venv_without_the_projects_requirements_is_no_silent_fallback(monkeypa
         assert choice.value != "containernet"
         assert "not the project's requirements pydantic" in choice.reason and "containernet-deps" in choice.reason
     assert choose.reexec_argv(["run", "x.yaml"]) is None
+
+
+def test_one_word_switches_make_scenario_to_docker_hosts():
+    """`BACKEND=containernet make scenario` runs the smoke on Docker hosts; without it the run picks."""
+    assert "testbed run scenarios/uav-smoke.yaml  --backend containernet" in _make_recipe("scenario", "BACKEND=containernet")
+    assert "--backend" not in _make_recipe("scenario")
