@@ -14,7 +14,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt browser bench-view venv scenario test test-long test-containernet containernet sanitize figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers bench-mutants benches
+.PHONY: setup apt browser bench-view venv scenario test test-long test-containernet containernet sanitize figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-calibration bench-overload bench-client bench-soak bench-servers bench-mutants benches
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -119,6 +119,9 @@ docs: venv  ## the scenario reference, regenerated from the schema -> docs/guide
 
 bench-nc: setup  ## Serf coordinate accuracy and overhead (paper 5.3) -> results/bench/nc.json, fig3b.png
 	$(BIN)/python -m testbed.bench.nc
+
+bench-calibration: setup  ## every pair of the 16 US cities pinged, constant and with cities.jitter: measured, against WonderProxy's pings -> results/bench/calibration.json, calibration.png (~3 min)
+	$(BIN)/python -m testbed.bench.calibration $(CALIBRATION_ARGS)
 
 bench-analysis: setup  ## PySpark reduction of 250k/500k/1M synthetic trace rows -> results/bench/analysis.json (ANALYSIS_ARGS="--sizes 1000000,10000000,30000000,100000000 --repeats 1 --cluster 2 --no-convert": scaling, local vs a 2-worker standalone cluster, ~15 min)
 	$(BIN)/python -m analysis.bench $(ANALYSIS_ARGS)
