@@ -226,8 +226,8 @@ THRESHOLD_SHOWN = 2.0  # a threshold up to this many times the data's peak is dr
 
 def _threshold(ax, value: float | None, peak: float, words: str, unit: str) -> None:
     """A threshold where the data is: a red dashed line when it is within THRESHOLD_SHOWN x the data's
-    peak (the axis then reaches it), else named at the top ("..., above the axis"): drawn to a
-    threshold 80x higher, the data would be a flat line at the bottom."""
+    peak (the axis then reaches it), else named at the top ("..., above the axis"): an axis stretched
+    to a threshold far above the data flattens the data at the bottom."""
     if not value:
         return
     text = f"{words} {value:,.0f} {unit}" if value >= 100 else f"{words} {value:g} {unit}"
@@ -321,8 +321,8 @@ def over_time_plot(runs: list[dict], title: str | None = None):
 
 def over_time_figure(runs: list[dict], out: str | os.PathLike, title: str | None = None) -> dict:
     """`over_time_plot` saved as PNG; returns what it shows."""
-    title = title or f"Load balancing over time ({runs[0]['scenario']})" if runs else title
     fig = over_time_plot(runs, title)
+    title = fig.get_suptitle()
     series = [policy_name(r["policy"]) for r in sorted(runs, key=lambda r: policy_key(r["policy"])) if r["imbalance"]]
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
