@@ -27,6 +27,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import yaml  # noqa: E402
 
 from analysis import stats  # noqa: E402
@@ -290,6 +291,7 @@ def over_time_plot(runs: list[dict], title: str | None = None):
                    "Rth_out", "msg/s")
         _threshold(axes[1], 100 * run["link_threshold"] if run.get("link_threshold") else None,
                    _peak(list(link.values())), "overload", "%")
+        axes[2].yaxis.set_major_locator(MaxNLocator(integer=True))  # topics and bundles come whole
         axes[0].set_title(f"{policy_name(run['policy'])}\n({run['scenario']} run {run['run_id']})", fontsize=10)
         axes[2].set_xlabel(TIME_AXIS)
         if c == 0:
