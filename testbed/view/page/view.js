@@ -218,7 +218,7 @@ function drawLatency(T) {
   for (const [kind, marks] of Object.entries(byKind)) {
     const [color, symbol] = MARK_STYLE[kind] || ["#555", "circle"];
     traces.push({x: marks.map(m => m[0] - t0), y: marks.map(() => MARK_ROWS[kind] || 0.6), yaxis: "y2", mode: "markers",
-                 name: kind + "s", marker: {color, symbol, size: 9, line: {width: 1.5, color}},
+                 name: kind + "s", marker: {color, symbol, size: 8, line: {width: 1.5, color}},
                  hovertext: marks.map(m => `${kind} at ${(m[0] - t0).toFixed(2)} s` + (m[1] ? ` (until ${(m[1] - t0).toFixed(2)} s)` : "") + `: ${m[3]}`),
                  hoverinfo: "text"});
   }
@@ -238,8 +238,10 @@ function drawLatency(T) {
   shapes.push(cursorAt(T));
   const layout = frame({shapes, annotations, hovermode: "closest",
                         xaxis: {title: {text: "time since the workload started (s)"}, range: timeRange()},
-                        yaxis: {title: {text: "latency, p95 per second (ms)"}, rangemode: "tozero"},
-                        yaxis2: {overlaying: "y", range: [0, 1], visible: false, fixedrange: true}}, {legendRows: 2});
+                        yaxis: {title: {text: "latency, p95 per second (ms)"}, rangemode: "tozero", domain: [0, 0.74]},
+                        // the marks have a lane of their own above the latencies, not on them
+                        yaxis2: {domain: [0.76, 1], anchor: "x", range: [0.62, 1.02], visible: false, fixedrange: true}},
+                       {legendRows: 2});
   Plotly.react("latency", traces, layout, CONFIG);
 }
 
