@@ -90,7 +90,8 @@ paper: setup  ## every experiment at this machine's scale, every figure -> resul
 	$(BIN)/testbed paper $(PAPER_ARGS)
 
 images: venv  ## Docker images for the Containernet backend (bootstraps the base image locally)
-	$(call apt_install,Docker engine and image tools,$(IMAGE_PACKAGES))
+	@missing=$$(for p in $(IMAGE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
 	$(BIN)/python -m testbed.emulation.images build
 
 # docs/containernet.md's install, steps 1-5 (images/install-containernet): packages, the source unpacked outside
