@@ -101,12 +101,12 @@ def test_missing_requirements_name_the_fix():
     assert elsewhere.describe().endswith("containernet-deps CN_PYTHON=/srv/cn/bin/python")
 
 
-def test_the_containernet_venv_gets_every_requirement_but_selenium_and_no_two_pins_disagree():
+def test_the_containernet_venv_gets_every_requirement_but_selenium_and_pandas_and_no_two_pins_disagree():
     """selenium 4.51 needs urllib3 >= 2.6.3, the docker SDK 6.0.1 urllib3 1.26: one venv cannot hold both,
-    and only the browser tests (in .venv) use selenium."""
+    and only the browser tests (in .venv) use selenium; pandas only reads results by hand, in .venv."""
     project, constraints = installed.pins(installed.REQUIREMENTS), installed.pins(installed.CONSTRAINTS)
     kept = installed.pins_of(installed.containernet_requirements())
-    assert set(project) - set(kept) == {"selenium"} == set(installed.NOT_IN_CONTAINERNET_VENV)
+    assert set(project) - set(kept) == {"selenium", "pandas"} == set(installed.NOT_IN_CONTAINERNET_VENV)
     assert all(kept[name] == project[name] for name in kept)
     assert {name: project[name] for name in set(project) & set(constraints) if project[name] != constraints[name]} == {}
     wanted = installed.wanted_in_containernet_venv()
