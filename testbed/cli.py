@@ -430,11 +430,16 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     if strict and verdict.beyond:
         raise _fail_input(ValueError(f"{path}: --strict: offered load beyond this machine's measured capacity "
                                      f"({'; '.join(verdict.beyond)}; {capacity})"))
+    from testbed import machine_speed
+
+    today = machine_speed.before_run(est.deliveries_per_s, load_mod.knee(verdict),
+                                     load_mod.read_capacity(capacity) if verdict.measured else None,
+                                     lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
     try:
         # Absolute: processes in Docker hosts start in the read-only source mount, not in our cwd.
         code = experiment.run(scenario, path, backend=backend, shaper=shaper, interactive=interactive,
                               results_root=results.resolve(), console=console, topology=topology,
-                              servers=_servers(servers, scenario), view=view_socket)
+                              servers=_servers(servers, scenario), view=view_socket, machine_today=today)
     except experiment.BadRunInput as error:
         raise _fail_input(error) from None
     raise typer.Exit(code)

@@ -213,9 +213,11 @@ def _write_event(handle, **event) -> None:
 
 
 def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: bool, results_root: Path,
-        console, topology: topo_mod.Topology | None = None, servers: list | None = None, view=None) -> int:
+        console, topology: topo_mod.Topology | None = None, servers: list | None = None, view=None,
+        machine_today: dict | None = None) -> int:
     """Run a scenario as far as the built parts go; returns the exit code. `view`: a listening
-    socket (testbed.view.server.bind) to serve the live view on, or None."""
+    socket (testbed.view.server.bind) to serve the live view on, or None; `machine_today`: how fast
+    the machine was before the run against its measured capacity (testbed.machine_speed), recorded."""
     session = Session(scenario, backend=backend, shaper=shaper, console=console, topology=topology,
                       servers=servers)
     out = results_root / f"{scenario.name}-{session.run_id}"
@@ -229,6 +231,8 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
                             "version": natsserver.version(natsserver.binary(scenario.nodes.nats_server, sys.executable))},
             "machine": platform.node(), "kernel": platform.release(), "seed": scenario.seed, "scale": scenario.scale,
             "started": time.time(), "complete": False}
+    if machine_today is not None:
+        meta["machine_today"] = machine_today
     (out / "run.json").write_text(json.dumps(meta, indent=2))
     live = None
     if view is not None:
