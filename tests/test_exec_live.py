@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-import queue
-import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,6 +23,7 @@ from testbed import procs, topology
 from testbed.emulation import leftovers, runstate
 from testbed.probe import evaluate, parse_ping
 from testbed.scenario.loader import load
+from tests.held import HeldRun, texec
 from tests.live import measured_held, probe_beyond_bounds_ms, probe_failures
 from tests.needs import FULL_SYSTEM
 
@@ -36,50 +34,9 @@ MBIT_LOW, MBIT_HIGH = 9.0, 10.0  # iperf3's goodput through a 10 Mbit/s link: he
 PINGS = 100
 
 
-class HeldRun:
-    """The `testbed run --hold` subprocess, its output lines as they come, and its run's state."""
-
-    def __init__(self, results: Path):
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "testbed.cli", "run", str(SCENARIO), "--backend", "mininet", "--hold",
-             "--results", str(results)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-        self.lines: list[str] = []
-        self._new: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-        self.run_id = self.wait_for(r"^\[([a-z0-9]{6})\] ", 120)[1]
-        self.results = results
-
-    def _read(self) -> None:
-        for line in self.process.stdout:
-            self.lines.append(line)
-            self._new.put(line)
-
-    def wait_for(self, pattern: str, timeout: float) -> re.Match:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                match = re.search(pattern, self._new.get(timeout=0.5))
-            except queue.Empty:
-                assert self.process.poll() is None, "the run ended:\n" + "".join(self.lines[-40:])
-                continue
-            if match:
-                return match
-        raise AssertionError(f"no line matching {pattern!r} in {timeout:g} s:\n" + "".join(self.lines[-40:]))
-
-    @property
-    def out(self) -> Path:
-        (out,) = self.results.glob(f"hold-access10-{self.run_id}")
-        return out
-
-
-def texec(run: str, node: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "testbed.cli", "exec", run, node, "--", *argv], capture_output=True,
-                          text=True, cwd=ROOT, timeout=timeout)
-
-
 @pytest.fixture(scope="module")
 def held(tmp_path_factory):
-    run = HeldRun(tmp_path_factory.mktemp("held"))
+    run = HeldRun(SCENARIO, tmp_path_factory.mktemp("held"), sys.executable, "mininet")
     try:
         run.wait_for(r"\] workload: ", 180)
         # while the swarm publishes: its node's NATS packets, as a user would look at them
@@ -92,13 +49,7 @@ def held(tmp_path_factory):
         run.held_at = time.monotonic()
         yield run
     finally:
-        if run.process.poll() is None:  # a test failed before the last one ended the hold
-            run.process.send_signal(signal.SIGINT)
-            try:
-                run.process.wait(timeout=90)
-            except subprocess.TimeoutExpired:
-                run.process.kill()
-                run.process.wait()
+        run.end()  # when a test failed before the last one ended the hold
 
 
 def test_tcpdump_in_a_client_node_sees_the_workloads_nats_packets(held):
