@@ -20,10 +20,11 @@ ROOT = Path(__file__).resolve().parent.parent
 class HeldRun:
     """The `testbed run --hold` subprocess, its output lines as they come, and its run's state."""
 
-    def __init__(self, scenario: Path, results: Path, python: str, backend: str):
+    def __init__(self, scenario: Path, results: Path, python: str, backend: str, *options: str):
         self.process = subprocess.Popen(
             [python, "-m", "testbed.cli", "run", str(scenario), "--backend", backend, "--hold",
-             "--results", str(results)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)
+             "--results", str(results), *options], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            cwd=ROOT)
         self.name = load(scenario).name
         self.lines: list[str] = []
         self._new: queue.Queue[str] = queue.Queue()
