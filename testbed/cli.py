@@ -450,7 +450,8 @@ def probe(path: Path = typer.Argument(..., help="Scenario file."),
     raise typer.Exit(code)
 
 
-RUN_HELP = "The running experiment: its run id or its results folder (results/<scenario>-<run id>)."
+RUN_HELP = ("The running experiment: its run id or its results folder (results/<scenario>-<run id>); named also "
+            "when one run is running, so that a command meant for one run never reaches another.")
 
 
 def _exec_in(run: str, node: str, argv: list[str], tty: bool) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +67,15 @@ def test_the_held_run_names_a_real_node_and_another_nodes_address():
     lines = nodeexec.example("ab12cd", {"cloud": "10.1.0.2", "swarm1": "10.1.0.7"})
     assert lines[0].startswith("testbed exec ab12cd cloud -- ping -c 3 10.1.0.7")
     assert lines[1] == "testbed shell ab12cd cloud"
+
+
+def test_the_cli_refuses_before_anything_starts():
+    """Exit 2, one line naming the argument: an unknown run; --hold with --interactive."""
+    def testbed(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "testbed.cli", *args], capture_output=True, text=True, timeout=60,
+                              cwd=Path(__file__).resolve().parent.parent)
+
+    done = testbed("exec", "/nonexistent/folder", "swarm1", "--", "true")
+    assert done.returncode == 2 and done.stderr.startswith("RUN: '/nonexistent/folder' is neither a run id")
+    done = testbed("run", "tests/scenarios/hold-access10.yaml", "--hold", "--interactive")
+    assert done.returncode == 2 and done.stderr == "--hold: not with --interactive (the Mininet CLI already holds the network)\n"
