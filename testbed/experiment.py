@@ -302,11 +302,11 @@ def _hold(session: Session, out: Path, meta: dict, code: int) -> None:
     _write_end(session, out, meta, code)
     held = time.monotonic()
     network = session.network
-    session.say(f"held: results written to {out}; the network stays up until Ctrl-C or SIGTERM (its "
-                "processes have stopped: start what you need in the nodes)")
-    for line in nodeexec.example(session.run_id, {name: network.ip_of(name) for name in network.nodes}):
-        session.say(line)
     try:
+        session.say(f"held: results written to {out}; the network stays up until Ctrl-C or SIGTERM (its "
+                    "processes have stopped: start what you need in the nodes)")
+        for line in nodeexec.example(session.run_id, {name: network.ip_of(name) for name in network.nodes}):
+            session.say(line)
         while True:
             signal.pause()
     except Interrupted as why:
