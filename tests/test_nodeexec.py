@@ -48,6 +48,8 @@ def test_an_unknown_node_is_refused_with_the_nodes_there():
         nodeexec.argv_in(RUN, "h1", ["true"])
     with pytest.raises(nodeexec.NoSuchTarget, match="^CMD: "):
         nodeexec.argv_in(RUN, "cloud", [])
+    with pytest.raises(nodeexec.NoSuchTarget, match="^NODE: run ab12cd has no network up yet"):
+        nodeexec.argv_in({"run_id": "ab12cd", "pid": 1}, "cloud", ["true"])  # registered, still building
 
 
 def test_a_run_is_found_by_its_id_or_its_results_folder(tmp_path):

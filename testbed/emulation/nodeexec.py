@@ -57,6 +57,8 @@ def argv_in(run: dict, node: str, argv: list[str], tty: bool = False, servers: d
     """The argv that runs `argv` inside `node` of `run` (a runstate dict), with its terminal when
     `tty`. `servers`: the namespace-servers by name (servers.namespace_servers()), for a node on one."""
     where = targets(run)
+    if not where:
+        raise NoSuchTarget(f"NODE: run {run['run_id']} has no network up yet (or no longer): try again in a moment")
     if node not in where:
         raise NoSuchTarget(f"NODE: run {run['run_id']} has no node {node!r}; nodes: {', '.join(run.get('nodes', {}))}"
                            + (f"; site routers: {', '.join(run['sites'])}" if run.get("sites") else ""))
