@@ -5,7 +5,7 @@ PYTHON ?= /usr/bin/python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SCENARIO ?= scenarios/uav-smoke.yaml
-APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 psmisc procps python3-venv \
+APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 tcpdump psmisc procps python3-venv \
                 serf nats-server zookeeper default-jre-headless openssh-server openssh-client libnats-dev
 # The live view's browser test (tests/test_view_browser.py): headless Chromium driven by Selenium.
 BROWSER_PACKAGES := chromium chromium-driver
