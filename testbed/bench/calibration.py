@@ -38,23 +38,19 @@ OUT = Path("results/bench")
 REPO = Path(__file__).resolve().parents[2]
 COUNT = 300  # pings per pair, 10 ms apart: ~3 s of probing, every pair at once
 AVG_TOLERANCE_MS, AVG_TOLERANCE_SHARE, MDEV_TOLERANCE_SHARE, PAIRS_WITHIN = 0.5, 0.03, 0.30, 0.90
-LOCAL_MS = 0.5  # the brokers' local links, one-way (as mmog.yaml's)
+LOCAL_MS = 0.5  # the brokers' local links, one-way (as the shipped city scenarios')
 console = screen.console()
 
 
 def scenario(jitter: str, names: list[str] | None = None) -> dict:
-    """The cities (default: all 16), a broker in each (the probe's representative of its site),
-    nothing else to ping."""
+    """The cities (default: all 16), a broker in each (the probe's representative of its site), no
+    workload: only the network is probed."""
     names = names or list(cities.CITY_CODES)
     return {"name": f"calibration-{jitter}", "seed": 1, "duration": "10s",
             "description": "bench-calibration: US cities, a broker per city, inter-city links from WonderProxy",
             "infrastructure": {"cities": {"names": names, "access_latency": "1ms", "jitter": jitter},
                                "cloud": {"name": "cloud", "city": names[0]}, "links": {"local": {"delay": f"{LOCAL_MS}ms"}}},
-            "nodes": {"nc_proxies_per_site": 0,
-                      "clients": [{"name": "gs", "role": "game-server", "count": 1, "site": names[0]},
-                                  {"name": "p", "role": "avatar", "count": 1, "site": names[0]}]},
-            "workload": {"kind": "mmog", "avatars": 1, "groups": 1, "rate": "1/s",
-                         "topics": [{"name": "avatar", "threshold": "100ms"}]}}
+            "nodes": {"nc_proxies_per_site": 0}}
 
 
 def probe(jitter: str, count: int, directory: Path, names: list[str] | None = None) -> dict:
