@@ -246,11 +246,16 @@ def two_runs(tmp_path):
                                                          "sensor_data-swarm1": [0.05] * 50}, received=90))
 
 
-def test_compare_puts_runs_side_by_side_from_their_traces_and_summaries(spark, two_runs, tmp_path):
+def test_compare_puts_runs_side_by_side_from_their_traces_and_summaries(spark, two_runs, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
     from analysis import side_by_side
+    from testbed import cli, screen
     from testbed.cli import app
+
+    # The CLI's console takes its width once, when testbed.cli is first imported: in a test worker that
+    # may be under another test's COLUMNS; a pipe's width is what this test reads the table at.
+    monkeypatch.setattr(cli.console, "width", screen.WIDE)
 
     found = {(r["policy"], r["topic_class"]): r for r in side_by_side.rows(spark, list(two_runs))}
     ep, hashed = found[("epulsar", "follow_leader")], found[("pulsar-hash", "follow_leader")]

@@ -73,9 +73,9 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("migration-never-completes", "the old owner waits forever for the new owner's acquire: the release "
            "never answers, so the migration never completes",
            (Edit("testbed/systems/pubsub/broker.py",
-                 "                acquired = json.loads(reply.data).get(\"ok\", False)\n",
-                 "                await asyncio.Event().wait()  # mutant: the acquire is never reported\n"
-                 "                acquired = json.loads(reply.data).get(\"ok\", False)\n"),),
+                 "            return bool(json.loads(reply.data).get(\"ok\", False))\n",
+                 "            await asyncio.Event().wait()  # mutant: the acquire is never reported\n"
+                 "            return bool(json.loads(reply.data).get(\"ok\", False))\n"),),
            (DATAPLANE_ENHANCED,)),
     Mutant("shaper-20ms-one-link", "the delay line holds link 0's a-to-b direction 20 ms longer than configured",
            (Edit("testbed/emulation/delayline.c",
