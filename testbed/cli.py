@@ -699,7 +699,8 @@ def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run director
     """
     if paper:
         paper_command(out=Path("results/paper"), reuse=False, reuse_runs=False, scale="smoke", quick=False,
-                      policies=",".join(POLICY_CHOICES), repeats=2, asides=True, master=master)
+                      policies=",".join(POLICY_CHOICES), repeats=2, asides=True, master=master,
+                      resume=False, check=False)
     if not runs:
         runs = sorted(p.parent for p in results.glob("*/run.json"))
     if not runs:
@@ -726,16 +727,29 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
                   asides: bool = typer.Option(True, "--asides/--no-asides", help="Also run ePulsar once as the paper "
                                               "ran the UAV case (8x8 UAVs, 50 m/s, 10 min, rate scaled; ~14 min) "
                                               "and the MMOG smoke under one-way distances (~2 min)."),
-                  master: Optional[str] = typer.Option(None, help="Spark master (default local[*]).")) -> None:
+                  master: Optional[str] = typer.Option(None, help="Spark master (default local[*])."),
+                  resume: bool = typer.Option(False, "--resume", help="Skip the runs and benchmarks OUT/index.json "
+                                              "says were done at the commit checked out now (an interrupted paper "
+                                              "goes on where it stopped)."),
+                  check: bool = typer.Option(False, "--check", help="Run nothing: say which entries of OUT/index.json "
+                                             "are current, stale (the files changed since their commit), missing "
+                                             "or unknown; exit 0 only when all are current.")) -> None:
     """Run every experiment at this machine's scale, render every figure, write an index beside the paper's numbers.
 
     Microbenchmarks (Fig. 3b-7b), then the UAV and MMOG scenarios once per policy, then the PySpark
-    comparison (Fig. 8, 9 per policy, violation ratios), then OUT/index.md and index.html. A failing
-    step is reported in the index and the exit code (1); the others still run.
+    comparison (Fig. 8, 9 per policy, violation ratios), then OUT/index.md, index.html and index.json
+    (each entry's commit, date, scale, runs, guard verdict and time). A failing step is reported in the
+    index and the exit code (1); the others still run.
 
     Example: sudo testbed paper --reuse    (reuse results/bench/*.json, run the 6 smoke experiments)
+    Example: testbed paper --check         (do the index's numbers still describe this code?)
     """
     from testbed import paper as paper_mod
+
+    if check:
+        from testbed import paper_check
+
+        raise typer.Exit(paper_check.check(out))
 
     if scale not in paper_mod.SCALES:
         raise _fail_input(ValueError(f"--scale: {scale!r}; allowed: {', '.join(paper_mod.SCALES)}"))
@@ -748,7 +762,7 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
         "testbed figures --paper"
     options = paper_mod.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
                                 policies=chosen, repeats=repeats, asides=asides, master=master,
-                                command=command)
+                                command=command, resume=resume)
     raise typer.Exit(paper_mod.main(options))
 
 

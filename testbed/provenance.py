@@ -1,0 +1,80 @@
+"""Which code made a result, and whether that code has changed since: git, asked in the repository.
+
+    head(repo)                          # {"commit": full hash or None, "dirty": [paths with uncommitted changes]}
+    changed_since(commit, paths, repo)  # files under `paths` that differ between `commit` and the checkout now
+
+`make paper` records head() beside every step, so its index can say which code its numbers describe;
+`testbed paper --check` asks changed_since() whether that is still the code beside them. The checkout
+(HEAD plus uncommitted edits) is what a reader has in front of them, so that is what is compared.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class UnknownCommit(LookupError):
+    """The commit is not in this repository (a shallow clone, rewritten history, or no git at all)."""
+
+
+def _git(repo: Path, *args: str) -> str:
+    try:
+        done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise UnknownCommit(f"git {' '.join(args)}: {error}") from None
+    if done.returncode != 0:
+        raise UnknownCommit(f"git {' '.join(args)}: {done.stderr.strip() or f'exit {done.returncode}'}")
+    return done.stdout
+
+
+def _porcelain_paths(text: str) -> list[str]:
+    """The paths of `git status --porcelain -z`: one entry each, a rename's second (source) entry skipped."""
+    fields, paths, skip = text.split("\0"), [], False
+    for entry in fields:
+        if skip or not entry:
+            skip = False
+            continue
+        paths.append(entry[3:])
+        skip = entry[0] in "RC"
+    return sorted(paths)
+
+
+def head(repo: Path = REPO) -> dict:
+    """HEAD's full hash and the files with uncommitted changes (untracked ones included); commit None
+    outside a git checkout, so a result made there says so instead of naming a commit."""
+    try:
+        commit = _git(repo, "rev-parse", "HEAD").strip()
+        dirty = _porcelain_paths(_git(repo, "status", "--porcelain", "-z", "--untracked-files=all"))
+    except UnknownCommit:
+        return {"commit": None, "dirty": []}
+    return {"commit": commit, "dirty": dirty}
+
+
+def short(commit: str | None) -> str:
+    return commit[:7] if commit else "unknown"
+
+
+def same_commit(a: str | None, b: str | None) -> bool:
+    """Two hashes name the same commit (one may be the other's short form: run.json keeps 7 digits)."""
+    return bool(a and b) and (a.startswith(b) or b.startswith(a))
+
+
+def changed_since(commit: str, paths: list[str], repo: Path = REPO) -> list[str]:
+    """The files under `paths` (git pathspecs, ":(exclude)..." allowed) that differ between `commit` and
+    the checkout, committed or not; raises UnknownCommit when this repository does not hold `commit`."""
+    _git(repo, "cat-file", "-e", f"{commit}^{{commit}}")
+    return sorted(set(_git(repo, "diff", "--name-only", commit, "--", *paths).split()))
+
+
+def dirty_under(dirty: list[str], paths: list[str], repo: Path = REPO) -> list[str]:
+    """Which of `dirty` (paths with uncommitted changes when a step ran) fall under `paths`."""
+    if not dirty:
+        return []
+    matched = _git(repo, "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", *paths).split("\0")
+    return sorted(set(dirty) & set(matched))
+
+
+__all__ = ["REPO", "UnknownCommit", "head", "short", "same_commit", "changed_since", "dirty_under"]
