@@ -700,7 +700,7 @@ def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run director
     if paper:
         paper_command(out=Path("results/paper"), reuse=False, reuse_runs=False, scale="smoke", quick=False,
                       policies=",".join(POLICY_CHOICES), repeats=2, asides=True, master=master,
-                      resume=False, check=False)
+                      resume=False, only=None, check=False)
     if not runs:
         runs = sorted(p.parent for p in results.glob("*/run.json"))
     if not runs:
@@ -731,6 +731,9 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
                   resume: bool = typer.Option(False, "--resume", help="Skip the runs and benchmarks OUT/index.json "
                                               "says were done at the commit checked out now (an interrupted paper "
                                               "goes on where it stopped)."),
+                  only: Optional[str] = typer.Option(None, help="Comma-separated index entries (fig9, bad-sim, ...): "
+                                                     "run only the steps feeding them; the index lists the others "
+                                                     "as not run."),
                   check: bool = typer.Option(False, "--check", help="Run nothing: say which entries of OUT/index.json "
                                              "are current, stale (the files changed since their commit), missing "
                                              "or unknown; exit 0 only when all are current.")) -> None:
@@ -758,11 +761,16 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
     if unknown or not chosen:
         raise _fail_input(ValueError(f"--policies: {', '.join(unknown) or 'none given'}; allowed: "
                                      f"{', '.join(POLICY_CHOICES)}"))
+    chosen_entries = tuple(e.strip() for e in (only or "").split(",") if e.strip())
+    known = paper_mod.depends(paper_mod.Options(scale=scale, policies=chosen, asides=asides))
+    if only is not None and (not chosen_entries or any(e not in known for e in chosen_entries)):
+        raise _fail_input(ValueError(f"--only: {', '.join(e for e in chosen_entries if e not in known) or 'none given'}; "
+                                     f"allowed: {', '.join(known)}"))
     command = "testbed paper" + "".join(f" {a}" for a in sys.argv[2:]) if sys.argv[1:2] == ["paper"] else \
         "testbed figures --paper"
     options = paper_mod.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
                                 policies=chosen, repeats=repeats, asides=asides, master=master,
-                                command=command, resume=resume)
+                                command=command, resume=resume, only=chosen_entries)
     raise typer.Exit(paper_mod.main(options))
 
 
@@ -786,6 +794,10 @@ def bench_command(ctx: typer.Context,
         raise _fail_input(ValueError(f"no system brings a benchmark {name!r}; known: {', '.join(benches)} "
                                      "(the harness's own: make bench-emulation, bench-capacity, ...)"))
     system, bench = benches[name]
+    from testbed import provenance
+    from testbed.paper import BENCH_DIR
+
+    provenance.mark(BENCH_DIR / f"{name}.json")  # which code makes its JSON: `make paper` reads that
     argv = [sys.executable, "-m", f"{system.package}.{bench.program}", *ctx.args]
     os.execv(argv[0], argv)  # its own process: its exit code, its Ctrl-C, its output straight through
 

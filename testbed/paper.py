@@ -238,6 +238,7 @@ class Options:
     master: str | None = None
     command: str = "testbed paper"
     resume: bool = False              # skip the runs and benchmarks index.json says were done at this commit
+    only: tuple[str, ...] = ()        # run only the steps feeding these index entries (the others: listed as not run)
 
 
 @dataclass
@@ -331,19 +332,13 @@ def _json_time(path: Path) -> float | None:
 
 
 def _made_elsewhere(step: Step, path: Path, state: State) -> None:
-    """A step that only reads a benchmark JSON: the commit that made it, from the JSON's own "git_commit"
-    or the previous record of this step when that ran it; else None (not known)."""
+    """A step that only reads a benchmark JSON: who made it, from the previous record of this step when that
+    ran it, else the mark `testbed bench` left beside it (testbed.provenance.mark); commit None: not known."""
     from testbed import paper_record
 
-    import json
-
     step.elsewhere, step.source_time = True, _json_time(path)
-    done = paper_record.made_by(state.previous, step.name, step.source_time)
-    try:
-        own = json.loads(path.read_text()).get("git_commit")
-    except (OSError, ValueError, AttributeError):
-        own = None
-    step.commit = (done or {}).get("commit") or own
+    done = paper_record.made_by(state.previous, step.name, step.source_time) or provenance.marked(path, step.source_time)
+    step.commit = (done or {}).get("commit")
     step.dirty = list((done or {}).get("dirty") or [])
     step.date = (done or {}).get("date") or (time.strftime("%Y-%m-%d %H:%M", time.localtime(step.source_time))
                                              if step.source_time else "")
@@ -358,6 +353,8 @@ def bench_step(bench: Microbenchmark, state: State) -> Step:
     done = state.resumed(step.name)
     if done and bench.json.exists() and _json_time(bench.json) == done.get("source_time"):
         args = [bench.redraw]
+    if bench.redraw not in args:
+        provenance.mark(bench.json)  # a later paper that only reads this JSON can name its commit
     code = _subprocess([sys.executable, "-m", bench.module, *args])
     copied = []
     for name in bench.images:
@@ -436,6 +433,18 @@ def _smoke_entry(kind: str, options: Options) -> str:
     return f"{figure}-smoke" if options.asides and any(a.figure == figure for a in asides()) else figure
 
 
+def _run_figures(kind: str, policy: str, options: Options, aside: Aside | None = None) -> tuple[str, ...]:
+    """The index entries a run feeds: its aside's, or its kind's comparison, the violations and (under a
+    balance policy) load balancing."""
+    if aside:
+        return (aside.figure,)
+    return (_smoke_entry(kind, options), "violations", *(("load-balancing",) if policy in balance_policies(options) else ()))
+
+
+def _compare_figures(options: Options, aside: Aside | None = None) -> tuple[str, ...]:
+    return (aside.figure,) if aside else (*(_smoke_entry(k, options) for k in SCALES[options.scale]), "violations")
+
+
 def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 0, aside: Aside | None = None) -> Step:
     """One `testbed run` of `scenario` under `policy`, the file's seed + `repeat`; its entry goes to
     the smoke comparison's runs, or to `aside`'s."""
@@ -446,9 +455,8 @@ def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 
     name, seed = facts["name"], facts["seed"] + repeat
     distance = aside.distance if aside and aside.distance else facts["distance"]
     override = ["--distance", aside.distance] if aside and aside.distance else []
-    balanced = ("load-balancing",) if policy in balance_policies(options) else ()
     step = Step(f"run {scenario} --policy {policy} --seed {seed}" + "".join(f" {a}" for a in override),
-                figures=(aside.figure,) if aside else (_smoke_entry(kind, options), "violations", *balanced))
+                figures=_run_figures(kind, policy, options, aside))
     entry = {"workload": kind, "policy": policy, "repeat": repeat, "seed": seed, "distance": distance, "dir": None}
     (state.aside_runs.setdefault(aside.name, []) if aside else state.runs).append(entry)
     done = state.resumed(step.name)
@@ -491,8 +499,7 @@ def _made_by_run(step: Step, run_dir: Path) -> None:
 def compare_step(state: State, aside: Aside | None = None) -> Step:
     """The PySpark comparison of the smoke runs into OUT, or of an aside's run into OUT/<aside>/ (its
     PNGs copied into OUT as <figure>-<aside>.png and ...-p95.png)."""
-    figures = (aside.figure,) if aside else (*(_smoke_entry(k, state.options) for k in SCALES[state.options.scale]),
-                                             "violations")
+    figures = _compare_figures(state.options, aside)
     step = Step(f"PySpark comparison of {'the ' + aside.name + ' run' if aside else 'the runs'} ({', '.join(figures)})",
                 figures=figures)
     from analysis.compare_runs import compare_runs
@@ -620,6 +627,8 @@ def entries(state: State):
     steps = [_step_record(s) for s in state.steps]
     scope = depends(state.options)
     for entry in out:
+        if state.options.only and entry.figure not in state.options.only:
+            entry.missing.insert(0, f"not run (--only {','.join(state.options.only)})")
         entry.depends = scope.get(entry.figure) or _pathspecs([], [])
         entry.made = paper_record.made(entry.figure, steps)
     return out
@@ -780,6 +789,7 @@ class Todo(NamedTuple):
     name: str
     action: Callable[[State], Step]
     guess_s: float                    # its expected duration when no earlier paper timed it
+    feeds: tuple[str, ...] = ()       # the index entries it feeds (what --only selects by)
 
 
 def _run_guess(scenario: str) -> float:
@@ -792,30 +802,33 @@ def _run_guess(scenario: str) -> float:
 
 
 def plan(options: Options) -> list[Todo]:
+    """Every step, in order; with `options.only`, those feeding the entries it names."""
     todo = [Todo(f"bench {b.name}", lambda state, b=b: bench_step(b, state),
-                 GUESS_S["redraw"] if options.reuse and b.json.exists() else b.minutes * 60) for b in run_benches()]
+                 GUESS_S["redraw"] if options.reuse and b.json.exists() else b.minutes * 60, b.figures)
+            for b in run_benches()]
     balance = balance_aside(options)
     for repeat in range(options.repeats):  # repeat-major: an interrupted paper still has every policy once
         for kind, scenario in SCALES[options.scale].items():
             for policy in options.policies:
                 todo.append(Todo(f"run {scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
                                  lambda state, k=kind, s=scenario, p=policy, r=repeat: run_step(k, s, p, state, r),
-                                 _run_guess(scenario)))
+                                 _run_guess(scenario), _run_figures(kind, policy, options)))
         for policy in balance_policies(options):
             todo.append(Todo(f"run {balance.scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
                              lambda state, p=policy, r=repeat: run_step(balance.kind, balance.scenario, p, state, r, balance),
-                             _run_guess(balance.scenario)))
-    todo.append(Todo("PySpark comparison", compare_step, GUESS_S["comparison"]))
+                             _run_guess(balance.scenario), _run_figures(balance.kind, policy, options, balance)))
+    todo.append(Todo("PySpark comparison", compare_step, GUESS_S["comparison"], _compare_figures(options)))
     for aside in asides() if options.asides else ():
         todo.append(Todo(f"run {aside.scenario} --policy epulsar" + (f" --distance {aside.distance}" if aside.distance else ""),
-                         lambda state, a=aside: run_step(a.kind, a.scenario, "epulsar", state, 0, a), _run_guess(aside.scenario)))
+                         lambda state, a=aside: run_step(a.kind, a.scenario, "epulsar", state, 0, a), _run_guess(aside.scenario),
+                         _run_figures(aside.kind, "epulsar", options, aside)))
         todo.append(Todo(f"PySpark comparison of the {aside.name} run", lambda state, a=aside: compare_step(state, a),
-                         GUESS_S["comparison"]))
+                         GUESS_S["comparison"], _compare_figures(options, aside)))
     if balance_policies(options):
-        todo.append(Todo("load balancing figures and table", balance_step, GUESS_S["balance"]))
-    todo += [Todo(f"{b.bench.name} figures", lambda state, b=b: read_bench_step(b, state), GUESS_S["figures"])
+        todo.append(Todo("load balancing figures and table", balance_step, GUESS_S["balance"], ("load-balancing",)))
+    todo += [Todo(f"{b.bench.name} figures", lambda state, b=b: read_bench_step(b, state), GUESS_S["figures"], b.entries)
              for b in system_benches() if not b.bench.paper_runs]
-    return todo
+    return [t for t in todo if set(t.feeds) & set(options.only)] if options.only else todo
 
 
 def _minutes(seconds: float) -> str:

@@ -28,8 +28,8 @@ def judge(entry: dict, repo: Path = provenance.REPO) -> dict:
     if entry.get("status") != "ok":
         return {**verdict, "state": "missing", "why": "; ".join(entry.get("problems") or []) or entry.get("status", "")}
     if not verdict["commits"] or None in verdict["commits"]:
-        return {**verdict, "state": "unknown", "why": "its data names no commit (made outside `make paper`: "
-                "run its benchmark again, then `testbed paper --resume`)"}
+        return {**verdict, "state": "unknown", "why": "nothing says which commit made its data (a benchmark JSON written "
+                "before `testbed bench` marked that: run the benchmark again, then `testbed paper --resume`)"}
     depends = entry.get("depends") or ["."]
     files: set[str] = set()
     try:

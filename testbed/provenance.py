@@ -2,6 +2,7 @@
 
     head(repo)                          # {"commit": full hash or None, "dirty": [paths with uncommitted changes]}
     changed_since(commit, paths, repo)  # files under `paths` that differ between `commit` and the checkout now
+    mark(result) / marked(result, time) # who is about to write a benchmark's JSON / who wrote it
 
 `make paper` records head() beside every step, so its index can say which code its numbers describe;
 `testbed paper --check` asks changed_since() whether that is still the code beside them. The checkout
@@ -10,7 +11,9 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -77,4 +80,29 @@ def dirty_under(dirty: list[str], paths: list[str], repo: Path = REPO) -> list[s
     return sorted(set(dirty) & set(matched))
 
 
-__all__ = ["REPO", "UnknownCommit", "head", "short", "same_commit", "changed_since", "dirty_under"]
+def _mark_path(result: Path) -> Path:
+    return Path(result).with_suffix(".made.json")
+
+
+def mark(result: Path, repo: Path = REPO) -> Path:
+    """Before a benchmark writes `result` (its JSON, which names no commit): HEAD, the uncommitted files and
+    the start time, beside it as <name>.made.json, so `make paper` can say which code made a JSON it only reads."""
+    path = _mark_path(result)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({**head(repo), "started": time.time()}))
+    return path
+
+
+def marked(result: Path, measured_at: float | None) -> dict | None:
+    """The mark beside `result` if `result` was measured after it was made (its "time" is no earlier than the
+    mark's start); None when there is none, or the JSON is older (made by some earlier run)."""
+    try:
+        made = json.loads(_mark_path(result).read_text())
+    except (OSError, ValueError):
+        return None
+    if measured_at is None or not made.get("commit") or measured_at < made.get("started", float("inf")):
+        return None
+    return made
+
+
+__all__ = ["REPO", "UnknownCommit", "head", "short", "same_commit", "changed_since", "dirty_under", "mark", "marked"]

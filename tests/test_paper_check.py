@@ -256,3 +256,38 @@ def test_main_records_every_step_and_entry_and_its_total_time(tmp_path, monkeypa
     assert tracking["status"] == "missing" and tracking["commits"] == [] and "missing: tracking.json" in tracking["problems"]
     md = (out / "index.md").read_text()
     assert f"written at commit {head['commit'][:7]}" in md and "| [tracking](#tracking) | missing | - |" in md
+
+
+def test_a_benchmark_json_names_the_commit_testbed_bench_marked_before_writing_it(repo, tmp_path):
+    result = tmp_path / "bench" / "tracking.json"
+    assert provenance.marked(result, 10.0) is None  # no mark: not known
+    mark = json.loads(provenance.mark(result, repo).read_text())
+    assert mark["commit"] == git(repo, "rev-parse", "HEAD") and mark["dirty"] == []
+    assert provenance.marked(result, mark["started"] + 5)["commit"] == mark["commit"]
+    assert provenance.marked(result, mark["started"] - 5) is None  # a JSON older than the mark: some earlier run's
+    assert provenance.marked(result, None) is None
+
+    result.write_text(json.dumps({"time": mark["started"] + 5}))
+    step, state = paper.Step("tracking figures", figures=("tracking",)), paper.State(paper.Options(out=tmp_path))
+    paper._made_elsewhere(step, result, state)
+    assert step.elsewhere and step.commit == mark["commit"] and step.source_time == mark["started"] + 5
+    result.write_text(json.dumps({"time": mark["started"] - 5}))
+    paper._made_elsewhere(step, result, state)
+    assert step.commit is None and step.date  # the date it was measured, the commit not known
+
+
+def test_only_plans_the_steps_feeding_the_entries_named(tmp_path, monkeypatch):
+    from testbed import load
+
+    monkeypatch.setattr(load, "capacity_file", lambda *_: tmp_path / "capacity-compiled.json")  # not measured
+    names = lambda **kw: [t.name for t in paper.plan(paper.Options(policies=("epulsar",), repeats=1, **kw))]  # noqa: E731
+    assert names(only=("fig9",)) == ["run scenarios/mmog-smoke.yaml --policy epulsar (repeat 1/1)", "PySpark comparison"]
+    assert names(only=("bad-sim", "tracking")) == ["bench bad", "tracking figures"]
+    assert names(only=("fig8",)) == ["run scenarios/uav-comparable.yaml --policy epulsar",
+                                     "PySpark comparison of the comparable run"]
+    assert len(names()) > 15
+    state = paper.State(paper.Options(out=tmp_path, only=("fig9",)))
+    by_fig = {e.figure: e for e in paper.entries(state)}
+    assert by_fig["fig3b"].missing[0] == "not run (--only fig9)" and by_fig["fig9"].missing[0] != "not run (--only fig9)"
+    result = CliRunner().invoke(app, ["paper", "--only", "fig9,fig99"])
+    assert result.exit_code == 2 and "--only: fig99; allowed: fig3b," in result.output
