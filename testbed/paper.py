@@ -300,11 +300,14 @@ def scale_statement(options: Options, benches_reused: list[str]) -> str:
                            f"seeds {facts['seed']}..{facts['seed'] + options.repeats - 1} (load balancing)")
     benches = ("microbenchmarks redrawn from their JSON as measured earlier: " + ", ".join(benches_reused)
                if benches_reused else "")
-    ran = [b.name for b in run_benches() if b.name not in benches_reused]
+    ran = [b.name for b in run_benches() if b.name not in benches_reused
+           and (not options.only or set(b.figures) & set(options.only))]
     if ran:
         benches += ("; " if benches else "") + f"microbenchmarks run now ({', '.join(ran)}) at their " \
             + ("--quick sweep" if options.quick else "default sweep")
-    return (f"{options.scale} scale. Experiments: " + " | ".join(experiments) + f". {benches}. "
+    only = f"Only the steps feeding {', '.join(options.only)} (--only); the other entries were not run. " \
+        if options.only else ""
+    return (f"{only}{options.scale} scale. Experiments: " + " | ".join(experiments) + f". {benches}. "
             f"Machine: {machine()}. `--scale full` runs uav.yaml and mmog.yaml (10 min each, per policy).")
 
 

@@ -20,13 +20,16 @@ from pathlib import Path
 from testbed import paper_record, provenance
 
 SHOWN_FILES = 6  # changed files listed per entry; the rest are counted
+SHOWN_PROBLEMS = 2  # what a missing entry lacks, first things first (testbed.paper's order: failed, missing)
 
 
 def judge(entry: dict, repo: Path = provenance.REPO) -> dict:
     """One entry's state and why, from its record (testbed.paper_record.provenance) and git."""
     verdict = {"figure": entry["figure"], "commits": entry.get("commits") or [], "date": entry.get("date", "")}
     if entry.get("status") != "ok":
-        return {**verdict, "state": "missing", "why": "; ".join(entry.get("problems") or []) or entry.get("status", "")}
+        problems = [p for p in entry.get("problems") or [] if not p.startswith("note:")]
+        more = f" and {len(problems) - SHOWN_PROBLEMS} more" if len(problems) > SHOWN_PROBLEMS else ""
+        return {**verdict, "state": "missing", "why": "; ".join(problems[:SHOWN_PROBLEMS]) + more or entry.get("status", "")}
     if not verdict["commits"] or None in verdict["commits"]:
         return {**verdict, "state": "unknown", "why": "nothing says which commit made its data (a benchmark JSON written "
                 "before `testbed bench` marked that: run the benchmark again, then `testbed paper --resume`)"}
@@ -65,9 +68,9 @@ def check(out: Path, repo: Path = provenance.REPO, say=print) -> int:
     verdicts = [judge(entry, repo) for entry in record.get("entries", [])]
     width = max((len(v["figure"]) for v in verdicts), default=0)
     for v in verdicts:
-        made = ", ".join(provenance.short(c) for c in v["commits"]) or "-"
-        say(f"  {v['state']:<8} {v['figure']:<{width}}  made at {made}" + (f" ({v['date']})" if v["date"] else "")
-            + (f": {v['why']}" if v["why"] else ""))
+        made = ", ".join(provenance.short(c) for c in v["commits"])
+        at = f"made at {made}" + (f" ({v['date']})" if v["date"] else "") if made else ""
+        say(f"  {v['state']:<8} {v['figure']:<{width}}  " + "; ".join(part for part in (at, v["why"]) if part))
     counts = {state: sum(v["state"] == state for v in verdicts) for state in ("current", "stale", "missing", "unknown")}
     bad = len(verdicts) - counts["current"]
     say("paper --check: " + ", ".join(f"{n} {state}" for state, n in counts.items())
