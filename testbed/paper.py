@@ -215,11 +215,12 @@ class Step:
     runs: list[str] = field(default_factory=list)    # run folders, as the index shows them
     source_time: float | None = None                 # a benchmark JSON's "time"
     elsewhere: bool = False
+    resumed: bool = False                            # skipped by --resume: its time is the original's
     planned: str = ""                                # its name in the plan (what earlier timings are looked up by)
 
     def made(self, done: dict, detail: str) -> "Step":
         """This step stands on data a previous record says was made (resumed): its status, provenance and time."""
-        self.status, self.detail, self.elsewhere = "ok", detail, True
+        self.status, self.detail, self.elsewhere, self.resumed = "ok", detail, True, True
         for key in ("commit", "dirty", "date", "runs", "source_time", "seconds"):
             setattr(self, key, done.get(key, getattr(self, key)))
         return self
@@ -843,10 +844,15 @@ def _step_record(step: Step) -> dict:
 
 
 def _about(state: State, statement: str, started: float) -> dict:
+    """The record's facts; `earlier` keeps the previous records at this commit that this paper has not
+    (yet) redone, so a paper interrupted, or run --only, loses nothing a later --resume could skip."""
+    done = {s.name for s in state.steps}
+    earlier = [r for name, r in state.previous.items()
+               if name not in done and provenance.same_commit(r.get("commit"), state.head.get("commit"))]
     return {"command": state.options.command, "machine": machine(), "scale": statement,
             "commit": state.head.get("commit"), "dirty": state.head.get("dirty", []),
             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": time.time() - started,
-            "steps": [_step_record(s) for s in state.steps]}
+            "steps": [_step_record(s) for s in state.steps], "earlier": earlier}
 
 
 def _run(todo: Todo, state: State, interrupted: bool) -> tuple[Step, bool]:
@@ -861,8 +867,9 @@ def _run(todo: Todo, state: State, interrupted: bool) -> tuple[Step, bool]:
             step, interrupted = Step(todo.name, "interrupted", detail="Ctrl-C"), True
         except Exception as error:  # noqa: BLE001 - a failing step is reported, the others still run
             step = Step(todo.name, "failed", detail=f"{type(error).__name__}: {error}")
-    if not step.elsewhere:
+    if not step.resumed:
         step.seconds = time.monotonic() - t0
+    if not step.elsewhere:
         step.commit, step.dirty, step.date = head["commit"], head["dirty"], time.strftime("%Y-%m-%d %H:%M")
     step.planned = todo.name
     return step, interrupted

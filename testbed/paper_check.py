@@ -60,12 +60,17 @@ def check(out: Path, repo: Path = provenance.REPO, say=print) -> int:
         say(f"paper --check: {error}")
         return 1
     if record is None:
-        say(f"paper --check: no index at {paper_record.path(out)}: nothing to check (`make paper` writes it)")
+        older = " (index.md there is older: made before the index named its commits)" if (Path(out) / "index.md").exists() else ""
+        say(f"paper --check: no index at {paper_record.path(out)}{older}: nothing to check (`make paper` writes it)")
         return 1
     head = provenance.head(repo)
     say(f"paper --check: {paper_record.path(out)} ({record.get('finished', '?')}) against the checkout at "
         f"{provenance.short(head['commit'])}" + (f" with {len(head['dirty'])} uncommitted file(s)" if head["dirty"] else ""))
-    verdicts = [judge(entry, repo) for entry in record.get("entries", [])]
+    if "entries" not in record:
+        say(f"paper --check: {paper_record.path(out)} has no entries yet: the paper writing it has not finished "
+            f"(or was stopped: `testbed paper --resume` goes on)")
+        return 1
+    verdicts = [judge(entry, repo) for entry in record["entries"]]
     width = max((len(v["figure"]) for v in verdicts), default=0)
     for v in verdicts:
         made = ", ".join(provenance.short(c) for c in v["commits"])

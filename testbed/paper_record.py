@@ -9,7 +9,8 @@
 A step record is Step's fields (testbed.paper): name, status, seconds, detail, figures, and who made
 its data: commit (None: not known), dirty (files with uncommitted changes then), date, runs (run
 folders), source_time (a benchmark JSON's "time"), elsewhere (the data was made before this paper
-ran: reused or resumed). `testbed paper --check` (testbed.paper_check) reads the entries.
+ran: reused or resumed), resumed, planned (its name in the plan). `earlier` holds records at the same
+commit this paper has not redone. `testbed paper --check` (testbed.paper_check) reads the entries.
 """
 
 from __future__ import annotations
@@ -52,7 +53,9 @@ def write(out: Path, record: dict) -> Path:
 
 
 def steps_by_name(record: dict | None) -> dict[str, dict]:
-    return {s["name"]: s for s in (record or {}).get("steps", [])}
+    """Every step record by name: this paper's, over those it kept from an earlier one (`earlier`)."""
+    record = record or {}
+    return {s["name"]: s for s in record.get("earlier", []) + record.get("steps", [])}
 
 
 def resumable(previous: dict[str, dict], name: str, now: dict) -> dict | None:
@@ -76,9 +79,10 @@ def made_by(previous: dict[str, dict], name: str, source_time) -> dict | None:
 
 
 def expected_s(previous: dict[str, dict], name: str, guess: float) -> float:
-    """A step's expected duration: what it took last time when it ran (not resumed or reused), else `guess`."""
+    """A step's expected duration: what it took last time it ran (or the run a resumed step stood for; not
+    a redraw of data made elsewhere), else `guess`."""
     done = previous.get(name)
-    if done and done.get("status") == "ok" and not done.get("elsewhere") and done.get("seconds"):
+    if done and done.get("status") == "ok" and (done.get("resumed") or not done.get("elsewhere")) and done.get("seconds"):
         return float(done["seconds"])
     return guess
 

@@ -177,8 +177,10 @@ def test_resume_takes_only_a_step_done_at_this_commit_on_the_same_tree():
 
 def test_expected_durations_come_from_the_last_timing_else_the_guess():
     done = {"run x": {"status": "ok", "seconds": 93.0}, "run y": {"status": "ok", "seconds": 5.0, "elsewhere": True},
-            "run z": {"status": "failed", "seconds": 2.0}}
-    assert [paper_record.expected_s(done, n, 100.0) for n in ("run x", "run y", "run z", "run new")] == [93, 100, 100, 100]
+            "run z": {"status": "failed", "seconds": 2.0},
+            "run r": {"status": "ok", "seconds": 95.0, "elsewhere": True, "resumed": True}}
+    assert [paper_record.expected_s(done, n, 100.0) for n in ("run x", "run y", "run z", "run r", "run new")] == [
+        93, 100, 100, 95, 100]  # a redraw of data made elsewhere says nothing of a run's time; a resumed one does
     guesses = {t.name: t.guess_s for t in paper.plan(paper.Options(repeats=1, asides=False))}
     assert guesses["run scenarios/uav-smoke.yaml --policy epulsar (repeat 1/1)"] == 60 + paper.RUN_OVERHEAD_S
 
@@ -291,3 +293,35 @@ def test_only_plans_the_steps_feeding_the_entries_named(tmp_path, monkeypatch):
     assert by_fig["fig3b"].missing[0] == "not run (--only fig9)" and by_fig["fig9"].missing[0] != "not run (--only fig9)"
     result = CliRunner().invoke(app, ["paper", "--only", "fig9,fig99"])
     assert result.exit_code == 2 and "--only: fig99; allowed: fig3b," in result.output
+
+
+def test_a_paper_that_redoes_part_keeps_the_records_of_the_rest_at_this_commit(tmp_path, monkeypatch):
+    def step(name):
+        return lambda state: paper.Step(name, "ok", detail="measured", figures=("fig3b",))
+
+    out = tmp_path / "paper"
+    monkeypatch.setattr(paper, "entries", lambda state: [])
+    monkeypatch.setattr(paper, "plan", lambda options: [paper.Todo("a", step("bench a"), 1.0),
+                                                        paper.Todo("b", step("bench b"), 1.0)])
+    assert paper.main(paper.Options(out=out), say=lambda _: None) == 0
+    monkeypatch.setattr(paper, "plan", lambda options: [paper.Todo("a", step("bench a"), 1.0)])  # as --only would
+    assert paper.main(paper.Options(out=out), say=lambda _: None) == 0
+    record = paper_record.read(out)
+    assert [s["name"] for s in record["steps"]] == ["bench a"] and [s["name"] for s in record["earlier"]] == ["bench b"]
+    assert set(paper_record.steps_by_name(record)) == {"bench a", "bench b"}
+    record["commit"] = "f" * 40  # a record of another commit is kept only while its commit is checked out
+    for s in record["steps"] + record["earlier"]:
+        s["commit"] = "f" * 40
+    paper_record.write(out, record)
+    assert paper.main(paper.Options(out=out), say=lambda _: None) == 0
+    assert paper_record.read(out)["earlier"] == []
+
+
+def test_check_says_when_the_index_is_unfinished_or_older_than_index_json(tmp_path):
+    said: list[str] = []
+    (tmp_path / "index.md").write_text("# an index from before\n")
+    assert paper_check.check(tmp_path, say=said.append) == 1
+    assert "index.md there is older: made before the index named its commits" in said[-1]
+    paper_record.write(tmp_path, {"finished": "", "steps": [{"name": "bench nc", "status": "ok"}]})
+    assert paper_check.check(tmp_path, say=said.append) == 1
+    assert "has no entries yet" in said[-1] and "--resume" in said[-1]
