@@ -256,8 +256,6 @@ class State:
 
     def resumed(self, name: str) -> dict | None:
         """The previous record of step `name` when --resume skips it (testbed.paper_record.resumable)."""
-        from testbed import paper_record
-
         return paper_record.resumable(self.previous, name, self.head) if self.options.resume else None
 
 
@@ -308,7 +306,7 @@ def scale_statement(options: Options, benches_reused: list[str]) -> str:
             + ("--quick sweep" if options.quick else "default sweep")
     only = f"Only the steps feeding {', '.join(options.only)} (--only); the other entries were not run. " \
         if options.only else ""
-    return (f"{only}{options.scale} scale. Experiments: " + " | ".join(experiments) + f". {benches}. "
+    return (f"{only}{options.scale} scale. Experiments: " + " | ".join(experiments) + (f". {benches}" if benches else "") + ". "
             f"Machine: {machine()}. `--scale full` runs uav.yaml and mmog.yaml (10 min each, per policy).")
 
 
@@ -338,8 +336,6 @@ def _json_time(path: Path) -> float | None:
 def _made_elsewhere(step: Step, path: Path, state: State) -> None:
     """A step that only reads a benchmark JSON: who made it, from the previous record of this step when that
     ran it, else the mark `testbed bench` left beside it (testbed.provenance.mark); commit None: not known."""
-    from testbed import paper_record
-
     step.elsewhere, step.source_time = True, _json_time(path)
     done = paper_record.made_by(state.previous, step.name, step.source_time) or provenance.marked(path, step.source_time)
     step.commit = (done or {}).get("commit")
@@ -349,15 +345,15 @@ def _made_elsewhere(step: Step, path: Path, state: State) -> None:
 
 
 def bench_step(bench: Microbenchmark, state: State) -> Step:
+    """Run a benchmark (or, with --reuse and its JSON there, or resumed, redraw its figures) and copy its PNGs."""
     options, out = state.options, state.options.out
-    reuse = options.reuse and bench.json.exists()
-    args = [bench.redraw] if reuse else (list(bench.quick) if options.quick else [])
     step = Step(f"bench {bench.name} ({', '.join(bench.figures)})" + (" --quick" if options.quick else ""),
                 figures=bench.figures)
     done = state.resumed(step.name)
-    if done and bench.json.exists() and _json_time(bench.json) == done.get("source_time"):
-        args = [bench.redraw]
-    if bench.redraw not in args:
+    resumed = bool(done) and bench.json.exists() and _json_time(bench.json) == done.get("source_time")
+    redraw = resumed or (options.reuse and bench.json.exists())
+    args = [bench.redraw] if redraw else (list(bench.quick) if options.quick else [])
+    if not redraw:
         provenance.mark(bench.json)  # a later paper that only reads this JSON can name its commit
     code = _subprocess([sys.executable, "-m", bench.module, *args])
     copied = []
@@ -365,15 +361,14 @@ def bench_step(bench: Microbenchmark, state: State) -> Step:
         if (BENCH_DIR / name).exists():
             shutil.copy2(BENCH_DIR / name, out / name)
             copied.append(name)
-    how = f"redrawn from {_rel(bench.json)}" if bench.redraw in args else f"ran {' '.join([bench.module, *args])}"
+    how = f"redrawn from {_rel(bench.json)}" if redraw else f"ran {' '.join([bench.module, *args])}"
     step.status = "ok" if code == 0 and bench.json.exists() else "failed"
     step.detail = f"{how}; exit {code}; copied {', '.join(copied) or 'no PNG'}"
     if not bench.json.exists():
         step.detail += f"; {_rel(bench.json)} missing"
-    if done and bench.redraw in args and not reuse:
-        if step.status == "ok":
-            step.made(done, f"resumed (done at {done['commit'][:7]}, {done['date']}); {step.detail}")
-    elif reuse:
+    elif step.status == "ok" and resumed:
+        step.made(done, f"resumed (done at {done['commit'][:7]}, {done['date']}); {step.detail}")
+    elif step.status == "ok" and redraw:
         _made_elsewhere(step, bench.json, state)
     else:
         step.source_time = _json_time(bench.json)
@@ -753,7 +748,6 @@ def _experiment_entry(fig: str, kind: str, scenario: str, comparison: dict | Non
     rests on, what is missing and what the saturation guard left out."""
     from analysis import experiment_headlines, headlines
     from analysis.paper_index import Entry
-
     from testbed.paper_scale import against_paper
 
     facts = scenario_facts(REPO / scenario)
@@ -903,7 +897,8 @@ def main(options: Options, say=print) -> int:
         step, interrupted = _run(t, state, interrupted)
         state.steps.append(step)
         paper_record.write(options.out, _about(state, statement, started))  # --resume starts from here
-        say(f"[{i}/{total}] {t.name}: {step.status} in {step.seconds:.0f} s; {step.detail}")
+        took = f"(it took {step.seconds:.0f} s when it ran)" if step.resumed else f"in {step.seconds:.0f} s"
+        say(f"[{i}/{total}] {t.name}: {step.status} {took}; {step.detail}")
     say(f"\n[{total}/{total}] index ...")
     about = _about(state, statement, started)
     made = entries(state)

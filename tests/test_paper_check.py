@@ -325,3 +325,24 @@ def test_check_says_when_the_index_is_unfinished_or_older_than_index_json(tmp_pa
     paper_record.write(tmp_path, {"finished": "", "steps": [{"name": "bench nc", "status": "ok"}]})
     assert paper_check.check(tmp_path, say=said.append) == 1
     assert "has no entries yet" in said[-1] and "--resume" in said[-1]
+
+
+def test_bench_step_redraws_a_benchmark_done_at_this_commit_and_runs_one_whose_json_changed(tmp_path, monkeypatch):
+    argvs = []
+    monkeypatch.setattr(paper, "_subprocess", lambda argv: argvs.append(argv) or 0)
+    monkeypatch.setattr(paper, "BENCH_DIR", tmp_path)
+    bench = paper.Microbenchmark("nc", "testbed.bench.nc", ("fig3b",), ("fig3b.png",), "--figures-only")
+    (tmp_path / "nc.json").write_text(json.dumps({"time": 100.0}))
+    head = provenance.head()
+    record = {"status": "ok", "commit": head["commit"], "dirty": head["dirty"], "date": "2026-11-28 10:00",
+              "seconds": 400.0, "source_time": 100.0, "runs": []}
+    state = paper.State(paper.Options(out=tmp_path / "paper", resume=True),
+                        previous={"bench nc (fig3b)": record}, head=head)
+    (tmp_path / "paper").mkdir()
+    step = paper.bench_step(bench, state)
+    assert argvs[-1][-1] == "--figures-only" and step.resumed and step.seconds == 400.0 and step.commit == head["commit"]
+    assert not (tmp_path / "nc.made.json").exists()  # a redraw makes nothing new
+    (tmp_path / "nc.json").write_text(json.dumps({"time": 200.0}))  # measured again since (make bench-nc)
+    step = paper.bench_step(bench, state)
+    assert argvs[-1][-1] == "testbed.bench.nc" and not step.resumed and step.source_time == 200.0
+    assert json.loads((tmp_path / "nc.made.json").read_text())["commit"] == head["commit"]
