@@ -346,3 +346,16 @@ def test_bench_step_redraws_a_benchmark_done_at_this_commit_and_runs_one_whose_j
     step = paper.bench_step(bench, state)
     assert argvs[-1][-1] == "testbed.bench.nc" and not step.resumed and step.source_time == 200.0
     assert json.loads((tmp_path / "nc.made.json").read_text())["commit"] == head["commit"]
+
+
+def test_a_reused_run_names_the_commit_and_uncommitted_files_its_run_json_records(tmp_path):
+    (tmp_path / "uav-smoke-r1").mkdir()
+    (tmp_path / "uav-smoke-r1" / "run.json").write_text(json.dumps(
+        {"git_commit": "abc1234", "git_dirty": ["testbed/experiment.py"], "started": 1795879567.0}))
+    step = paper.Step("run x")
+    paper._made_by_run(step, tmp_path / "uav-smoke-r1")
+    assert (step.commit, step.dirty, step.elsewhere) == ("abc1234", ["testbed/experiment.py"], True)
+    assert step.runs == [str(tmp_path / "uav-smoke-r1")] and step.date.startswith("2026-11-")
+    (tmp_path / "uav-smoke-r1" / "run.json").write_text(json.dumps({"git_commit": "unknown"}))  # made outside git
+    paper._made_by_run(step, tmp_path / "uav-smoke-r1")
+    assert step.commit is None and step.dirty == [] and step.date == ""
