@@ -29,6 +29,11 @@ Steps, each shown as [i/N] with what is left; a failing step is recorded and the
                    and a verdict by a rule tied to the paper's mechanism (analysis.headlines): yes, no, or
                    "not testable" when the rule could not have failed (e.g. the configured topology bounds
                    every E2E latency below the threshold)
+  record           <out>/index.json (testbed.paper_record), rewritten after every step: who made each entry
+                   (commit, uncommitted files, date, runs, the guard's verdict, time), the paths it rests on
+                   (depends) for `testbed paper --check` (testbed.paper_check), and each step's time, from which
+                   the next paper's progress says how long is left; --resume skips the runs and benchmarks it
+                   says were done at this commit; --only runs the steps feeding the entries it names
 
 Exit code: 0 when every step succeeded, 1 when one failed (the index says which), 130 on Ctrl-C.
 """
