@@ -1,5 +1,5 @@
 """How big an experiment `make paper` ran is, against the paper's: "0.011x the paper's load (240 of
-22,400 deliveries/s), 8 of 64 clients".
+22,400 deliveries/s), clients uav-swarm 8 of 64".
 
 The paper's size is the workload kind's full-scale scenario (testbed.plugin.Experiment.scenarios
 ["full"]: uav.yaml and mmog.yaml are the paper's cases); a kind whose paper gives no size (the hot
@@ -19,18 +19,20 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @functools.cache
-def size(scenario: str) -> tuple[float, int]:
-    """Deliveries/s offered and client nodes (a swarm's UAVs counted one by one) of a scenario file."""
+def size(scenario: str) -> tuple[float, dict[str, int]]:
+    """Deliveries/s offered, and client nodes per role (a swarm's UAVs counted one by one), of a scenario file."""
     from testbed import load, topology
     from testbed.scenario.loader import load as load_scenario
 
     parsed = load_scenario(REPO / scenario)
-    clients = sum(group.count * group.members for group in parsed.nodes.clients)
-    return load.deliveries_per_s(parsed, topology.build(parsed)), clients
+    built = topology.build(parsed)
+    roles = dict.fromkeys(group.role for group in parsed.nodes.clients)
+    clients = {role: sum(n.members for n in built.nodes.values() if n.role == role) for role in roles}
+    return load.deliveries_per_s(parsed, built), clients
 
 
 def against_paper(kind: str, scenario: str) -> str:
-    """`scenario`'s load and clients against its kind's full-scale scenario; "" when either cannot be read."""
+    """`scenario`'s load and clients against its kind's full-scale scenario; what failed when either cannot be read."""
     experiment = plugin.experiments()[kind]
     full = experiment.scenarios["full"]
     try:
@@ -40,8 +42,8 @@ def against_paper(kind: str, scenario: str) -> str:
     whose = "the paper's" if experiment.paper_scale else f"{full}'s"
     ratio = f"{ours / theirs:.2g}" if theirs else "?"
     ratio += ".0x" if ratio.isdigit() else "x"
-    return (f"{ratio} {whose} load ({ours:,.0f} of {theirs:,.0f} deliveries/s), "
-            f"{our_clients} of {their_clients} clients")
+    clients = ", ".join(f"{role} {n} of {their_clients.get(role, 0)}" for role, n in our_clients.items())
+    return f"{ratio} {whose} load ({ours:,.0f} of {theirs:,.0f} deliveries/s), clients {clients}"
 
 
 __all__ = ["size", "against_paper"]

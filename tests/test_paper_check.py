@@ -359,3 +359,14 @@ def test_a_reused_run_names_the_commit_and_uncommitted_files_its_run_json_record
     (tmp_path / "uav-smoke-r1" / "run.json").write_text(json.dumps({"git_commit": "unknown"}))  # made outside git
     paper._made_by_run(step, tmp_path / "uav-smoke-r1")
     assert step.commit is None and step.dirty == [] and step.date == ""
+
+
+def test_an_experiment_says_its_size_against_the_papers():
+    from testbed.paper_scale import against_paper
+
+    assert against_paper("uav-swarm", "scenarios/uav-smoke.yaml") == (
+        "0.011x the paper's load (240 of 22,400 deliveries/s), clients uav-swarm 8 of 64")  # 2 swarms of 4 UAVs
+    assert against_paper("uav-swarm", "scenarios/uav.yaml").startswith("1.0x the paper's load (22,400 of 22,400")
+    assert against_paper("mmog", "scenarios/mmog-smoke.yaml").endswith("clients game-server 10 of 10, avatar 16 of 64")
+    assert "scenarios/hotspot.yaml's load" in against_paper("hotspot", "scenarios/hotspot-smoke.yaml")  # no paper size
+    assert against_paper("mmog", "scenarios/missing.yaml").startswith("size against scenarios/mmog.yaml not known")
