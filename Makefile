@@ -5,7 +5,7 @@ PYTHON ?= /usr/bin/python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 SCENARIO ?= scenarios/uav-smoke.yaml
-APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 psmisc procps python3-venv \
+APT_PACKAGES := mininet iproute2 iputils-ping ethtool gcc libc6-dev iperf3 tcpdump psmisc procps python3-venv \
                 serf nats-server zookeeper default-jre-headless openssh-server openssh-client libnats-dev
 # The live view's browser test (tests/test_view_browser.py): headless Chromium driven by Selenium.
 BROWSER_PACKAGES := chromium chromium-driver
@@ -14,35 +14,51 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt browser bench-view venv scenario test test-long test-containernet containernet sanitize figures paper paper-check images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-overload bench-client bench-soak bench-servers bench-mutants benches
+.PHONY: setup apt browser bench-view venv scenario test test-long test-containernet containernet sanitize figures paper paper-check images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-calibration bench-overload bench-client bench-soak bench-servers bench-mutants benches
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
-apt:
-	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "setup: installing $$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
-	else echo "setup: distribution packages present"; fi
+# Each install step says one line; apt-get's and pip's own output go to a log, shown when they fail.
+SETUP_LOG_DIR ?= results/logs
+APT_LOG := $(SETUP_LOG_DIR)/apt.log
+PIP_LOG := $(SETUP_LOG_DIR)/pip.log
+# $(call apt_install,WHAT,PACKAGES): the missing PACKAGES installed with one line said
+define apt_install
+@missing=$$(for p in $(2); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done | xargs); \
+if [ -z "$$missing" ]; then echo "setup: $(1): all present"; exit 0; fi; \
+echo "setup: $(1): installing $$missing (apt-get's output: $(APT_LOG))"; mkdir -p $(SETUP_LOG_DIR); \
+if ! { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; } \
+     >>$(APT_LOG) 2>&1; then tail -n 25 $(APT_LOG); echo "setup: $(1): apt-get failed (the whole log: $(APT_LOG))"; exit 1; fi
+endef
+
+apt:  ## the distribution packages a run needs (APT_PACKAGES), those missing installed
+	$(call apt_install,distribution packages,$(APT_PACKAGES))
 
 browser:  ## Debian's Chromium and ChromeDriver, for the view's browser tests
-	@missing=$$(for p in $(BROWSER_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
-	if [ -n "$$missing" ]; then \
-	  echo "setup: installing $$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; fi
+	$(call apt_install,browser for the view's tests,$(BROWSER_PACKAGES))
 
 venv: $(BIN)/testbed
+	@echo "setup: python venv $(VENV): pinned packages of requirements.txt in place"
 
 $(BIN)/testbed: requirements.txt pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -r requirements.txt
-	$(BIN)/python -m pip install -q --no-deps -e .
-	touch $(BIN)/testbed
+	@echo "setup: python venv $(VENV): installing requirements.txt and this project (pip's output: $(PIP_LOG))"
+	@mkdir -p $(SETUP_LOG_DIR)
+	@{ test -x $(BIN)/python || $(PYTHON) -m venv --system-site-packages $(VENV); } >>$(PIP_LOG) 2>&1 && \
+	 $(BIN)/python -m pip install -q --upgrade pip >>$(PIP_LOG) 2>&1 && \
+	 $(BIN)/python -m pip install -q -r requirements.txt >>$(PIP_LOG) 2>&1 && \
+	 $(BIN)/python -m pip install -q --no-deps -e . >>$(PIP_LOG) 2>&1 || \
+	 { tail -n 25 $(PIP_LOG); echo "setup: python venv $(VENV): failed (the whole log: $(PIP_LOG))"; exit 1; }
+	@touch $(BIN)/testbed
 
-scenario: setup  ## the default smoke scenario end to end, then its figures (SCENARIO=... picks another; VIEW=1 serves the live view)
+# What a run changes outside its own namespaces (docs/guide/install-and-backends.md#what-a-run-changes-on-the-machine).
+HOST_CHANGES := "host settings: a run adds cubic to net.ipv4.tcp_allowed_congestion_control if missing (its nodes then \
+use Linux's default congestion control, not this machine's: BBR's PROBE_RTT stalls would show as latency); \
+on Containernet it also lets bridged frames past Docker's FORWARD DROP (an iptables rule in DOCKER-USER)"
+
+scenario: setup  ## the default smoke scenario end to end, then its figures (SCENARIO=... picks another; VIEW=1 serves the live view; BACKEND=containernet runs it on Docker hosts)
+	@echo $(HOST_CHANGES)
 	$(BIN)/testbed validate $(SCENARIO)
-	$(BIN)/testbed run $(SCENARIO) $(if $(VIEW),--view)
+	$(BIN)/testbed run $(SCENARIO) $(if $(VIEW),--view) $(if $(BACKEND),--backend $(BACKEND))
 	$(BIN)/testbed figures $$(dirname $$(ls -td results/*/run.json | head -1))
 
 # Two workers, whole files each (a file's shared live run stays shared; a live test has the machine
@@ -122,6 +138,9 @@ docs: venv  ## the scenario reference, regenerated from the schema -> docs/guide
 
 bench-nc: setup  ## Serf coordinate accuracy and overhead (paper 5.3) -> results/bench/nc.json, fig3b.png
 	$(BIN)/python -m testbed.bench.nc
+
+bench-calibration: setup  ## every pair of the 16 US cities pinged, constant and with cities.jitter: measured, against WonderProxy's pings -> results/bench/calibration.json, calibration.png (~3 min)
+	$(BIN)/python -m testbed.bench.calibration $(CALIBRATION_ARGS)
 
 bench-analysis: setup  ## PySpark reduction of 250k/500k/1M synthetic trace rows -> results/bench/analysis.json (ANALYSIS_ARGS="--sizes 1000000,10000000,30000000,100000000 --repeats 1 --cluster 2 --no-convert": scaling, local vs a 2-worker standalone cluster, ~15 min)
 	$(BIN)/python -m analysis.bench $(ANALYSIS_ARGS)

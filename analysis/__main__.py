@@ -101,10 +101,10 @@ def cmd_figures(args) -> int:
     out = Path(args.out)
     spark = None
     drawn, skipped, migrations = [], [], []
-    for run_dir in runs:
-        if args.reduce or traces.needs_conversion(run_dir) or not (run_dir / "tables" / "summary.parquet").exists():
-            from analysis.reduce import reduce_run
+    from analysis.reduce import current, reduce_run
 
+    for run_dir in runs:
+        if args.reduce or not current(run_dir):
             spark = spark or _spark(args.master)
             reduce_run(spark, run_dir, bucket_s=args.bucket, consumer=args.consumer)
         run = traces.read_run(run_dir)
@@ -121,7 +121,7 @@ def cmd_figures(args) -> int:
                 skipped.append(f"fig8 for {run_dir}: no trace rows")
             else:
                 drawn.append(figures.fig8(e2e, out / f"fig8-{name}.png", relinks=tables.get("relinks"),
-                                          threshold_s=thresholds.get(first_class, 0.040), stat=args.stat,
+                                          migrations=tables.get("migration_marks"), threshold_s=thresholds.get(first_class, 0.040), stat=args.stat,
                                           topic_class=first_class, note=note, saturated=saturated,
                                           faults=run.get("faults")))
         if "fig9" in wanted:

@@ -12,7 +12,8 @@ manager only), `bundle_split`, `bundle_unload` (by shedder), `overload_shed` (eP
 branch, paper 3.4.2/3.4.3). The numbers per run (mean imbalance, unloads, sheds, downtime) are not
 derived again here: they are the harness's own summary (testbed.systems.pubsub.balance, in run.json's
 `summary.balance`), which the end screen showed; this module only pools them over repeats
-(`analysis.stats`). Time is seconds since the run's `run_start` event, as in every other figure.
+(`analysis.stats`). Time is seconds since the run's `run_start` event (the workload's start), as in
+every other figure; the rounds before it are the settle phase, shaded.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import yaml  # noqa: E402
 
 from analysis import stats  # noqa: E402
@@ -219,17 +221,51 @@ def _draw_marks(ax, run: dict, legend: bool) -> None:
         ax.axvline(run["surge_s"], color="tab:orange", linewidth=2.0, alpha=0.5, label="surge starts" if legend else None)
 
 
-def over_time_figure(runs: list[dict], out: str | os.PathLike, title: str | None = None) -> dict:
-    """"Load balancing over time": one column per run (a policy each, in the registry's order); rows:
-    message rate out per broker with Rth_out, link use out with the overload threshold, topics (and
-    bundles) owned; splits, unloads and overload sheds as vertical lines, the surge shaded; below,
-    across the columns, the imbalance (CoV of the brokers' message rates) with one line per policy."""
+TIME_AXIS = "time since the workload started (s)"
+THRESHOLD_SHOWN = 2.0  # a threshold up to this many times the data's peak is drawn; a higher one is named
+
+
+def _threshold(ax, value: float | None, peak: float, words: str, unit: str) -> None:
+    """A threshold where the data is: a red dashed line when it is within THRESHOLD_SHOWN x the data's
+    peak (the axis then reaches it), else named at the top ("..., above the axis"): an axis stretched
+    to a threshold far above the data flattens the data at the bottom."""
+    if not value:
+        return
+    text = f"{words} {value:,.0f} {unit}" if value >= 100 else f"{words} {value:g} {unit}"
+    if value <= THRESHOLD_SHOWN * peak:
+        ax.axhline(value, color="red", linestyle="--", label=text)
+        ax.set_ylim(top=max(ax.get_ylim()[1], 1.08 * value))
+    else:  # head room for the words above the data's peak
+        ax.set_ylim(top=max(ax.get_ylim()[1], 1.2 * peak))
+        ax.text(0.99, 0.97, f"{text}, above the axis", transform=ax.transAxes, ha="right", va="top", color="red",
+                fontsize="x-small", bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+
+
+def _peak(series: list[list]) -> float:
+    values = [v for values in series for v in values if v is not None]
+    return max(values, default=0.0)
+
+
+def _shade_settle(ax, run: dict) -> None:
+    """The monitoring rounds before the workload started (negative times) are the settle phase."""
+    first = min((t for s in run["brokers"].values() for t in s["t_s"]), default=0.0)
+    if first < 0:
+        ax.axvspan(first, 0.0, color="0.88", linewidth=0, label="settle (before the workload)")
+
+
+def over_time_plot(runs: list[dict], title: str | None = None):
+    """"Load balancing over time" as a matplotlib Figure: one column per run (a policy each, in the
+    registry's order); rows: message rate out per broker with Rth_out, link use out with the overload
+    threshold, topics (and bundles) owned; splits, unloads and overload sheds as vertical lines, the
+    surge marked, the settle shaded; below, across the columns, the imbalance (CoV of the brokers'
+    message rates) with one line per policy. Axes are scaled to the data (`_threshold`)."""
     if not runs:
         raise BadRun("over_time_figure: no runs")
     runs = sorted(runs, key=lambda r: policy_key(r["policy"]))
     names = sorted({b for r in runs for b in r["brokers"]})
     cmap = plt.get_cmap("tab10")
     colour = {b: cmap(i % 10) for i, b in enumerate(names)}
+    bundles = any(v is not None for r in runs for s in r["brokers"].values() for v in s["bundles"])
     cols = len(runs)
     fig = plt.figure(figsize=(4.6 * cols + 1.8, 12))
     grid = fig.add_gridspec(4, cols, height_ratios=[1, 1, 1, 0.9])
@@ -237,55 +273,64 @@ def over_time_figure(runs: list[dict], out: str | os.PathLike, title: str | None
     for c, run in enumerate(runs):
         axes = [fig.add_subplot(grid[r, c], sharex=first) for r in range(3)]
         first = first or axes[0]
+        for ax in axes:
+            _shade_settle(ax, run)
+        link = {name: [None if v is None else 100 * v for v in s["link_out"]] for name, s in run["brokers"].items()}
         for name, s in run["brokers"].items():
             axes[0].plot(s["t_s"], s["rate_out"], color=colour[name], marker=".", label=name)
-            axes[1].plot(s["t_s"], [None if v is None else 100 * v for v in s["link_out"]], color=colour[name], marker=".")
+            axes[1].plot(s["t_s"], link[name], color=colour[name], marker=".")
             axes[2].plot(s["t_s"], s["topics"], color=colour[name], marker=".", drawstyle="steps-post")
             owned = [(t, v) for t, v in zip(s["t_s"], s["bundles"]) if v is not None]  # rounds with lm_usage
             if owned:
                 axes[2].plot(*zip(*owned), color=colour[name], linestyle="--", drawstyle="steps-post")
-        if run.get("rth_out"):
-            axes[0].axhline(run["rth_out"], color="red", linestyle="--", label=f"Rth_out {run['rth_out']:g} msg/s")
-        if run.get("link_threshold"):
-            axes[1].axhline(100 * run["link_threshold"], color="red", linestyle="--",
-                            label=f"overload {100 * run['link_threshold']:g} %")
         for ax in axes:
             _draw_marks(ax, run, legend=True)
             ax.grid(True, alpha=0.3)
             ax.set_ylim(bottom=0)
+        _threshold(axes[0], run.get("rth_out"), _peak([s["rate_out"] for s in run["brokers"].values()]),
+                   "Rth_out", "msg/s")
+        _threshold(axes[1], 100 * run["link_threshold"] if run.get("link_threshold") else None,
+                   _peak(list(link.values())), "overload", "%")
+        axes[2].yaxis.set_major_locator(MaxNLocator(integer=True))  # topics and bundles come whole
         axes[0].set_title(f"{policy_name(run['policy'])}\n({run['scenario']} run {run['run_id']})", fontsize=10)
-        axes[2].set_xlabel("time since run start (s)")
+        axes[2].set_xlabel(TIME_AXIS)
         if c == 0:
             axes[0].set_ylabel("message rate out (msg/s)")
             axes[1].set_ylabel("link use out (% of the broker link)")
-            axes[2].set_ylabel("topics owned (solid)\nbundles owned (dashed)")
+            axes[2].set_ylabel("topics owned (solid)\nbundles owned (dashed)" if bundles else "topics owned")
         for ax in axes:
             handles.update({label: h for h, label in zip(*ax.get_legend_handles_labels())})
     cov = fig.add_subplot(grid[3, :], sharex=first)
-    series = []
     for run in runs:
         if run["imbalance"]:
             t, v = zip(*run["imbalance"])
             cov.plot(t, v, marker=".", color=POLICY_COLORS.get(run["policy"]), label=policy_name(run["policy"]))
-            series.append(policy_name(run["policy"]))
     surges = {r["surge_s"] for r in runs if r.get("surge_s") is not None}
     for i, s in enumerate(sorted(surges)):
         cov.axvline(s, color="tab:orange", linewidth=2.0, alpha=0.5, label="surge starts" if i == 0 else None)
     cov.set_ylim(bottom=0)
     cov.grid(True, alpha=0.3)
-    cov.set_xlabel("time since run start (s)")
+    cov.set_xlabel(TIME_AXIS)
     cov.set_ylabel("imbalance: CoV of the\nbrokers' msg rates")
-    cov.legend(fontsize="small", loc="upper right")
-    title = title or f"Load balancing over time ({runs[0]['scenario']})"
-    fig.suptitle(title)
+    if cov.get_legend_handles_labels()[0]:
+        cov.legend(fontsize="small", loc="upper right")
+    fig.suptitle(title or f"Load balancing over time ({runs[0]['scenario']})")
     fig.tight_layout(rect=(0, 0, 1 - 2.0 / fig.get_figwidth(), 1))
     fig.legend(list(handles.values()), list(handles), fontsize="x-small", loc="center right",
                title="brokers, thresholds, moves", title_fontsize="x-small")
+    return fig
+
+
+def over_time_figure(runs: list[dict], out: str | os.PathLike, title: str | None = None) -> dict:
+    """`over_time_plot` saved as PNG; returns what it shows."""
+    fig = over_time_plot(runs, title)
+    title = fig.get_suptitle()
+    series = [policy_name(r["policy"]) for r in sorted(runs, key=lambda r: policy_key(r["policy"])) if r["imbalance"]]
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)  # not figures.save: its tight_layout would slide the axes under the legend
     plt.close(fig)
-    return {"path": str(path), "title": title, "xlabel": "time since run start (s)",
+    return {"path": str(path), "title": title, "xlabel": TIME_AXIS,
             "ylabel": "message rate out (msg/s); link use out (%); topics and bundles; imbalance (CoV)",
             "series": series}
 
@@ -387,4 +432,4 @@ def headline(table: list[dict], scale: str = ""):
 
 
 __all__ = ["BadRun", "run_start", "over_time", "marks", "load_run", "has_loads", "run_row", "side_by_side", "draw_runs",
-           "markdown_table", "headline", "over_time_figure", "comparison_figure"]
+           "markdown_table", "headline", "over_time_plot", "over_time_figure", "comparison_figure"]

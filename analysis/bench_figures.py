@@ -6,6 +6,7 @@ so a figure can be redrawn (or restyled) without measuring again.
 - overload.json -> overload.png: nats-server's output rate vs p95 latency, the Rth_out knee (paper 5.4)
 - capacity.json -> capacity.png: the harness's overhead vs offered load, CPU by process class
 - efficiency.json -> efficiency.png: CPU-us per delivered message by process class, shapers side by side
+- calibration.json -> calibration.png: the emulated inter-city RTTs against WonderProxy's pings, per pair
 
     python -m analysis.bench_figures [--dir results/bench] [nc overload capacity efficiency ...]
 
@@ -227,12 +228,52 @@ def efficiency(data: dict, out: Path) -> dict:
     return _drawn(fig, out, title, xlabel, ylabel, [*classes, "steal"])
 
 
+# ------------------------------------------------------------------------------------- calibration
+
+def calibration(data: dict, out: Path) -> dict:
+    """`make bench-calibration` (testbed.bench.calibration): per city pair, left the emulated RTT's mean
+    less the measured one against the measured RTT, with the max(0.5 ms, 3 %) band; right the emulated
+    RTTs' standard deviation against the measured mdev, with y = x and the 30 % band; one colour per
+    `cities.jitter` mode."""
+    targets = data["targets"]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.6))
+    top = 0.0
+    for (mode, result), color in zip(data["modes"].items(), ("tab:grey", "tab:blue", "tab:orange")):
+        rows = result["rows"]
+        real_avg = np.array([r["measured"]["avg"] for r in rows])
+        left.scatter(real_avg, [r["emulated"]["avg"] - r["measured"]["avg"] for r in rows], s=10, color=color,
+                     label=f"jitter: {mode} ({result['verdict']['avg_within']:.0%} within)")
+        real, emulated = [r["measured"]["mdev"] for r in rows], [r["emulated"]["mdev"] for r in rows]
+        right.scatter(real, emulated, s=10, color=color,
+                      label=f"jitter: {mode} ({result['verdict']['mdev_within']:.0%} within)")
+        top = max(top, *real, *emulated)
+    span = np.linspace(0, max((r["measured"]["avg"] for m in data["modes"].values() for r in m["rows"]), default=80), 100)
+    bound = np.maximum(targets["avg_ms"], targets["avg_share"] * span)
+    left.fill_between(span, -bound, bound, color="green", alpha=0.12,
+                      label=f"target: max({targets['avg_ms']} ms, {targets['avg_share']:.0%})")
+    left.axhline(0, color="black", linewidth=0.8)
+    left.set(xlabel="measured RTT, avg (ms)", ylabel="emulated - measured avg RTT (ms)", title="mean RTT per city pair")
+    diagonal = np.linspace(0, top * 1.05 or 1.0, 50)
+    right.plot(diagonal, diagonal, color="black", linewidth=0.8, label="emulated = measured")
+    right.fill_between(diagonal, diagonal * (1 - targets["mdev_share"]), diagonal * (1 + targets["mdev_share"]),
+                       color="green", alpha=0.12, label=f"target: within {targets['mdev_share']:.0%}")
+    right.set(xlabel="measured RTT mdev (ms, a typical 30-ping run)", ylabel="emulated RTT std dev (ms)",
+              title="RTT spread per city pair")
+    for ax in (left, right):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    title = "Emulated inter-city paths against WonderProxy's pings (16 US cities)"
+    fig.suptitle(title)
+    return _drawn(fig, out, title, "measured RTT (ms)", "emulated RTT (ms)", list(data["modes"]))
+
+
 # ------------------------------------------------------------------------------------------ by name
 
 FIGURES = {"nc": lambda data, d, name: [fig3b(data, d / "fig3b.png")],
            "overload": lambda data, d, name: [overload(data, d / f"{name}.png")],
            "capacity": lambda data, d, name: [capacity(data, d / f"{name}.png")],
-           "efficiency": lambda data, d, name: [efficiency(data, d / f"{name}.png")]}
+           "efficiency": lambda data, d, name: [efficiency(data, d / f"{name}.png")],
+           "calibration": lambda data, d, name: [calibration(data, d / f"{name}.png")]}
 
 
 def draw(name: str, data: dict | None = None, directory: Path = OUT) -> list[dict]:

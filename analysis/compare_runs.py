@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 
 from analysis import bounds, compare, figures, traces
-from analysis.reduce import reduce_run
+from analysis.reduce import current, reduce_run
 from analysis.spark import join
 from testbed import plugin
 
@@ -48,8 +48,7 @@ def _reduced_consumer(run_dir: Path) -> str | None:
 
 def _reduce(spark, run_dir: Path, consumer: str | None, say) -> None:
     """Reduce unless the tables are current (and, for MMOG, made for the wanted consumer)."""
-    stale = traces.needs_conversion(run_dir) or not (run_dir / "tables" / "summary.parquet").exists()
-    if stale or (consumer and _reduced_consumer(run_dir) != consumer):
+    if not current(run_dir) or (consumer and _reduced_consumer(run_dir) != consumer):
         reduce_run(spark, run_dir, consumer=consumer, say=say)
 
 
@@ -153,6 +152,7 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
                 panel.update(threshold_s=thresholds.get(first_class), topic_class=first_class, note=_note(run),
                              saturated=run.get("harness_saturated"), faults=run.get("faults"),
                              e2e=tables.get("e2e"), relinks=tables.get("relinks"), aoi=tables.get("aoi"),
+                             migrations=tables.get("migration_marks"),
                              marks=tables.get("aoi_marks"))
                 limits = bounds.run_limits(run_dir)
                 usable.append({**entry, "dir": str(run_dir), "run": run, "migrations": _migrations(run_dir),

@@ -91,10 +91,11 @@ def _ms(value) -> str:
     return "-" if value is None else f"{value:.1f} ms"
 
 
-def draw(per_snapshot: list[dict], per_pair: list[dict], end: dict | None, out, bound_ms: float | None = None,
-         title: str = "") -> dict:
-    """estimates.png: same-site pairs' estimated vs configured RTT (top), the errors (bottom)."""
-    from analysis.figures import plt, save
+def figure(per_snapshot: list[dict], per_pair: list[dict], end: dict | None, bound_ms: float | None = None,
+           title: str = ""):
+    """estimates.png as a matplotlib Figure: same-site pairs' estimated vs configured RTT (top), the
+    errors (bottom); returns (figure, series)."""
+    from analysis.figures import plt
 
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(9, 6.5), sharex=True)
     local = [p for p in per_pair if p["same_site"]]
@@ -106,16 +107,16 @@ def draw(per_snapshot: list[dict], per_pair: list[dict], end: dict | None, out, 
             if p["time_s"] <= at_end or (p["a"], p["b"]) not in last:
                 last[(p["a"], p["b"])] = p["error_ms"]
         names = sorted(names, key=lambda n: -last[n])[:SHOWN_PAIRS]
-    series = []
+    series, configured = [], {}
     for i, (a, b) in enumerate(names):
         rows = sorted((p for p in local if (p["a"], p["b"]) == (a, b)), key=lambda p: p["time_s"])
-        colour = f"C{i % 10}"
-        top.plot([p["time_s"] for p in rows], [p["estimated_ms"] for p in rows], color=colour, marker=".",
+        top.plot([p["time_s"] for p in rows], [p["estimated_ms"] for p in rows], color=f"C{i % 10}", marker=".",
                  label=f"{a}-{b} estimated")
-        top.axhline(rows[0]["configured_ms"], color=colour, linestyle="--", linewidth=0.8)
+        configured.setdefault(round(rows[0]["configured_ms"], 3), []).append(f"{a}-{b}")
         series.append(f"{a}-{b}")
-    if names:
-        top.plot([], [], color="grey", linestyle="--", linewidth=0.8, label="configured RTT (dashed)")
+    for ms, pairs in sorted(configured.items()):  # pairs configured alike share one line, in one colour
+        who = pairs[0] if len(pairs) == 1 else f"{len(pairs)} pairs"
+        top.axhline(ms, color="dimgrey", linestyle="--", linewidth=1.0, label=f"configured RTT {ms:g} ms ({who})")
     top.set_ylabel("same-site pairs: RTT (ms)")
     top.set_ylim(bottom=0)
     top.set_title(title or "network coordinates: estimated vs configured RTT")
@@ -138,6 +139,16 @@ def draw(per_snapshot: list[dict], per_pair: list[dict], end: dict | None, out, 
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    return fig, series
+
+
+def draw(per_snapshot: list[dict], per_pair: list[dict], end: dict | None, out, bound_ms: float | None = None,
+         title: str = "") -> dict:
+    """`figure` saved as estimates.png; returns what it shows."""
+    from analysis.figures import save
+
+    fig, series = figure(per_snapshot, per_pair, end, bound_ms, title)
+    top, bottom = fig.axes
     return save(fig, out, top.get_title(), bottom.get_xlabel(), "RTT (ms); |error| (ms)", series)
 
 

@@ -90,8 +90,8 @@ def _step(t: np.ndarray) -> float:
     return float(diffs.min()) if len(diffs) else 1.0
 
 
-def _finish(fig, ax, out: str | os.PathLike, title: str, xlabel: str, ylabel: str, labels: list[str],
-            legend_title: str | None = None) -> dict:
+def _decorate(ax, title: str, xlabel: str, ylabel: str, legend_title: str | None = None) -> None:
+    """Title, axis labels, grid, and the legend right of the axes (only what was drawn has a label)."""
     ax.set_title(title)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
@@ -101,7 +101,19 @@ def _finish(fig, ax, out: str | os.PathLike, title: str, xlabel: str, ylabel: st
         many = len(handles) > 12
         ax.legend(fontsize="x-small" if many else "small", ncol=2 if many else 1, title=legend_title,
                   loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    return {**save(fig, out, title, xlabel, ylabel, labels), "legend": names}
+
+
+def _finish(fig, ax, out: str | os.PathLike, title: str, xlabel: str, ylabel: str, labels: list[str],
+            legend_title: str | None = None) -> dict:
+    _decorate(ax, title, xlabel, ylabel, legend_title)
+    return _saved(fig, out, labels)
+
+
+def _saved(fig, out: str | os.PathLike, labels: list[str]) -> dict:
+    """Save a one-axes figure; what it shows is read back from the axes (one home: the figure)."""
+    ax = fig.axes[0]
+    names = [t.get_text() for t in ax.get_legend().get_texts()] if ax.get_legend() else []
+    return {**save(fig, out, ax.get_title(), ax.get_xlabel(), ax.get_ylabel(), labels), "legend": names}
 
 
 def save(fig, out: str | os.PathLike, title: str, xlabel: str, ylabel: str, series: list) -> dict:
@@ -165,10 +177,17 @@ def _natural(text: str):
     return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", text)]
 
 
+def _instance(topic: str) -> str:
+    """A topic's swarm (or other instance): `follow_leader-swarm3` -> `swarm3`, as `representative_topics` groups."""
+    cls, _, instance = str(topic).partition("-")
+    return instance or cls
+
+
 def _draw_e2e(ax, e2e, relinks, threshold_s: float | None, stat: str, topic_class: str | None,
-              saturated=None, faults=None) -> tuple[list, float]:
-    """Fig. 8's content on one axis: a line per swarm's representative topic, the threshold, relinks,
-    saturated intervals shaded, the faults marked."""
+              saturated=None, faults=None, migrations=None) -> tuple[list, float]:
+    """Fig. 8's content on one axis: a line per swarm's representative topic, the threshold, each
+    swarm's relinks (dotted lines) and its topics' migrations (triangles along the top) in the swarm's
+    colour, saturated intervals shaded, the faults marked."""
     _shade_saturated(ax, saturated)
     _mark_faults(ax, faults)
     table = columns(e2e)
@@ -185,26 +204,56 @@ def _draw_e2e(ax, e2e, relinks, threshold_s: float | None, stat: str, topic_clas
             colors[instance] = line.get_color()
             labels.append(topic)
     _threshold_line(ax, threshold_s)
-    moves = columns(relinks)
-    if _rows(moves):
-        first = True
-        for node, t in zip(moves["node"], moves["t_s"]):
-            ax.axvline(t, color=colors.get(node, "grey"), linestyle=":", linewidth=1.0, alpha=0.9,
-                       label="relink (zone change)" if first else None)
-            first = False
+    _mark_relinks(ax, relinks, colors)
     ax.set_ylim(bottom=0)
+    _mark_migrations(ax, migrations, colors)
     return labels, bucket
 
 
-def fig8(e2e, out, relinks=None, threshold_s: float | None = 0.040, stat: str = "p95_s",
-         topic_class: str | None = None, note: str = "", saturated=None, faults=None) -> dict:
-    """Fig. 8: E2E latency over time, one line per swarm's representative topic; threshold; relinks;
-    the harness's saturated intervals shaded; the scenario's faults marked."""
+def _mark_relinks(ax, relinks, colors: dict) -> None:
+    """A dotted line per relink (zone change) in its swarm's colour, one legend entry per swarm."""
+    moves = columns(relinks)
+    labelled = set()
+    for node, t in zip(moves.get("node", []), moves.get("t_s", [])):
+        ax.axvline(t, color=colors.get(node, "grey"), linestyle=":", linewidth=1.0, alpha=0.9,
+                   label=f"{node}: relink (zone change)" if node not in labelled else None)
+        labelled.add(node)
+
+
+def _mark_migrations(ax, migrations, colors: dict) -> None:
+    """A triangle along the top per topic migration (rows of `jobs.migration_marks`: topic, t_s, ok)
+    in its swarm's colour, a cross where one failed; one legend entry per swarm and outcome."""
+    table = columns(migrations)
+    points: dict[tuple, list[float]] = defaultdict(list)
+    for i in range(_rows(table)):
+        ok = table["ok"][i] if "ok" in table else None
+        failed = not _missing(ok) and not ok  # an end without `ok` is not said to have failed
+        points[(_instance(table["topic"][i]), not failed)].append(float(table["t_s"][i]))
+    if points:  # head room: the triangles ride above the lines
+        ax.set_ylim(top=ax.get_ylim()[1] * 1.1)
+    for (instance, ok), times in sorted(points.items(), key=lambda kv: (_natural(kv[0][0]), not kv[0][1])):
+        ax.plot(times, [0.97] * len(times), transform=ax.get_xaxis_transform(), linestyle="none",
+                marker="v" if ok else "x", markersize=7, color=colors.get(instance, "grey"), clip_on=False,
+                label=f"{instance}: topic migration" + ("" if ok else " FAILED"))
+
+
+def fig8_figure(e2e, relinks=None, threshold_s: float | None = 0.040, stat: str = "p95_s",
+                topic_class: str | None = None, note: str = "", saturated=None, faults=None, migrations=None):
+    """Fig. 8 as a matplotlib Figure (for `fig8` to save, for tests to read): (figure, series)."""
     fig, ax = plt.subplots(figsize=(10, 5))
-    labels, bucket = _draw_e2e(ax, e2e, relinks, threshold_s, stat, topic_class, saturated, faults)
+    labels, bucket = _draw_e2e(ax, e2e, relinks, threshold_s, stat, topic_class, saturated, faults, migrations)
     title = "Fig. 8: E2E latency of each swarm's representative topic" + (f"\n({note})" if note else "")
     ylabel = f"E2E latency, {STAT_NAMES.get(stat, stat)} per {bucket:g} s (ms)"
-    return _finish(fig, ax, out, title, "time since run start (s)", ylabel, labels)
+    _decorate(ax, title, "time since run start (s)", ylabel)
+    return fig, labels
+
+
+def fig8(e2e, out, **kwargs) -> dict:
+    """Fig. 8: E2E latency over time, one line per swarm's representative topic; threshold; relinks
+    and migrations in each swarm's colour; the harness's saturated intervals shaded; the scenario's
+    faults marked. Keywords as `fig8_figure`."""
+    fig, labels = fig8_figure(e2e, **kwargs)
+    return _saved(fig, out, labels)
 
 
 # ------------------------------------------------------------------------------------------ Fig. 9
@@ -419,10 +468,11 @@ def _panels(panels: list[dict], out, title: str, ylabel_for, draw, legend_title:
 
 
 def fig8_policies(panels: list[dict], out, stat: str = "p95_s", topic_class: str | None = None) -> dict:
-    """Fig. 8 once per policy (one row each): panels are {policy, e2e, relinks, threshold_s, note, missing}."""
+    """Fig. 8 once per policy (one row each): panels are {policy, e2e, relinks, migrations, threshold_s, note,
+    missing}."""
     def draw(ax, panel):
         return _draw_e2e(ax, panel.get("e2e"), panel.get("relinks"), panel.get("threshold_s"), stat, topic_class,
-                         panel.get("saturated"), panel.get("faults"))
+                         panel.get("saturated"), panel.get("faults"), panel.get("migrations"))
 
     title = "Fig. 8: E2E latency of each swarm's representative topic, per broker selection policy"
     return _panels(sorted(panels, key=lambda p: policy_key(p["policy"])), out, title,
@@ -538,5 +588,5 @@ def policy_violations(rows, out, scenario_titles: dict[str, str] | None = None) 
             "series": [policy_name(p) for p in policies]}
 
 
-__all__ = ["columns", "representative_topics", "fig7a", "fig7b", "fig8", "fig9", "fig8_policies",
+__all__ = ["columns", "representative_topics", "fig7a", "fig7b", "fig8", "fig8_figure", "fig9", "fig8_policies",
            "fig9_policies", "policy_over_time", "policy_violations", "policy_name", "policy_key"]

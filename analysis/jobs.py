@@ -115,6 +115,16 @@ def relinks(events: DataFrame, traces: DataFrame | None = None) -> DataFrame:
             .select("run_id", "node", "time", (F.col("time") - F.col("t0")).alias("t_s"), "from_site", "to_site"))
 
 
+def migration_marks(events: DataFrame, traces: DataFrame | None = None) -> DataFrame:
+    """Fig. 8's migration marks: each topic migration's end relative to the run start: run_id, topic,
+    t_s, from_broker, to_broker, ok."""
+    starts = run_starts(traces, events)
+    return (events.where(F.col("type") == "migration_end")
+            .join(F.broadcast(starts), "run_id", "left")
+            .select("run_id", "topic", (F.col("time") - F.col("t0")).alias("t_s"), "from_broker", "to_broker", "ok")
+            .orderBy("t_s"))
+
+
 # ------------------------------------------------------------------------------------------ Fig. 9
 
 def aoi_latency(traces: DataFrame, consumer: str, bucket_s: float = 1.0, events: DataFrame | None = None,
@@ -369,5 +379,6 @@ def losses(traces: DataFrame, per_consumer: bool = False) -> DataFrame:
 
 
 __all__ = ["topic_class", "with_latency", "run_starts", "thresholds_frame", "e2e_over_time", "relinks",
+           "migration_marks",
            "aoi_latency", "representative_consumer", "violation_ratio", "summary",
            "time_above_threshold_after_relink", "migration_downtime", "losses"]

@@ -10,6 +10,7 @@ run.parquet. Each table is one Parquet directory `<out>/<name>.parquet`:
   summary      per topic class: topics, messages, p50/p95/max latency, threshold, violation ratio
   e2e          Fig. 8: per topic and time bucket: p50/p95/max latency
   relinks      relink events with their time since the run start
+  migration_marks  Fig. 8: each topic migration's end with its time since the run start
   time_above   per relink and topic of the node: seconds above the threshold until the topic migrated
   violations   violation ratio per run (policy, workflow) and topic class
   losses       per producer and topic: expected, received, lost, duplicates, reordered
@@ -31,7 +32,16 @@ from analysis import estimates, jobs, traces
 from analysis.spark import is_uri, join
 from testbed import plugin
 
-TABLES = ("summary", "e2e", "relinks", "time_above", "violations", "losses", "migrations", "aoi", "aoi_marks")
+TABLES = ("summary", "e2e", "relinks", "migration_marks", "time_above", "violations", "losses", "migrations", "aoi", "aoi_marks")
+CONSUMER_TABLES = ("aoi", "aoi_marks")  # only for a run with one consumer to follow (MMOG)
+
+
+def current(run_dir) -> bool:
+    """Whether a local run's tables can be drawn from as they are: converted from its newest traces,
+    and every table there (a reduction by an older version lacks a newer table: reduce again)."""
+    tables = Path(run_dir) / "tables"
+    return not traces.needs_conversion(run_dir) and all(
+        (tables / f"{name}.parquet").exists() for name in TABLES if name not in CONSUMER_TABLES)
 
 
 def _players(location: str) -> list[str]:
@@ -73,6 +83,7 @@ def reduce_run(spark, location, out=None, bucket_s: float = 1.0, consumer: str |
         "summary": jobs.summary(trace_df, thresholds),
         "e2e": jobs.e2e_over_time(trace_df, bucket_s, events),
         "relinks": jobs.relinks(events, trace_df),
+        "migration_marks": jobs.migration_marks(events, trace_df),
         "time_above": jobs.time_above_threshold_after_relink(trace_df, events, thresholds),
         "violations": jobs.violation_ratio(trace_df, thresholds),
         "losses": jobs.losses(trace_df),
@@ -127,4 +138,4 @@ def format_summary(result: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["TABLES", "reduce_run", "run_thresholds", "format_summary"]
+__all__ = ["TABLES", "current", "reduce_run", "run_thresholds", "format_summary"]

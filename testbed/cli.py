@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from testbed import load as load_mod
+from testbed import machine_speed
 from testbed import topology as topo_mod
 from testbed.emulation import backends
 from testbed.emulation.shaping import SHAPERS
@@ -338,6 +339,8 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         scale: Optional[float] = typer.Option(None, callback=checked_as(Scenario, "scale"),
                                               help="Multiply counts and rates."),
         interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
+        hold: bool = typer.Option(False, "--hold", help="After the workload and its results, keep the network up "
+                                  "until Ctrl-C or SIGTERM, for `testbed exec` and `testbed shell` into its nodes."),
         duration: Optional[str] = typer.Option(None, callback=checked_as(Scenario, "duration"),
                                                help="Override the scenario's duration, e.g. 20s."),
         settle: Optional[str] = typer.Option(None, callback=checked_as(Control, "settle"),
@@ -373,6 +376,8 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     """
     from testbed import experiment
 
+    if hold and interactive:
+        raise _fail_input(ValueError("--hold: not with --interactive (the Mininet CLI already holds the network)"))
     scenario, topology = _load(path, scale, seed)
     view_socket = _view_socket(view_address, view_port) if view else None
     if policy is not None:
@@ -410,11 +415,15 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     if strict and verdict.beyond:
         raise _fail_input(ValueError(f"{path}: --strict: offered load beyond this machine's measured capacity "
                                      f"({'; '.join(verdict.beyond)}; {capacity})"))
+    today = machine_speed.before_run(est.deliveries_per_s, load_mod.knee(verdict),
+                                     load_mod.read_capacity(capacity) if verdict.measured else None,
+                                     lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
     try:
         # Absolute: processes in Docker hosts start in the read-only source mount, not in our cwd.
         code = experiment.run(scenario, path, backend=backend, shaper=shaper, interactive=interactive,
                               results_root=results.resolve(), console=console, topology=topology,
-                              servers=_servers(servers, scenario), view=view_socket)
+                              servers=_servers(servers, scenario), view=view_socket, machine_today=today,
+                              hold=hold)
     except experiment.BadRunInput as error:
         raise _fail_input(error) from None
     raise typer.Exit(code)
@@ -444,6 +453,54 @@ def probe(path: Path = typer.Argument(..., help="Scenario file."),
     except probe_mod.BadRunInput as error:
         raise _fail_input(error) from None
     raise typer.Exit(code)
+
+
+RUN_HELP = ("The running experiment: its run id or its results folder (results/<scenario>-<run id>); named also "
+            "when one run is running, so that a command meant for one run never reaches another.")
+
+
+def _exec_in(run: str, node: str, argv: list[str], tty: bool) -> None:
+    """Become `argv` inside the node (testbed.emulation.nodeexec): its exit status is ours."""
+    import os
+
+    from testbed.emulation import nodeexec
+
+    try:
+        target = nodeexec.argv_in(nodeexec.find_run(run, nodeexec.running()), node, argv, tty=tty)
+    except ValueError as error:
+        raise _fail_input(error) from None
+    sys.stdout.flush()
+    os.execvp(target[0], target)
+
+
+@app.command("exec")
+def exec_command(run: str = typer.Argument(..., help=RUN_HELP),
+                 node: str = typer.Argument(..., help="A node (or a site router) of that run, e.g. swarm1."),
+                 command: list[str] = typer.Argument(..., help="The command and its arguments, after --.")) -> None:
+    """Run a command inside a node of a running experiment (`testbed run --hold` keeps one up): in the
+    node's network namespace, its Docker container, or over ssh on the server holding it. The exit
+    status is the command's; an unknown run or node is refused (exit 2) with the list of those there.
+
+    Example: sudo testbed exec ab12cd swarm1 -- ping -c 3 10.1.0.3
+    """
+    _exec_in(run, node, command, tty=False)
+
+
+@app.command()
+def shell(run: str = typer.Argument(..., help=RUN_HELP),
+          node: str = typer.Argument(..., help="A node (or a site router) of that run, e.g. swarm1.")) -> None:
+    """Open an interactive shell ($SHELL, else bash) inside a node of a running experiment; `exit`
+    leaves it, the run's teardown ends it.
+
+    Example: sudo testbed shell ab12cd bzone1
+    """
+    from testbed.emulation import nodeexec
+
+    try:
+        argv = nodeexec.shell(nodeexec.find_run(run, nodeexec.running()), node)
+    except ValueError as error:
+        raise _fail_input(error) from None
+    _exec_in(run, node, argv, tty=sys.stdin.isatty())
 
 
 topic_app = typer.Typer(help="Act on the topics of a running experiment.", no_args_is_help=True)

@@ -19,7 +19,7 @@ import yaml
 
 from testbed import doctor, health, mobility, natsserver, provenance
 from testbed import topology as topo_mod
-from testbed.emulation import choose, runstate
+from testbed.emulation import choose, nodeexec, runstate
 from testbed.emulation.network import EmulationError, Network
 from testbed.faults import FaultSchedule
 from testbed.logs import route_library_logs
@@ -201,9 +201,12 @@ def _write_event(handle, **event) -> None:
 
 
 def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: bool, results_root: Path,
-        console, topology: topo_mod.Topology | None = None, servers: list | None = None, view=None) -> int:
+        console, topology: topo_mod.Topology | None = None, servers: list | None = None, view=None,
+        machine_today: dict | None = None, hold: bool = False) -> int:
     """Run a scenario as far as the built parts go; returns the exit code. `view`: a listening
-    socket (testbed.view.server.bind) to serve the live view on, or None."""
+    socket (testbed.view.server.bind) to serve the live view on, or None; `machine_today`: how fast
+    the machine was before the run against its measured capacity (testbed.machine_speed), recorded.
+    `hold`: keep the network up after the results until SIGINT, SIGTERM or SIGHUP (`_hold`)."""
     session = Session(scenario, backend=backend, shaper=shaper, console=console, topology=topology,
                       servers=servers)
     out = results_root / f"{scenario.name}-{session.run_id}"
@@ -219,6 +222,8 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
                             "version": natsserver.version(natsserver.binary(scenario.nodes.nats_server, sys.executable))},
             "machine": platform.node(), "kernel": platform.release(), "seed": scenario.seed, "scale": scenario.scale,
             "started": time.time(), "complete": False}
+    if machine_today is not None:
+        meta["machine_today"] = machine_today
     (out / "run.json").write_text(json.dumps(meta, indent=2))
     live = None
     if view is not None:
@@ -227,7 +232,7 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
         live = LiveView(out, view)
         session.say(f"view: {live.address} (live; afterwards `testbed view {out}` replays the run)")
     try:
-        code = _run_session(session, scenario, out, meta, interactive)
+        code = _run_session(session, scenario, out, meta, interactive, hold)
     finally:
         if live is not None:
             meta["view"] = live.stop()
@@ -235,7 +240,8 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
     return code
 
 
-def _run_session(session: Session, scenario: Scenario, out: Path, meta: dict, interactive: bool) -> int:
+def _run_session(session: Session, scenario: Scenario, out: Path, meta: dict, interactive: bool,
+                 hold: bool = False) -> int:
     """The run inside its session, after its folder and run.json exist; writes run.json's end."""
     code = 0
     try:
@@ -255,6 +261,8 @@ def _run_session(session: Session, scenario: Scenario, out: Path, meta: dict, in
                     CLI(session.network.net)
                 else:
                     code = _run_roles(session, scenario, out, events, meta)
+                    if hold:
+                        _hold(session, out, meta, code)
         except Interrupted as why:
             session.say(f"interrupted by {why}: network torn down, results so far kept in {out}")
             meta["interrupted"] = str(why)
@@ -266,10 +274,38 @@ def _run_session(session: Session, scenario: Scenario, out: Path, meta: dict, in
             session.say(f"stopped: {why}; network torn down, results so far kept in {out}")
             meta["stopped"] = str(why)
             code = 1
-    meta.update(finished=time.time(), complete=code == 0, handovers_planned=len(session.handovers))
-    (out / "run.json").write_text(json.dumps(meta, indent=2))
+    _write_end(session, out, meta, code)
     session.say(f"results in {out}")
     return code
+
+
+def _write_end(session: Session, out: Path, meta: dict, code: int) -> None:
+    """run.json's end: when the run finished (the first time it is written: a held run's network
+    outlives its run), whether it is complete."""
+    meta.setdefault("finished", time.time())
+    meta.update(complete=code == 0, handovers_planned=len(session.handovers))
+    (out / "run.json").write_text(json.dumps(meta, indent=2))
+
+
+def _hold(session: Session, out: Path, meta: dict, code: int) -> None:
+    """`run --hold`: the run's results are written (its processes stopped, so nothing recorded is
+    missing) and its network stays up, for `testbed exec`, until SIGINT, SIGTERM or SIGHUP ends the
+    hold and the teardown follows as after any run. The guard stopped with the workload: held
+    seconds are no run's seconds."""
+    _write_end(session, out, meta, code)
+    held = time.monotonic()
+    network = session.network
+    try:
+        session.say(f"held: results written to {out}; the network stays up until Ctrl-C or SIGTERM (its "
+                    "processes have stopped: start what you need in the nodes)")
+        for line in nodeexec.example(session.run_id, {name: network.ip_of(name) for name in network.nodes}):
+            session.say(line)
+        while True:
+            signal.pause()
+    except Interrupted as why:
+        meta["held_s"] = round(time.monotonic() - held, 1)
+        session.say(f"hold ended by {why} after {meta['held_s']:g} s: tearing down")
+    (out / "run.json").write_text(json.dumps(meta, indent=2))
 
 
 def _run_roles(session: Session, scenario: Scenario, out: Path, events, meta: dict) -> int:

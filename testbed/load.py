@@ -140,7 +140,8 @@ def read_capacity(path: Path = CAPACITY_FILE) -> dict | None:
     Keys used here: `knee[<workload kind>]["deliveries_per_s"]` (the largest load the harness held
     within its error budget; None when no point held), `knee[<kind>]["reached"]` (False: no point
     failed, so the knee is a lower bound), `delayline_pkts_per_s` (one relay alone, < 0.1 % loss),
-    `nats_msgs_per_s` (nats-server alone, its output-rate knee) and `cpus`."""
+    `nats_msgs_per_s` (nats-server alone, its output-rate knee), `speed_reference` (how costly fixed
+    work was that day: testbed.machine_speed) and `cpus`."""
     try:
         return json.loads(Path(path).read_text())
     except FileNotFoundError:
@@ -213,6 +214,11 @@ def compare(est: Estimate, capacity: dict | None, source: Path = CAPACITY_FILE) 
     if frames and est.shaper_packets_per_s > frames:
         verdict.impossible.append(f"{est.shaper_packets_per_s:,.0f} frames/s > the delay line on every core, {frames:,.0f}")
     return verdict
+
+
+def knee(verdict: Verdict) -> float | None:
+    """The harness knee a verdict judged by (the strict rule's, else the steady rule's), deliveries/s."""
+    return verdict.limits.get(HARNESS_KNEE) or verdict.limits.get(HARNESS_KNEE_STEADY)
 
 
 def lines(est: Estimate, verdict: Verdict) -> list[str]:

@@ -97,6 +97,8 @@ def group_changes(scenario: Scenario, avatars: int | None = None) -> tuple[list[
     rng = random.Random(scenario.seed)
     groups = [rng.randrange(workload.groups) for _ in range(workload.avatars if avatars is None else avatars)]
     changes: list[GroupChange] = []
+    if stay is None:  # mobility.model none (not group-change): every avatar stays in its first group
+        return groups, changes
     for avatar, group in enumerate(groups):
         t = rng.uniform(stay.min, stay.max)
         while t < scenario.duration:

@@ -33,6 +33,12 @@ class PairResult:
     tolerance_ms: float
     servers: str = ""  # "tbs1-tbs2": the servers of both ends, in a run over servers
     p99_bound_ms: float | None = None  # the highest p99 that passes: configured + 3 ms + 3x the links' jitter
+    # The RTTs' summary as ping prints it (min/avg/max/mdev; mdev is their standard deviation): what
+    # `make bench-calibration` compares with the measured paths a scenario's links stand for.
+    min_ms: float | None = None
+    mean_ms: float | None = None
+    max_ms: float | None = None
+    mdev_ms: float | None = None
 
 
 def pairs_of_interest(topology: Topology) -> list[tuple[str, str]]:
@@ -59,13 +65,15 @@ def parse_ping(output: str) -> list[float]:
 def evaluate(topology: Topology, a: str, b: str, rtts_ms: list[float], sent: int, site_a: str | None = None,
              site_b: str | None = None) -> PairResult:
     configured = topology.node_rtt(a, b, site_a, site_b) * 1e3
-    jitter_ms = 2e3 * (topology.nodes[a].access.jitter + topology.nodes[b].access.jitter)
+    jitter_ms = 2e3 * topology.path_jitter(a, b)  # both directions of every link on the path
     tolerance, p99_bound = max(0.5, 0.02 * configured), configured + 3.0 + 3 * jitter_ms
     if not rtts_ms:
         return PairResult(a, b, configured, None, None, sent, 0, False, tolerance, p99_bound_ms=p99_bound)
     median, p99 = statistics.median(rtts_ms), procs.percentile(rtts_ms, 0.99, "nearest")
     ok = abs(median - configured) <= tolerance and p99 <= p99_bound
-    return PairResult(a, b, configured, median, p99, sent, len(rtts_ms), ok, tolerance, p99_bound_ms=p99_bound)
+    return PairResult(a, b, configured, median, p99, sent, len(rtts_ms), ok, tolerance, p99_bound_ms=p99_bound,
+                      min_ms=min(rtts_ms), mean_ms=statistics.fmean(rtts_ms), max_ms=max(rtts_ms),
+                      mdev_ms=statistics.pstdev(rtts_ms))
 
 
 def measure(session: Session, pairs: list[tuple[str, str]], count: int, interval_s: float = 0.01) -> dict:

@@ -10,7 +10,7 @@ access link goes to its site's switch. Moving a node = moving its access link to
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from testbed import plugin
@@ -98,6 +98,13 @@ class Topology:
             raise KeyError(f"no link between sites {a} and {b}")
         return link.shaping.delay
 
+    def path_jitter(self, a: str, b: str) -> float:
+        """The jitter (s, per direction) of every link between two nodes added up: how far a frame's
+        one-way delay may stray from the configured one."""
+        na, nb = self.nodes[a], self.nodes[b]
+        site = self.link_between(na.site, nb.site).shaping.jitter if na.site != nb.site else 0.0
+        return na.access.jitter + nb.access.jitter + site
+
     def node_rtt(self, a: str, b: str, site_a: str | None = None, site_b: str | None = None) -> float:
         """Configured RTT between two nodes (optionally as if they were attached at other sites)."""
         na, nb = self.nodes[a], self.nodes[b]
@@ -138,8 +145,12 @@ def _sites(scenario: Scenario, topo: Topology) -> None:
         table = cities.city_table()
         for code in infra.cities.names:
             topo.sites[code] = Site(code, "city", table[code].lat, table[code].lon)
+        measured = infra.cities.jitter == "measured"
         for a, b in combinations(infra.cities.names, 2):
-            topo.links.append(Link(a, b, "site", Shaping.of(links.site, cities.rtt(a, b) / 2)))
+            shaping = Shaping.of(links.site, cities.rtt(a, b) / 2)
+            if measured:
+                shaping = replace(shaping, jitter=cities.measured_jitter(a, b))
+            topo.links.append(Link(a, b, "site", shaping))
     else:
         topo.sites["hub"] = Site("hub", "hub")
     for override in infra.overrides:
@@ -270,6 +281,10 @@ def checked(scenario: Scenario, path: str) -> Topology:
         if infra.mec_zones.zones > available:
             report(("infrastructure", "mec_zones", "zones"),
                    f"{infra.mec_zones.zones} zones but the {infra.mec_zones.towers} data has only {available} towers")
+    if infra.cities and infra.cities.jitter == "measured" and infra.links.site.jitter:
+        report(("infrastructure", "cities", "jitter"),
+               "measured: every inter-city link's jitter comes from WonderProxy's pings, and links.site.jitter "
+               "sets one for all of them too; keep one of the two")
     if problems:
         raise ScenarioError(problems)
 

@@ -130,3 +130,43 @@ def check_moves(driver, events: list[dict]) -> None:
     before, after = show_time(driver, 0.0), show_time(driver, round(first["time"] - t0 + 0.3, 1))
     i = before["clients"].index(first["node"])
     assert (before["x"][i], before["y"][i]) != (after["x"][i], after["y"][i]), (first, before, after)
+
+
+# Pairs of things on the page that cover each other, read from the boxes Chromium laid out: per plot,
+# an axis title and its tick labels, the legend and the x axis, the toolbar (modebar) and the plot
+# area; on the map, any two labels (links, sites, clients).
+OVERLAPS = """
+const box = el => el.getBoundingClientRect();
+const hit = (a, b) => a.width > 0 && a.height > 0 && b.width > 0 && b.height > 0 &&
+  a.left < b.right - 0.5 && b.left < a.right - 0.5 && a.top < b.bottom - 0.5 && b.top < a.bottom - 0.5;
+const all = (div, sel) => [...div.querySelectorAll(sel)].filter(e => (e.textContent || "").trim() || !e.matches("text"));
+const found = [];
+const check = (id, what, as, bs) => as.forEach(a => bs.forEach(b => {
+  if (a !== b && hit(box(a), box(b))) found.push(`${id}: ${what}: ${(a.textContent || a.getAttribute("class")).trim()}`
+                                                + ` / ${(b.textContent || b.getAttribute("class")).trim()}`);
+}));
+for (const id of ["topology", "latency", "load", "guard"]) {
+  const div = document.getElementById(id);
+  const xt = all(div, ".g-xtitle text"), yt = all(div, ".g-ytitle text");
+  const xticks = all(div, ".xaxislayer-above .xtick text"), yticks = all(div, ".yaxislayer-above .ytick text");
+  const legend = all(div, ".legend .bg"), modebar = all(div, ".modebar"), area = all(div, ".draglayer .nsewdrag");
+  check(id, "y title on tick labels", yt, yticks);
+  check(id, "x title on tick labels", xt, xticks);
+  check(id, "legend on the x axis", legend, [...xt, ...xticks]);
+  check(id, "legend on the plot", legend, area);
+  check(id, "toolbar on the plot", modebar, area);
+}
+const groups = [...document.querySelectorAll("#topology .scatterlayer .trace")];
+const labels = groups.flatMap(g => all(g, ".textpoint text"));
+labels.forEach((a, i) => check("topology", "labels", [a], labels.slice(i + 1)));
+const points = groups.flatMap(g => [...g.querySelectorAll("path.point")]);
+groups.filter(g => g.__data__[0].trace.name === "link delays").forEach(g => g.querySelectorAll(".textpoint").forEach(
+  label => check("topology", "link label on a marker", all(label, "text"),
+                 points.filter(p => !(g.contains(p) && p.__data__.i === label.__data__.i)))));  // not its own dot
+return found;
+"""
+
+
+def overlaps(driver) -> list[str]:
+    """What covers what on the page as drawn now (empty: nothing)."""
+    return driver.execute_script(OVERLAPS)

@@ -199,7 +199,7 @@ def test_figures_render_pngs_with_labelled_axes(tmp_path):
     faults = [{"kind": "cut", "target": "zone1", "from_s": 14.0, "to_s": 20.0},
               {"kind": "kill", "target": "bzone2", "from_s": 25.0, "to_s": None}]
     info = figures.fig8(e2e, tmp_path / "fig8-faults.png", relinks=moves, threshold_s=0.04, faults=faults)
-    assert {"fault: zone1 cut off", "fault: bzone2 killed", "relink (zone change)"} <= set(info["legend"])
+    assert {"fault: zone1 cut off", "fault: bzone2 killed", "swarm2: relink (zone change)"} <= set(info["legend"])
     info = figures.fig9(aoi, tmp_path / "fig9-faults.png", threshold_s=0.1, faults=faults[:1])
     assert "fault: zone1 cut off" in info["legend"]
 
@@ -427,4 +427,7 @@ def test_cli_reduce_and_figures_on_a_partial_run(spark, tmp_path, capsys):
     assert png.stat().st_size > 10_000
     index = json.loads((tmp_path / "figs" / "figures.json").read_text())
     assert "partial run" in index["figures"][0]["title"]
+    marks = pq.read_table(run / "tables" / "migration_marks.parquet").to_pylist()
+    assert [(m["topic"], round(m["t_s"], 6)) for m in marks] == [("follow_leader-swarm1", 12.3)]
+    assert "swarm1: topic migration" in index["figures"][0]["legend"]  # Fig. 8 marks it
     assert main(["figures", str(run), "--out", str(tmp_path / "none"), "--only", "fig9"]) == 2

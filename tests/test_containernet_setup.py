@@ -101,12 +101,12 @@ def test_missing_requirements_name_the_fix():
     assert elsewhere.describe().endswith("containernet-deps CN_PYTHON=/srv/cn/bin/python")
 
 
-def test_the_containernet_venv_gets_every_requirement_but_selenium_and_no_two_pins_disagree():
+def test_the_containernet_venv_gets_every_requirement_but_selenium_and_pandas_and_no_two_pins_disagree():
     """selenium 4.51 needs urllib3 >= 2.6.3, the docker SDK 6.0.1 urllib3 1.26: one venv cannot hold both,
-    and only the browser tests (in .venv) use selenium."""
+    and only the browser tests (in .venv) use selenium; pandas only reads results by hand, in .venv."""
     project, constraints = installed.pins(installed.REQUIREMENTS), installed.pins(installed.CONSTRAINTS)
     kept = installed.pins_of(installed.containernet_requirements())
-    assert set(project) - set(kept) == {"selenium"} == set(installed.NOT_IN_CONTAINERNET_VENV)
+    assert set(project) - set(kept) == {"selenium", "pandas"} == set(installed.NOT_IN_CONTAINERNET_VENV)
     assert all(kept[name] == project[name] for name in kept)
     assert {name: project[name] for name in set(project) & set(constraints) if project[name] != constraints[name]} == {}
     wanted = installed.wanted_in_containernet_venv()
@@ -123,9 +123,9 @@ def test_make_containernet_deps_installs_what_the_check_wants():
     assert out.stdout.split() == installed.containernet_requirements()
 
 
-def _make_recipe(target: str) -> str:
-    """`make -n target`'s commands, without running them."""
-    out = subprocess.run(["make", "-n", "-C", str(ROOT), target], capture_output=True, text=True,
+def _make_recipe(target: str, *variables: str) -> str:
+    """`make -n target`'s commands (with `variables`, e.g. "BACKEND=containernet"), without running them."""
+    out = subprocess.run(["make", "-n", "-C", str(ROOT), target, *variables], capture_output=True, text=True,
                          env={**os.environ, "CN_PYTHON": sys.executable})
     assert out.returncode == 0, out.stderr
     return out.stdout
@@ -228,3 +228,9 @@ def test_a_venv_without_the_projects_requirements_is_no_silent_fallback(monkeypa
         assert choice.value != "containernet"
         assert "not the project's requirements pydantic" in choice.reason and "containernet-deps" in choice.reason
     assert choose.reexec_argv(["run", "x.yaml"]) is None
+
+
+def test_one_word_switches_make_scenario_to_docker_hosts():
+    """`BACKEND=containernet make scenario` runs the smoke on Docker hosts; without it the run picks."""
+    assert "testbed run scenarios/uav-smoke.yaml  --backend containernet" in _make_recipe("scenario", "BACKEND=containernet")
+    assert "--backend" not in _make_recipe("scenario")

@@ -261,3 +261,18 @@ def test_the_view_replays_the_run_in_chromium_with_the_numbers_of_its_summary(ua
         browser.check_finished_run(driver, uav.out, uav.summary, events)
         browser.check_moves(driver, events)
         driver.save_screenshot(str(uav.out / "view-replay.png"))
+
+
+def test_a_run_near_its_knee_times_the_machine_before_its_workload(uav):
+    """The shared run offers 80 % of the knee its capacity file states: it takes today's reference
+    (testbed.machine_speed) before the workload, says the ratio, and run.json keeps both."""
+    from testbed import machine_speed
+
+    today = json.loads((uav.out / "run.json").read_text())["machine_today"]
+    assert today["recorded"] == uav_run.RECORDED_SPEED
+    assert 0 < today["relay_us_per_frame"] < 1000 and 0 < today["nats_us_per_delivery"] < 1000
+    reference = machine_speed.Reference(**{k: today[k] for k in ("relay_us_per_frame", "nats_us_per_delivery",
+                                                                 "steal_ms", "taken_at")})
+    assert today["ratio"] == round(machine_speed.slowdown(reference, uav_run.RECORDED_SPEED), 3)
+    said = uav.stdout.index(machine_speed.compared(reference, uav_run.RECORDED_SPEED))
+    assert said < uav.stdout.index("topic manager")  # before the workload, not after

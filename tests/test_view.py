@@ -273,6 +273,24 @@ def test_the_page_in_chromium_shows_a_recorded_run_and_moves_its_clients_on_the_
     assert (tmp_path / "view.png").stat().st_size > 10_000
 
 
+@browser.NEEDS_BROWSER
+def test_nothing_on_the_page_covers_anything_else_at_two_window_sizes(tmp_path):
+    """Axis titles clear of their tick labels, legends under the x axis, the toolbar above the plots
+    (not on the guard strip), and on the map no label on another or on a marker, as Chromium lays the
+    page out, wide and narrow (a resized window places the map's labels again)."""
+    out, _ = make_run(tmp_path)
+    placed = "return window.tbView && window.tbView.drawn && window.tbView.labelsPlaced > {}"
+    with browser.replay(out) as address, browser.chromium(tmp_path / "profile") as driver:
+        driver.get(address)
+        browser.wait_until(driver, placed.format(0))
+        assert browser.overlaps(driver) == []
+        before = driver.execute_script("return window.tbView.labelsPlaced")
+        driver.set_window_size(900, 1000)
+        browser.wait_until(driver, placed.format(before))
+        assert browser.overlaps(driver) == []
+        assert driver.execute_script("return document.querySelectorAll('#topology .textpoint text').length") > 5
+
+
 def test_a_run_that_did_not_finish_is_said_in_the_terminal_and_on_the_page(tmp_path):
     from testbed.view.state import folder_note
 

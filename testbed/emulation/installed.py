@@ -27,7 +27,8 @@ CONSTRAINTS = PROJECT_ROOT / "images" / "containernet-constraints.txt"
 # Distributions of requirements.txt that the Containernet venv does not get. selenium drives the live
 # view's browser tests, which run in .venv, never in that venv; its 4.51 needs urllib3 >= 2.6.3, and the
 # docker SDK 6.0.1 that Containernet pins breaks with urllib3 2 (images/containernet-constraints.txt).
-NOT_IN_CONTAINERNET_VENV = frozenset({"selenium"})
+# pandas is for reading results by hand (docs/guide/results.md), in .venv; no node imports it.
+NOT_IN_CONTAINERNET_VENV = frozenset({"selenium", "pandas"})
 INSTALL = "make containernet CONTAINERNET_SRC=<its checkout> (docs/containernet.md)"
 
 

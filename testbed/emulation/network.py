@@ -198,10 +198,12 @@ class Network:
         self._install_routes()
         # Node pids let `testbed topic ...` and other tools act inside a running experiment's nodes.
         # A pid on another machine names nothing here: those nodes are listed by server instead.
+        # Site routers too: `testbed exec RUN SITE -- ip route` (testbed.emulation.nodeexec).
         runstate.update(self.run_id, nodes={name: node.pid for name, node in self.nodes.items()},
+                        sites={name: router.pid for name, router in self.sites.items()},
                         ips={name: self.ip_of(name) for name in self.nodes},
                         roles={name: node.role for name, node in self.topology.nodes.items()},
-                        elsewhere={name: server.name for name in self.nodes
+                        elsewhere={name: server.name for name in [*self.nodes, *self.sites]
                                    if (server := self.server_of(name)) is not None and not server.on_this_machine})
 
     def _node_class(self, site: str):

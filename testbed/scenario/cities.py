@@ -7,6 +7,7 @@ fit Linux's interface-name limit; the data files keep WonderProxy's full names.
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -71,3 +72,52 @@ def rtt(a: str, b: str) -> float:
     if a == b:
         return 0.0
     return rtt_table()[frozenset((a, b))]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A city pair's measured RTT summary in seconds: a typical `ping -c 30` run's min, mean, max and
+    standard deviation (ping's `mdev`), each the mean of the pair's two directions."""
+
+    min: float
+    avg: float
+    max: float
+    mdev: float
+
+
+@cache
+def spread_table() -> dict[frozenset[str], Spread]:
+    """Every unordered pair of the 16 cities, from the servers that stand for them (us_pings_ms.csv)."""
+    by_name = {name: code for code, name in CITY_CODES.items()}
+    with _data_file("us_city_servers_16.csv").open() as handle:
+        city_of_server = {row["wp_server_id"]: by_name[row["city"]] for row in csv.DictReader(handle)}
+    directed: dict[frozenset[str], list[dict]] = {}
+    with _data_file("us_pings_ms.csv").open() as handle:
+        for row in csv.DictReader(handle):
+            a, b = city_of_server.get(row["source"]), city_of_server.get(row["destination"])
+            if a and b and a != b:
+                directed.setdefault(frozenset((a, b)), []).append(row)
+    return {pair: Spread(*(sum(float(r[key]) for r in rows) / len(rows) / 1000.0 for key in ("min", "avg", "max", "mdev")))
+            for pair, rows in directed.items()}
+
+
+def spread(a: str, b: str) -> Spread:
+    return spread_table()[frozenset((a, b))]
+
+
+#: A link's jitter is uniform within +-J in each direction (testbed/emulation/delayline.c, never
+#: reordering a flow), whose standard deviation is J / sqrt(3); a round trip crosses the link twice,
+#: independently, so an RTT deviation D needs J = D * sqrt(3 / 2).
+JITTER_PER_RTT_STD = math.sqrt(1.5)
+#: The emulator's own RTT deviation with constant links: the routed shaper sends a frame on its 500 us
+#: departure grid (delayline.SHARED_TICK_US), a rounding uniform over one tick in each direction, so
+#: 0.5 ms / sqrt(6) = 0.204 ms per round trip; `make bench-calibration` measured a median of 0.20 ms
+#: over the 120 city pairs with `jitter: none`. The measured jitter adds only what this lacks.
+EMULATOR_RTT_STD = 500e-6 / math.sqrt(6)
+
+
+def measured_jitter(a: str, b: str) -> float:
+    """The per-direction jitter (s) that gives the link between two cities its measured RTT spread,
+    on top of the emulator's own (none for a pair that varied less than the emulator does)."""
+    wanted = spread(a, b).mdev
+    return JITTER_PER_RTT_STD * math.sqrt(max(0.0, wanted * wanted - EMULATOR_RTT_STD * EMULATOR_RTT_STD))

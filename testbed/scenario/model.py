@@ -76,6 +76,9 @@ class Cities(Strict):
     names: list[CityCode] = Field(min_length=1)
     access_latency: Duration | None = None  # one-way client access delay in every city (else links.access)
     access: dict[CityCode, Duration] = {}  # per-city override of access_latency
+    # "measured": each inter-city link varies as WonderProxy's pings between the two cities did (a
+    # typical run's standard deviation, testbed.scenario.cities.measured_jitter); "none": constant
+    jitter: Literal["none", "measured"] = "none"
 
     @model_validator(mode="after")
     def _unique(self) -> Cities:

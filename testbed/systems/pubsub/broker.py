@@ -223,37 +223,85 @@ class BrokerAgent:
                                                self.zk(self.meta.release, topic, self.name), return_exceptions=True)
         if isinstance(released, BaseException):
             raise released  # ZooKeeper unreachable: nothing changed, the caller gets the error
-        grace = self.grace[topic]
+        grace = self.grace.get(topic)  # None: it ended while the new owner's server was being reached
         self.owned.pop(topic, None)
-        grace.released = True
+        if grace is not None:
+            grace.released = True
         for feature in self.features:
             feature.released(topic)
         t1 = time.time()
+        if target and isinstance(setup, BaseException):  # its server cannot be reached: clients stay here
+            return await self._unreachable(topic, to, setup, t0)
         control = ({"op": "redirect", "topic": topic, "broker": to, "address": address} if target
                    else {"op": "disconnect", "topic": topic})
         await self.nc.publish(f"_ep.ctl.{topic}", json.dumps(control).encode())
-        await self.nc.flush()
+        try:
+            await self.nc.flush()
+        except Exception as error:  # noqa: BLE001 - the topic is released already: the move must go on
+            notify_error = f"{type(error).__name__}: {error}"  # (a client not told is told by its next report)
+        else:
+            notify_error = None
         t2 = time.time()
-        acquired = None
+        acquired = rolled_back = None
         if target:
-            try:
-                peer = await self._peer(address)
-                reply = await peer.request(f"_ep.cmd.{to}", json.dumps({"op": "acquire", "topic": topic}).encode(),
-                                           timeout=10)
-                acquired = json.loads(reply.data).get("ok", False)
-            except Exception as error:  # noqa: BLE001 - report it to the topic manager
-                acquired = False
-                self.event("acquire_request_failed", topic=topic, to=to, error=str(error))
+            acquired = await self._hand_over(topic, to, address)
+            if not acquired:
+                rolled_back, owner = await self._take_back(topic)
+                acquired = owner == to  # True: the new owner holds it, its answer came too late
         t3 = time.time()
         timing = {"zk_release_s": round(t1 - t0, 6), "notify_s": round(t2 - t1, 6),
                   "new_acquire_s": round(t3 - t2, 6) if target else None, "total_s": round(t3 - t0, 6)}
         workflow = "enhanced" if target else "baseline"
-        self.event("released", topic=topic, workflow=workflow, to=to, acquired=acquired, zk_deleted=released, **timing)
-        answer = {"ok": True, "op": "released", "topic": topic, "workflow": workflow, "to": to, "acquired": acquired,
-                  "timing": timing}
+        self.event("released", topic=topic, workflow=workflow, to=to, acquired=acquired, zk_deleted=released,
+                   rolled_back=rolled_back, notify_error=notify_error, **timing)
+        answer = {"ok": acquired is not False, "op": "released", "topic": topic, "workflow": workflow, "to": to,
+                  "acquired": acquired, "rolled_back": rolled_back, "timing": timing}
+        if acquired is False:
+            answer["error"] = f"{to} did not acquire the topic: " + ("taken back here" if rolled_back else
+                                                                      "taking it back failed too, the lookup places it")
+        if notify_error:
+            answer["notify_error"] = notify_error
         if isinstance(setup, BaseException):  # the new broker's server could not be reached: no bridge
             answer["bridge_error"] = f"{type(setup).__name__}: {setup}"
         return answer
+
+    async def _unreachable(self, topic: str, to: str, error: BaseException, t0: float) -> dict:
+        """An enhanced move whose new owner's server could not be reached: taken back before any
+        client is told to go there (they publish and receive here meanwhile, as the server does not
+        need the owner's record in ZooKeeper to deliver)."""
+        rolled_back, owner = await self._take_back(topic)
+        why = f"{type(error).__name__}: {error}"
+        timing = {"total_s": round(time.time() - t0, 6)}
+        self.event("released", topic=topic, workflow="enhanced", to=to, acquired=owner == to, rolled_back=rolled_back,
+                   unreachable=why, **timing)
+        return {"ok": owner == to, "op": "released", "topic": topic, "workflow": "enhanced", "to": to,
+                "acquired": owner == to, "rolled_back": rolled_back, "timing": timing,
+                "error": f"{to}'s server could not be reached ({why}): " + ("taken back here" if rolled_back else
+                                                                           "taking it back failed too")}
+
+    async def _hand_over(self, topic: str, to: str, address: str) -> bool:
+        """Ask the new owner to acquire the released topic (the enhanced workflow's last step)."""
+        try:
+            peer = await self._peer(address)
+            reply = await peer.request(f"_ep.cmd.{to}", json.dumps({"op": "acquire", "topic": topic}).encode(),
+                                       timeout=10)
+            return bool(json.loads(reply.data).get("ok", False))
+        except Exception as error:  # noqa: BLE001 - reported, then the topic is taken back
+            self.event("acquire_request_failed", topic=topic, to=to, error=str(error))
+            return False
+
+    async def _take_back(self, topic: str) -> tuple[bool, str | None]:
+        """A move the new owner did not complete is rolled back: this broker owns the topic again, so
+        it is never left without an owner (its clients that followed the redirect are told they are at
+        the wrong broker by their next report there, look it up and come back). (taken back, the owner
+        when another broker holds it: a new owner whose answer came too late)."""
+        try:
+            answer = await self.acquire(topic)
+        except Exception as error:  # noqa: BLE001 - ZooKeeper unreachable: the lookup places it later
+            self.event("take_back_failed", topic=topic, error=f"{type(error).__name__}: {error}")
+            return False, None
+        owner = (answer.get("owner") or {}).get("broker")
+        return bool(answer.get("ok")) or owner == self.name, owner  # (a lookup may have given it back first)
 
     def status(self) -> dict:
         session_id, password = self.meta.session

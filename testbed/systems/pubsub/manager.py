@@ -337,7 +337,7 @@ class TopicManager(LookupService):
         took = round(time.time() - t0, 6)
         emit("migration_end", topic=m.topic, from_broker=m.source, to_broker=m.target, workflow=self.workflow,
              ok=bool(answer.get("ok")), migration_s=took, duration_s=took, error=answer.get("error"),
-             timing=answer.get("timing"))
+             rolled_back=answer.get("rolled_back"), timing=answer.get("timing"))
 
     # -- run -----------------------------------------------------------------------------------
     async def run(self) -> None:

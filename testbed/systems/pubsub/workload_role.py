@@ -336,6 +336,8 @@ def summarize(trace_dir: Path, thresholds: dict[str, float], events: list[dict],
     received = sum(s.get("received", 0) for s in summaries)
     summary = {"classes": classes, "migrations": len(migrations),
                "migrations_failed": sum(not m.get("ok") for m in migrations),
+               # of those, the ones the old owner took back: no topic was left without an owner
+               "migrations_rolled_back": sum(bool(m.get("rolled_back")) for m in migrations),
                "violations_detected": sum(e.get("type") == "violation_detected" for e in events),
                "rounds_failed": sum(e.get("type") == "round_failed" for e in events),
                "published": sent, "delivered": received}

@@ -15,6 +15,20 @@ const MARK_STYLE = {move: ["#555", "line-ns"], migration: ["#2e8b57", "triangle-
                     fault: ["#000", "x"], election: ["#000", "star"], "round failed": ["#c0392b", "star"],
                     "group change": ["#999", "circle-open"]};
 
+const CONFIG = {displaylogo: false, responsive: true};
+
+// Room for everything a plot draws beside its data: each axis grows its margin to fit its tick labels
+// and, set off from them, its title (automargin, standoff); the toolbar has the top margin to itself,
+// above the plot; a legend sits under the x axis title, in a bottom margin made for it.
+function frame(layout, {legendRows = 0} = {}) {
+  const axes = Object.keys(layout).filter(k => /^[xy]axis\d*$/.test(k));
+  axes.forEach(k => { layout[k] = Object.assign({automargin: true}, layout[k]);
+                      if (layout[k].title) layout[k].title = Object.assign({standoff: 6}, layout[k].title); });
+  layout.margin = {l: 8, r: 12, t: 30, b: 8 + 22 * legendRows};
+  if (legendRows) layout.legend = {orientation: "h", x: 0, xanchor: "left", y: 0, yanchor: "bottom", yref: "container"};
+  return layout;
+}
+
 const values = kind => Object.values(R[kind] || {});
 const one = (kind, key) => (R[kind] || {})[key];
 
@@ -81,12 +95,7 @@ function topologyTraces(T) {
                  visible: x.length ? true : false,
                  line: {color: kind === "site" ? "#9aa" : "#8ab4e0", width: 1.5, dash: kind === "site" ? "solid" : "dot"}});
   }
-  const labelled = graph.links.filter(l => l.kind === "site").length <= 30;  // cloud links: in their hover
-  traces.push({x: graph.links.map(l => (site[l.a].x + site[l.b].x) / 2), y: graph.links.map(l => (site[l.a].y + site[l.b].y) / 2),
-               mode: "markers+text", marker: {size: 4, color: "#9aa"},
-               text: graph.links.map(l => labelled && l.kind === "site" ? `${l.delay_ms.toFixed(1)} ms` : ""),
-               hovertext: graph.links.map(l => `${l.a} - ${l.b}: ${l.delay_ms.toFixed(2)} ms one-way`),
-               hoverinfo: "text", textfont: {size: 10, color: "#678"}, name: "link delays"});
+  traces.push(linkLabels(graph, site));
   traces.push({x: graph.sites.map(s => s.x), y: graph.sites.map(s => s.y), mode: "markers+text", name: "sites",
                text: graph.sites.map(s => s.name + cloudDelays(graph, s.name)), textposition: "bottom center",
                marker: {size: 26, color: "#e6edf5", line: {color: "#7a8ea6", width: 1.5}},
@@ -116,6 +125,54 @@ function topologyTraces(T) {
   return traces;
 }
 
+// A link's one-way delay is written at its middle unless it would cover another label or a marker there
+// (links that meet at a site pile up); then a third of the way to either end; else only in its hover.
+const LABEL_AT = [0.5, 0.3, 0.7];
+let labelAt = {}, placing = 0, placed = 0;    // link index -> fraction along it (null: hover only); placements done
+
+function linkLabels(graph, site) {
+  const labelled = graph.links.filter(l => l.kind === "site").length <= 30;  // cloud links: in their hover
+  const at = graph.links.map((l, i) => (i in labelAt ? labelAt[i] : LABEL_AT[0]));
+  const along = (l, f, c) => site[l.a][c] + (site[l.b][c] - site[l.a][c]) * (f ?? LABEL_AT[0]);
+  return {x: graph.links.map((l, i) => along(l, at[i], "x")), y: graph.links.map((l, i) => along(l, at[i], "y")),
+          mode: "markers+text", marker: {size: 4, color: "#9aa"},
+          text: graph.links.map((l, i) => (labelled && l.kind === "site" && at[i] !== null ? `${l.delay_ms.toFixed(1)} ms` : "")),
+          hovertext: graph.links.map(l => `${l.a} - ${l.b}: ${l.delay_ms.toFixed(2)} ms one-way`),
+          hoverinfo: "text", textfont: {size: 10, color: "#678"}, name: "link delays"};
+}
+
+function crowdedLinkLabels(div) {  // links whose written delay covers another label or a site's, node's or client's marker
+  const box = el => el.getBoundingClientRect(), gap = 2;   // px kept clear around a label
+  const hit = (a, b) => a.left - gap < b.right && b.left < a.right + gap && a.top - gap < b.bottom && b.top < a.bottom + gap;
+  const groups = [...div.querySelectorAll(".scatterlayer .trace")];
+  const links = groups.find(g => g.__data__[0].trace.name === "link delays");
+  if (!links) return [];
+  const taken = groups.filter(g => g !== links).flatMap(g => [...g.querySelectorAll(".textpoint text, path.point")])
+    .map(box).filter(b => b.width && b.height);
+  const dots = [...links.querySelectorAll("path.point")].map(p => [p.__data__.i, box(p)]);
+  const crowded = [];
+  links.querySelectorAll(".textpoint").forEach(point => {
+    const text = point.querySelector("text"), i = point.__data__.i;
+    if (!text || !text.textContent) return;
+    const b = box(text), others = dots.filter(([j]) => j !== i).map(([, d]) => d);  // its own dot is under it
+    if (taken.some(t => hit(b, t)) || others.some(d => hit(b, d))) crowded.push(i); else taken.push(b);
+  });
+  return crowded;
+}
+
+async function placeLinkLabels(div) {
+  const mine = ++placing;
+  for (let pass = 0; pass < LABEL_AT.length && mine === placing; pass++) {
+    const crowded = crowdedLinkLabels(div);
+    if (!crowded.length) break;
+    crowded.forEach(i => { labelAt[i] = LABEL_AT[LABEL_AT.indexOf(i in labelAt ? labelAt[i] : LABEL_AT[0]) + 1] ?? null; });
+    const graph = one("topology", "graph"), site = Object.fromEntries(graph.sites.map(s => [s.name, s]));
+    const t = linkLabels(graph, site);
+    await Plotly.restyle(div, {x: [t.x], y: [t.y], text: [t.text]}, [div.data.findIndex(d => d.name === "link delays")]);
+  }
+  if (mine === placing) placed += 1;
+}
+
 function cloudDelays(graph, name) {   // "clouddc · 40 ms one-way": its links' delays, said once
   if (!graph.sites.some(s => s.name === name && s.kind === "cloud")) return "";
   const delays = [...new Set(graph.links.filter(l => l.kind === "cloud" && (l.a === name || l.b === name)).map(l => l.delay_ms.toFixed(1)))];
@@ -124,16 +181,18 @@ function cloudDelays(graph, name) {   // "clouddc · 40 ms one-way": its links' 
 
 function isClient(n) { return !["cloud", "broker", "nc-proxy", "storage", "star"].includes(n.role); }
 
-function drawTopology(T) {
+async function drawTopology(T) {
+  labelAt = {};                   // the labels are placed again around what moved
   const div = document.getElementById("topology"), traces = topologyTraces(T);
-  const layout = {margin: {l: 30, r: 10, t: 10, b: 30}, showlegend: false, hovermode: "closest",
-                  xaxis: {title: {text: "longitude (°)"}, zeroline: false}, yaxis: {title: {text: "latitude (°)"}, zeroline: false, scaleanchor: "x"}};
-  if (!div.data) { Plotly.newPlot(div, traces, layout, {displaylogo: false, responsive: true}); return; }
+  const layout = frame({showlegend: false, hovermode: "closest",
+                        xaxis: {title: {text: "longitude (°)"}, zeroline: false}, yaxis: {title: {text: "latitude (°)"}, zeroline: false, scaleanchor: "x"}});
+  if (!div.data) { await Plotly.newPlot(div, traces, layout, CONFIG); return placeLinkLabels(div); }
   const last = traces.length - 1, before = div.data[last];
   const moved = before.x.some((x, i) => Math.abs(x - traces[last].x[i]) > 1e-9 || Math.abs(before.y[i] - traces[last].y[i]) > 1e-9);
-  Plotly.react(div, traces.map((t, i) => (i === last && moved ? Object.assign({}, t, {x: before.x, y: before.y}) : t)), layout);
-  if (moved) Plotly.animate(div, {data: [{x: traces[last].x, y: traces[last].y}], traces: [last]},
-                            {transition: {duration: 700, easing: "cubic-in-out"}, frame: {duration: 700, redraw: false}});
+  await Plotly.react(div, traces.map((t, i) => (i === last && moved ? Object.assign({}, t, {x: before.x, y: before.y}) : t)), layout);
+  if (moved) await Plotly.animate(div, {data: [{x: traces[last].x, y: traces[last].y}], traces: [last]},
+                                  {transition: {duration: 700, easing: "cubic-in-out"}, frame: {duration: 700, redraw: false}});
+  return placeLinkLabels(div);
 }
 
 function settled(kind) {        // while the run goes on, its newest second is still filling: not drawn yet
@@ -159,7 +218,7 @@ function drawLatency(T) {
   for (const [kind, marks] of Object.entries(byKind)) {
     const [color, symbol] = MARK_STYLE[kind] || ["#555", "circle"];
     traces.push({x: marks.map(m => m[0] - t0), y: marks.map(() => MARK_ROWS[kind] || 0.6), yaxis: "y2", mode: "markers",
-                 name: kind + "s", marker: {color, symbol, size: 9, line: {width: 1.5, color}},
+                 name: kind + "s", marker: {color, symbol, size: 8, line: {width: 1.5, color}},
                  hovertext: marks.map(m => `${kind} at ${(m[0] - t0).toFixed(2)} s` + (m[1] ? ` (until ${(m[1] - t0).toFixed(2)} s)` : "") + `: ${m[3]}`),
                  hoverinfo: "text"});
   }
@@ -177,11 +236,13 @@ function drawLatency(T) {
                       text: `threshold ${(+ms).toFixed(0)} ms (${names.join(", ")})`, font: {size: 10, color: "#c0392b"}});
   });
   shapes.push(cursorAt(T));
-  const layout = {margin: {l: 60, r: 10, t: 10, b: 40}, shapes, annotations, hovermode: "closest", legend: {orientation: "h", y: -0.22},
-                  xaxis: {title: {text: "time since the workload started (s)"}, range: timeRange()},
-                  yaxis: {title: {text: "latency, p95 per second (ms)"}, rangemode: "tozero"},
-                  yaxis2: {overlaying: "y", range: [0, 1], visible: false, fixedrange: true}};
-  Plotly.react("latency", traces, layout, {displaylogo: false, responsive: true});
+  const layout = frame({shapes, annotations, hovermode: "closest",
+                        xaxis: {title: {text: "time since the workload started (s)"}, range: timeRange()},
+                        yaxis: {title: {text: "latency, p95 per second (ms)"}, rangemode: "tozero", domain: [0, 0.74]},
+                        // the marks have a lane of their own above the latencies, not on them
+                        yaxis2: {domain: [0.76, 1], anchor: "x", range: [0.62, 1.02], visible: false, fixedrange: true}},
+                       {legendRows: 2});
+  Plotly.react("latency", traces, layout, CONFIG);
 }
 
 function cursorAt(T) {             // following the run, the time shown is the plots' right edge: no cursor
@@ -197,9 +258,8 @@ function drawLoad(T) {
     return {x: rows.map(r => r[1] + 0.5 - t0), y: rows.map(r => r[2]), mode: "lines", name: broker,
             line: {width: 1.3, color: COLORS[i % COLORS.length]}};
   });
-  Plotly.react("load", traces, {margin: {l: 60, r: 10, t: 10, b: 40}, shapes: [cursorAt(T)], legend: {orientation: "h", y: -0.35},
-                                xaxis: {title: {text: "time (s)"}, range: timeRange()},
-                                yaxis: {title: {text: "deliveries/s"}, rangemode: "tozero"}}, {displaylogo: false, responsive: true});
+  Plotly.react("load", traces, frame({shapes: [cursorAt(T)], xaxis: {title: {text: "time (s)"}, range: timeRange()},
+                                      yaxis: {title: {text: "deliveries/s"}, rangemode: "tozero"}}, {legendRows: 1}), CONFIG);
 }
 
 function drawGuard(T) {
@@ -212,9 +272,9 @@ function drawGuard(T) {
             hovertext: mine.map(r => `${(r[0] - t0).toFixed(0)} s: ${r[1]}` + (r[2].length ? ` (${r[2].join(", ")})` : "") + `, steal ${r[3] ?? "-"} ms, VM stalled ${r[5] ?? "-"} ms`),
             hoverinfo: "text"};
   });
-  Plotly.react("guard", traces, {barmode: "stack", bargap: 0, margin: {l: 60, r: 10, t: 10, b: 40}, shapes: [cursorAt(T)],
-                                 legend: {orientation: "h", y: -0.35}, xaxis: {title: {text: "time (s)"}, range: timeRange()},
-                                 yaxis: {visible: false, range: [0, 1]}}, {displaylogo: false, responsive: true});
+  Plotly.react("guard", traces, frame({barmode: "stack", bargap: 0, shapes: [cursorAt(T)],
+                                       xaxis: {title: {text: "time (s)"}, range: timeRange()},
+                                       yaxis: {visible: false, range: [0, 1]}}, {legendRows: 3}), CONFIG);
 }
 
 const fmt = {messages: v => String(v), p50_ms: v => v.toFixed(1), p95_ms: v => v.toFixed(1), max_ms: v => v.toFixed(1),
@@ -289,7 +349,10 @@ function render() {
 
 function schedule() { if (!pending) { pending = true; requestAnimationFrame(render); } }
 
-window.tbView = {records: R, sitesAt, ownersAt, origin, get ended() { return ended; }, get drawn() { return drawn; }};
+window.tbView = {records: R, sitesAt, ownersAt, origin, get ended() { return ended; }, get drawn() { return drawn; },
+                 get labelsPlaced() { return placed; }};
+let resized = null;              // a resized window has the map drawn again, its link labels placed for the new size
+window.addEventListener("resize", () => { clearTimeout(resized); resized = setTimeout(() => { lastScene = null; schedule(); }, 300); });
 slider.addEventListener("input", () => { follow.checked = false; schedule(); });
 follow.addEventListener("change", () => { lastT = null; dirty.add("latency"); dirty.add("load"); dirty.add("guard"); schedule(); });
 

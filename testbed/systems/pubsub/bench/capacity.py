@@ -43,6 +43,7 @@ from pathlib import Path
 
 import yaml
 
+from testbed import machine_speed
 from testbed.health import explained_by_machine, judge, load_saturated, machine_seconds
 from testbed.load import STEADY_SATURATED_MAX  # the steady rule's share of bad seconds, one home
 from testbed.procs import wait_or_kill
@@ -479,7 +480,8 @@ def analyse(data: dict) -> dict:
     refs = data.get("references", {})
     return {"knee": case_knees([r for r in data["rows"] if "error" not in r], data["paper"]),
             "nats_msgs_per_s": (refs.get("nats") or {}).get("knee_msgs_per_s"),
-            "delayline_pkts_per_s": (refs.get("delayline") or {}).get("pkts_per_s")}
+            "delayline_pkts_per_s": (refs.get("delayline") or {}).get("pkts_per_s"),
+            "speed_reference": refs.get("speed")}
 
 
 def _saturated(row: dict) -> str:
@@ -603,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
                     "settings": settings,
                     "command": " ".join(["python -m testbed.systems.pubsub.bench.capacity", *(sys.argv[1:] if argv is None else argv)])},
             "references": {}, "rows": []}
+    console.print("reference: the machine's speed today (testbed.machine_speed: relay and nats-server on fixed work)")
+    data["references"]["speed"] = machine_speed.take().as_dict()
     if not args.no_references:
         console.print("reference: nats-server alone (clients in the broker's node, no links)")
         data["references"]["nats"] = nats_alone(args.quick, console.print)
