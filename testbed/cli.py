@@ -831,6 +831,16 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
     raise typer.Exit(paper_mod.main(options))
 
 
+def _bench_out(args: list[str]) -> Path | None:
+    """The JSON a benchmark's `--out PATH` (or `--out=PATH`) sends its result to, if given."""
+    for i, arg in enumerate(args):
+        if arg == "--out" and i + 1 < len(args):
+            return Path(args[i + 1])
+        if arg.startswith("--out="):
+            return Path(arg.split("=", 1)[1])
+    return None
+
+
 @app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def bench_command(ctx: typer.Context,
                   name: Optional[str] = typer.Argument(None, help="A system's benchmark; none: list them.")) -> None:
@@ -854,7 +864,7 @@ def bench_command(ctx: typer.Context,
     from testbed import provenance
     from testbed.paper import BENCH_DIR
 
-    provenance.mark(BENCH_DIR / f"{name}.json")  # which code makes its JSON: `make paper` reads that
+    provenance.mark(_bench_out(ctx.args) or BENCH_DIR / f"{name}.json")  # which code makes its JSON: the paper reads it
     argv = [sys.executable, "-m", f"{system.package}.{bench.program}", *ctx.args]
     os.execv(argv[0], argv)  # its own process: its exit code, its Ctrl-C, its output straight through
 

@@ -84,25 +84,34 @@ def _mark_path(result: Path) -> Path:
     return Path(result).with_suffix(".made.json")
 
 
+MARKS_KEPT = 20  # the newest marks beside a result: a run that wrote elsewhere (or nothing) hides no earlier one
+
+
+def _marks(result: Path) -> list[dict]:
+    try:
+        marks = json.loads(_mark_path(result).read_text())
+    except (OSError, ValueError):
+        return []
+    return marks if isinstance(marks, list) else []
+
+
 def mark(result: Path, repo: Path = REPO) -> Path:
     """Before a benchmark writes `result` (its JSON, which names no commit): HEAD, the uncommitted files and
-    the start time, beside it as <name>.made.json, so `make paper` can say which code made a JSON it only reads."""
+    the start time, added beside it in <name>.made.json, so `make paper` can say which code made a JSON it
+    only reads."""
     path = _mark_path(result)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({**head(repo), "started": time.time()}))
+    path.write_text(json.dumps((_marks(result) + [{**head(repo), "started": time.time()}])[-MARKS_KEPT:]))
     return path
 
 
 def marked(result: Path, measured_at: float | None) -> dict | None:
-    """The mark beside `result` if `result` was measured after it was made (its "time" is no earlier than the
-    mark's start); None when there is none, or the JSON is older (made by some earlier run)."""
-    try:
-        made = json.loads(_mark_path(result).read_text())
-    except (OSError, ValueError):
+    """The newest mark beside `result` made before it was measured (its "time"): the run that wrote it;
+    None when there is none (the JSON is older than every mark, or was made outside git)."""
+    if measured_at is None:
         return None
-    if measured_at is None or not made.get("commit") or measured_at < made.get("started", float("inf")):
-        return None
-    return made
+    before = [m for m in _marks(result) if m.get("started", float("inf")) <= measured_at and m.get("commit")]
+    return max(before, key=lambda m: m["started"]) if before else None
 
 
 __all__ = ["REPO", "UnknownCommit", "head", "short", "same_commit", "changed_since", "dirty_under", "mark", "marked"]

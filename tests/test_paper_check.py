@@ -274,7 +274,7 @@ def test_main_records_every_step_and_entry_and_its_total_time(tmp_path, monkeypa
 def test_a_benchmark_json_names_the_commit_testbed_bench_marked_before_writing_it(repo, tmp_path):
     result = tmp_path / "bench" / "tracking.json"
     assert provenance.marked(result, 10.0) is None  # no mark: not known
-    mark = json.loads(provenance.mark(result, repo).read_text())
+    mark = json.loads(provenance.mark(result, repo).read_text())[-1]
     assert mark["commit"] == git(repo, "rev-parse", "HEAD") and mark["dirty"] == []
     assert provenance.marked(result, mark["started"] + 5)["commit"] == mark["commit"]
     assert provenance.marked(result, mark["started"] - 5) is None  # a JSON older than the mark: some earlier run's
@@ -287,6 +287,11 @@ def test_a_benchmark_json_names_the_commit_testbed_bench_marked_before_writing_i
     result.write_text(json.dumps({"time": mark["started"] - 5}))
     paper._made_elsewhere(step, result, state)
     assert step.commit is None and step.date  # the date it was measured, the commit not known
+
+    second = commit(repo, {"README.md": "r2\n"}, "second")
+    later = json.loads(provenance.mark(result, repo).read_text())[-1]  # a run that wrote elsewhere, or failed
+    assert later["commit"] == second and provenance.marked(result, mark["started"] + 1e-6)["commit"] == mark["commit"]
+    assert provenance.marked(result, later["started"] + 1)["commit"] == second
 
 
 def test_only_plans_the_steps_feeding_the_entries_named(tmp_path, monkeypatch):
@@ -357,7 +362,7 @@ def test_bench_step_redraws_a_benchmark_done_at_this_commit_and_runs_one_whose_j
     (tmp_path / "nc.json").write_text(json.dumps({"time": 200.0}))  # measured again since (make bench-nc)
     step = paper.bench_step(bench, state)
     assert argvs[-1][-1] == "testbed.bench.nc" and not step.resumed and step.source_time == 200.0
-    assert json.loads((tmp_path / "nc.made.json").read_text())["commit"] == head["commit"]
+    assert json.loads((tmp_path / "nc.made.json").read_text())[-1]["commit"] == head["commit"]
 
 
 def test_a_reused_run_names_the_commit_and_uncommitted_files_its_run_json_records(tmp_path):
@@ -382,3 +387,11 @@ def test_an_experiment_says_its_size_against_the_papers():
     assert against_paper("mmog", "scenarios/mmog-smoke.yaml").endswith("clients game-server 10 of 10, avatar 16 of 64")
     assert "scenarios/hotspot.yaml's load" in against_paper("hotspot", "scenarios/hotspot-smoke.yaml")  # no paper size
     assert against_paper("mmog", "scenarios/missing.yaml").startswith("size against scenarios/mmog.yaml not known")
+
+
+def test_testbed_bench_marks_beside_the_json_its_out_option_names():
+    from testbed.cli import _bench_out
+
+    assert _bench_out(["--quick", "--out", "x/y.json"]) == Path("x/y.json")
+    assert _bench_out(["--out=z.json", "--fanout", "2"]) == Path("z.json")
+    assert _bench_out(["--quick"]) is None
