@@ -14,7 +14,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt browser bench-view venv scenario test test-long test-containernet containernet sanitize figures paper paper-check images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-calibration bench-overload bench-client bench-soak bench-servers bench-mutants benches
+.PHONY: setup apt browser bench-view venv scenario test test-long test-containernet containernet sanitize figures paper paper-check images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-calibration bench-overload bench-client bench-soak bench-servers bench-mutants benches bench-cli
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -113,6 +113,9 @@ test-containernet: venv  ## the Containernet backend's tests (make containernet 
 
 doctor: venv
 	$(BIN)/testbed doctor
+
+bench-cli: venv  ## how long `testbed` takes to answer: every command's --help and validating the shipped scenarios -> results/bench/cli.json (ARGS="--testbed OTHER/.venv/bin/testbed")
+	$(BIN)/python -m testbed.bench.cli $(ARGS)
 
 bench-emulation: setup  ## accuracy, shaper throughput, bring-up/teardown, relink -> results/bench/emulation.json
 	$(BIN)/python -m testbed.bench.emulation

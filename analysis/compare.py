@@ -55,21 +55,23 @@ def policy_violations(traces: DataFrame, runs: DataFrame, accuracy: int = jobs.A
                       per_run: bool = False) -> DataFrame:
     """Per scenario, policy and topic class over all its runs: how often and how far the threshold is exceeded.
 
-    Columns: scenario, policy, topic_class, threshold_s, runs, topics, messages, p50_s, p95_s, max_s,
-    violations, violation_ratio (violations / messages). With `per_run`, one row per run as well (a
-    run_id column first): the samples of the confidence intervals over repeats (`analysis.stats`).
+    Columns: scenario, policy, topic_class, threshold_s, runs, topics, messages, p50_s, p95_s, p99_s,
+    max_s, violations, violation_ratio (violations / messages). With `per_run`, one row per run as
+    well (a run_id column first): the samples of the confidence intervals over repeats
+    (`analysis.stats`), and the rows of `testbed compare` (`analysis.side_by_side`).
     """
     rows = _labelled(traces, runs)
     above = (F.col("latency_s") > F.col("threshold_s")).cast("long")
-    quantiles = F.percentile_approx("latency_s", [0.5, 0.95], accuracy)
+    quantiles = F.percentile_approx("latency_s", [0.5, 0.95, 0.99], accuracy)
     keys = (["run_id"] if per_run else []) + ["scenario", "policy", "topic_class", "threshold_s"]
     return (rows.groupBy(*keys)
             .agg(F.countDistinct("run_id").alias("runs"), F.countDistinct("topic").alias("topics"),
                  F.count(F.lit(1)).alias("messages"), quantiles.getItem(0).alias("p50_s"),
-                 quantiles.getItem(1).alias("p95_s"), F.max("latency_s").alias("max_s"),
-                 F.sum(above).alias("violations"))
+                 quantiles.getItem(1).alias("p95_s"), quantiles.getItem(2).alias("p99_s"),
+                 F.max("latency_s").alias("max_s"), F.sum(above).alias("violations"))
             .withColumn("violation_ratio", F.col("violations") / F.col("messages"))
-            .select(*keys, "runs", "topics", "messages", "p50_s", "p95_s", "max_s", "violations", "violation_ratio")
+            .select(*keys, "runs", "topics", "messages", "p50_s", "p95_s", "p99_s", "max_s", "violations",
+                    "violation_ratio")
             .orderBy("scenario", "topic_class", "policy", *(["run_id"] if per_run else [])))
 
 

@@ -1,28 +1,32 @@
-"""The `testbed` command: typer app. Exit codes: 0 ok, 2 bad input, 1 failure."""
+"""The `testbed` command: typer app. Exit codes: 0 ok, 2 bad input, 1 failure.
+
+Importing this module builds no scenario model and no data library (that takes seconds): a command
+imports what it uses, so `testbed --help` answers at once (tests/test_cli_help.py counts it)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from testbed import load as load_mod
-from testbed import machine_speed
-from testbed import topology as topo_mod
+from testbed import screen
 from testbed.emulation import backends
 from testbed.emulation.shaping import SHAPERS
 from testbed.load import CAPACITY_FILE
 from testbed.policies import DISTANCES, POLICIES
-from testbed.scenario.loader import ScenarioError, load
-from testbed.scenario.model import Control, Emulation, Scenario, Topic
 from testbed.units import format_bandwidth, format_duration
-from testbed.options import OneLineErrors, at_scale, checked_as, view_address, view_port
+from testbed.options import OneLineErrors, at_scale, checked_as, plain_help, view_address, view_port
+from testbed.screen import Table
 from testbed.view.server import LOOPBACK
+
+if TYPE_CHECKING:
+    from testbed import topology as topo_mod
+    from testbed.scenario.loader import ScenarioError
+    from testbed.scenario.model import Scenario
 
 SCENARIO_DIR = Path("scenarios")
 EXIT_FAILURE, EXIT_BAD_INPUT = 1, 2
@@ -36,9 +40,10 @@ app = typer.Typer(
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     help="Emulate geo-distributed pub/sub scenarios (ePulsar) on Containernet or Mininet.",
+    epilog="\b\nExample: testbed show scenarios/uav-smoke.yaml; sudo testbed run scenarios/uav-smoke.yaml --backend mininet",
 )
-console = Console(soft_wrap=True)  # a line stays one line in logs and pipes, however long its paths
-errors = Console(stderr=True)
+console = screen.console(soft_wrap=True)  # a line stays one line in logs and pipes, however long its paths
+errors = screen.console(stderr=True)
 
 
 
@@ -51,6 +56,9 @@ def _load(path: Path, scale: Optional[float] = None, seed: Optional[int] = None)
     """Load and validate, including the checks that need the data (zones vs towers, site names);
     the topology those checks built comes along, so a run builds it (and its k-means) once. A seed
     given here replaces the file's before the topology is built (zones and placements follow it)."""
+    from testbed import topology as topo_mod
+    from testbed.scenario.loader import ScenarioError, load
+
     try:
         scenario = at_scale(load(path), scale, path)
         if seed is not None:
@@ -62,12 +70,20 @@ def _load(path: Path, scale: Optional[float] = None, seed: Optional[int] = None)
 
 @app.command("list")
 def list_scenarios(directory: Path = typer.Option(SCENARIO_DIR, help="Where to look for scenario files.")) -> None:
-    """List the scenarios in ./scenarios with their description.
+    """List the scenarios in ./scenarios (or --directory) with their description; exit 2 when
+    there are none.
 
-    Example: testbed list
+    Example: testbed list --directory scenarios/bench
     """
+    from testbed.scenario.loader import ScenarioError, load
+
+    paths = sorted(directory.glob("*.yaml"))
+    if not paths:
+        shipped = Path(__file__).resolve().parents[1] / SCENARIO_DIR
+        raise _fail_input(ValueError(f"list: no scenario files (*.yaml) in {directory.resolve()}; give --directory DIR"
+                                     + (f", e.g. --directory {shipped} (the shipped ones)" if shipped.is_dir() else "")))
     table = Table("scenario", "duration", "description")
-    for path in sorted(directory.glob("*.yaml")):
+    for path in paths:
         try:
             scenario = load(path)
             table.add_row(str(path), format_duration(scenario.duration), scenario.description)
@@ -78,7 +94,7 @@ def list_scenarios(directory: Path = typer.Option(SCENARIO_DIR, help="Where to l
 
 @app.command()
 def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
-             scale: Optional[float] = typer.Option(None, callback=checked_as(Scenario, "scale"),
+             scale: Optional[float] = typer.Option(None, callback=checked_as("Scenario", "scale"),
                                                    help="Check at this scale (multiplies counts and rates)."),
              capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity): "
                                            "a load past what it can carry at all is an error.")) -> None:
@@ -86,6 +102,9 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
 
     Example: testbed validate scenarios/*.yaml
     """
+    from testbed import topology as topo_mod
+    from testbed.scenario.loader import ScenarioError, load
+
     failed = False
     for path in paths:
         try:
@@ -128,7 +147,7 @@ def _shaping_text(s: topo_mod.Shaping) -> tuple[str, str, str, str]:
 @app.command()
 def show(path: Path = typer.Argument(..., help="Scenario file."),
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-         scale: Optional[float] = typer.Option(None, callback=checked_as(Scenario, "scale"),
+         scale: Optional[float] = typer.Option(None, callback=checked_as("Scenario", "scale"),
                                               help="Multiply counts and rates."),
          capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity).")
          ) -> None:
@@ -192,7 +211,7 @@ def _thin_access(path: Path, scenario: Scenario, topology: topo_mod.Topology) ->
     thin = load_mod.thin_access_links(scenario, topology)
     if not thin:
         return None
-    from testbed.scenario.loader import Problem, line_of
+    from testbed.scenario.loader import Problem, ScenarioError, line_of
 
     worst = max(thin, key=lambda t: t.offered_bps / t.capacity_bps)
     others = len({t.node for t in thin} - {worst.node})
@@ -211,7 +230,7 @@ def _impossible(path: Path, verdict: load_mod.Verdict, capacity: Path) -> Scenar
     the workload's line; None when it can be carried."""
     if not verdict.impossible:
         return None
-    from testbed.scenario.loader import Problem, line_of
+    from testbed.scenario.loader import Problem, ScenarioError, line_of
 
     return ScenarioError([Problem(str(path), line_of(str(path), ("workload",)), "workload",
                                   "offered load past what this machine can carry at all: " + "; ".join(verdict.impossible)
@@ -333,24 +352,24 @@ def _servers(text: str | None, scenario) -> list:
 
 @app.command()
 def run(path: Path = typer.Argument(..., help="Scenario file."),
-        backend: str = typer.Option("auto", callback=checked_as(Emulation, "backend"),
+        backend: str = typer.Option("auto", callback=checked_as("Emulation", "backend"),
                                     help=" | ".join(("auto", *backends.names()))),
-        shaper: str = typer.Option("auto", callback=checked_as(Emulation, "shaper"), help=" | ".join(("auto", *SHAPERS))),
-        scale: Optional[float] = typer.Option(None, callback=checked_as(Scenario, "scale"),
+        shaper: str = typer.Option("auto", callback=checked_as("Emulation", "shaper"), help=" | ".join(("auto", *SHAPERS))),
+        scale: Optional[float] = typer.Option(None, callback=checked_as("Scenario", "scale"),
                                               help="Multiply counts and rates."),
         interactive: bool = typer.Option(False, "--interactive", help="Open the Mininet CLI on the running network."),
         hold: bool = typer.Option(False, "--hold", help="After the workload and its results, keep the network up "
                                   "until Ctrl-C or SIGTERM, for `testbed exec` and `testbed shell` into its nodes."),
-        duration: Optional[str] = typer.Option(None, callback=checked_as(Scenario, "duration"),
+        duration: Optional[str] = typer.Option(None, callback=checked_as("Scenario", "duration"),
                                                help="Override the scenario's duration, e.g. 20s."),
-        settle: Optional[str] = typer.Option(None, callback=checked_as(Control, "settle"),
+        settle: Optional[str] = typer.Option(None, callback=checked_as("Control", "settle"),
                                              help="Override control.settle: the longest wait for the "
                                              "coordinates before the workload, e.g. 5s (0s: none)."),
-        policy: Optional[str] = typer.Option(None, callback=checked_as(Control, "policy"),
+        policy: Optional[str] = typer.Option(None, callback=checked_as("Control", "policy"),
                                              help=f"Override control.policy: {' | '.join(POLICIES)}."),
-        distance: Optional[str] = typer.Option(None, callback=checked_as(Control, "distance"),
+        distance: Optional[str] = typer.Option(None, callback=checked_as("Control", "distance"),
                                                help=f"Override control.distance: {' | '.join(DISTANCES)}."),
-        seed: Optional[int] = typer.Option(None, callback=checked_as(Scenario, "seed"),
+        seed: Optional[int] = typer.Option(None, callback=checked_as("Scenario", "seed"),
                                            help="Override the scenario's seed (mobility, zones, link jitter): a repeat."),
         results: Path = typer.Option(Path("results"), help="Directory for run results."),
         strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a load beyond the measured capacity."),
@@ -415,6 +434,8 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
     if strict and verdict.beyond:
         raise _fail_input(ValueError(f"{path}: --strict: offered load beyond this machine's measured capacity "
                                      f"({'; '.join(verdict.beyond)}; {capacity})"))
+    from testbed import machine_speed
+
     today = machine_speed.before_run(est.deliveries_per_s, load_mod.knee(verdict),
                                      load_mod.read_capacity(capacity) if verdict.measured else None,
                                      lambda line: console.print(line, highlight=False, markup=False, soft_wrap=True))
@@ -431,9 +452,9 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
 
 @app.command()
 def probe(path: Path = typer.Argument(..., help="Scenario file."),
-          backend: str = typer.Option("auto", callback=checked_as(Emulation, "backend"),
+          backend: str = typer.Option("auto", callback=checked_as("Emulation", "backend"),
                                       help=" | ".join(("auto", *backends.names()))),
-          shaper: str = typer.Option("auto", callback=checked_as(Emulation, "shaper"),
+          shaper: str = typer.Option("auto", callback=checked_as("Emulation", "shaper"),
                                      help=" | ".join(("auto", *SHAPERS))),
           count: int = typer.Option(100, min=5, max=10000, help="Pings per pair."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -503,14 +524,15 @@ def shell(run: str = typer.Argument(..., help=RUN_HELP),
     _exec_in(run, node, argv, tty=sys.stdin.isatty())
 
 
-topic_app = typer.Typer(help="Act on the topics of a running experiment.", no_args_is_help=True)
+topic_app = typer.Typer(help="Act on the topics of a running experiment.", no_args_is_help=True,
+                        epilog="\b\nExample: sudo testbed topic set-threshold ab12cd follow_leader-swarm1 30ms")
 app.add_typer(topic_app, name="topic")
 
 
 @topic_app.command("set-threshold")
 def topic_set_threshold(run_id: str = typer.Argument(..., help="The running experiment's run id."),
                         topic: str = typer.Argument(..., help="Topic, e.g. follow_leader-swarm1."),
-                        threshold: str = typer.Argument(..., callback=checked_as(Topic, "threshold"),
+                        threshold: str = typer.Argument(..., callback=checked_as("Topic", "threshold"),
                                                         help="End-to-end latency threshold, e.g. 40ms.")) -> None:
     """Set a topic's latency threshold Lth(t) in the running experiment's ZooKeeper.
 
@@ -591,6 +613,12 @@ def gather(run_dir: Path = typer.Argument(..., help="The run's folder here (resu
 
     Example: sudo testbed gather results/uav-smoke-ab12cd --servers vm1,vm2,vm3
     """
+    raise typer.Exit(EXIT_FAILURE if _gather(run_dir, servers) else 0)
+
+
+def _gather(run_dir: Path, servers: str, say=console.print) -> list:
+    """Gather run_dir from the servers whose file system is not ours (what is here is kept); says
+    how many answered and returns the problems."""
     from testbed.emulation import servers as servers_mod
     from testbed.emulation.runfiles import RunFiles
 
@@ -604,14 +632,14 @@ def gather(run_dir: Path = typer.Argument(..., help="The run's folder here (resu
     problems = RunFiles(elsewhere, None, run_dir.resolve()).gather()
     for problem in problems:
         errors.print(f"not gathered from {problem}")
-    console.print(f"gather: {len(elsewhere) - len(problems)} of {len(elsewhere)} servers into {run_dir}"
-                  + (" (the others share this machine's files)" if len(elsewhere) < len(chosen) else ""))
-    raise typer.Exit(EXIT_FAILURE if problems else 0)
+    say(f"gather: {len(elsewhere) - len(problems)} of {len(elsewhere)} servers into {run_dir}"
+        + (" (the others share this machine's files)" if len(elsewhere) < len(chosen) else ""))
+    return problems
 
 
 servers_app = typer.Typer(help="Servers a run spreads over: check machines, or make namespace-servers (several "
                           "ssh-reachable 'servers' on this machine).",
-                          no_args_is_help=True)
+                          no_args_is_help=True, epilog="\b\nExample: sudo testbed servers up 3 --isolated")
 app.add_typer(servers_app, name="servers")
 
 
@@ -674,7 +702,10 @@ def servers_check(hosts: list[str] = typer.Argument(..., help="Servers: [user@]h
 @servers_app.command("down")
 def servers_down() -> None:
     """Remove the namespace-servers: the connections to them, every process in their namespaces
-    (also of servers whose name is already gone), the namespaces and the management bridge."""
+    (also of servers whose name is already gone), the namespaces and the management bridge.
+
+    Example: sudo testbed servers down
+    """
     from testbed.emulation import servers as servers_mod
 
     removed = servers_mod.down()
@@ -711,7 +742,9 @@ def track(run_dir: Path = typer.Argument(..., help="A run directory (results/<ru
           message: str = typer.Argument(..., help="The message: its tracking id (32 hex digits, the trace's "
                                                   "track_id) or its msg_id (<producer>:<seq>)."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-          servers: Optional[str] = typer.Option(None, help=SERVERS_HELP)) -> None:
+          servers: Optional[str] = typer.Option(None, help="The servers the run spread over, e.g. vm1,vm2,vm3: "
+                                                "their brokers' histories are gathered here first (as `testbed gather` "
+                                                "does), for a run whose end did not gather them.")) -> None:
     """Trace a message back (Jun and Astley's message tracking): the brokers it crossed and the
     subscribers it reached, from the brokers' tracking histories, with each entry's expected
     false-positive probability.
@@ -723,6 +756,8 @@ def track(run_dir: Path = typer.Argument(..., help="A run directory (results/<ru
 
     if not (run_dir / "run.json").exists() and not (run_dir / "tracking").is_dir():
         raise _fail_input(ValueError(f"{run_dir}: not a run directory"))
+    if servers is not None:
+        _gather(run_dir, servers, say=errors.print)  # stdout stays the answer (--json)
     raw = _track_id(run_dir, message)
     try:
         answer = Traceback(read_run(run_dir)).query(raw).to_json()
@@ -769,6 +804,25 @@ def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run director
     raise typer.Exit(analysis_main(argv))
 
 
+@app.command()
+def compare(run_dirs: list[Path] = typer.Argument(..., help="Two or more runs' results folders, e.g. "
+                                                 "results/uav-smoke-<run id>."),
+            out: Path = typer.Option(Path("results/figures/compare.png"), help="Where the figure goes (PNG)."),
+            master: Optional[str] = typer.Option(None, help="Spark master (default local[*]).")) -> None:
+    """Runs side by side: scenario, policy, the harness's validity, p50/p95/p99 E2E latency and the
+    violation ratio per topic class (the paper comparison's reduction), migrations, client downtime
+    and the share of deliveries, as a table and a figure.
+
+    Example: testbed compare results/uav-smoke-ab12cd results/uav-smoke-cd34ef --out results/figures/compare.png
+    """
+    from analysis import side_by_side
+
+    try:
+        raise typer.Exit(side_by_side.main(run_dirs, out, master, console))
+    except side_by_side.NotARun as error:
+        raise _fail_input(error) from None
+
+
 @app.command("paper")
 def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where the figures and the index go."),
                   reuse: bool = typer.Option(False, "--reuse", help="Redraw microbenchmark figures from their "
@@ -810,19 +864,21 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
         from testbed import paper_check
 
         raise typer.Exit(paper_check.check(out))
+    import click
 
     if scale not in paper_mod.SCALES:
-        raise _fail_input(ValueError(f"--scale: {scale!r}; allowed: {', '.join(paper_mod.SCALES)}"))
+        raise typer.BadParameter(f"{scale!r}; allowed: {', '.join(paper_mod.SCALES)}", click.get_current_context(),
+                                 param_hint="'--scale'")
     chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
     unknown = [p for p in chosen if p not in POLICY_CHOICES]
     if unknown or not chosen:
-        raise _fail_input(ValueError(f"--policies: {', '.join(unknown) or 'none given'}; allowed: "
-                                     f"{', '.join(POLICY_CHOICES)}"))
+        raise typer.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(POLICY_CHOICES)}",
+                                 click.get_current_context(), param_hint="'--policies'")
     chosen_entries = tuple(e.strip() for e in (only or "").split(",") if e.strip())
     known = paper_mod.depends(paper_mod.Options(scale=scale, policies=chosen, asides=asides))
     if only is not None and (not chosen_entries or any(e not in known for e in chosen_entries)):
-        raise _fail_input(ValueError(f"--only: {', '.join(e for e in chosen_entries if e not in known) or 'none given'}; "
-                                     f"allowed: {', '.join(known)}"))
+        raise typer.BadParameter(f"{', '.join(e for e in chosen_entries if e not in known) or 'none given'}; "
+                                 f"allowed: {', '.join(known)}", click.get_current_context(), param_hint="'--only'")
     command = "testbed paper" + "".join(f" {a}" for a in sys.argv[2:]) if sys.argv[1:2] == ["paper"] else \
         "testbed figures --paper"
     options = paper_mod.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
@@ -867,6 +923,9 @@ def bench_command(ctx: typer.Context,
     provenance.mark(_bench_out(ctx.args) or BENCH_DIR / f"{name}.json")  # which code makes its JSON: the paper reads it
     argv = [sys.executable, "-m", f"{system.package}.{bench.program}", *ctx.args]
     os.execv(argv[0], argv)  # its own process: its exit code, its Ctrl-C, its output straight through
+
+
+plain_help(app)  # after the last command: every one of them helps without typer's markup escapes
 
 
 def main() -> None:

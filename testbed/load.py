@@ -15,10 +15,13 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed import plugin
-from testbed.scenario.model import Scenario
-from testbed.topology import Topology
+
+if TYPE_CHECKING:  # hints only: the CLI reads CAPACITY_FILE without building the scenario model
+    from testbed.scenario.model import Scenario
+    from testbed.topology import Topology
 
 CAPACITY_FILE = Path("results/bench/capacity.json")
 UNMEASURED = "unmeasured: make bench-capacity"

@@ -1,19 +1,26 @@
 """How the command line takes its options: each checked as a scenario file's field is (one rule
 for both), and every usage error (a bad value, an unknown option, a missing argument) said in one
-line naming the command and the option, exit 2, before anything starts."""
+line naming the command and the option, exit 2, before anything starts.
+
+Nothing here builds the scenario model on import (0.25 s of pydantic schemas): `--help` does not
+need it, so a check resolves its model on first use."""
 
 from __future__ import annotations
 
+import re
 import sys
+from functools import cache
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import click
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
-from testbed.scenario.model import Scenario
 from testbed.view.server import LOOPBACK, ViewAddressError, check_address
+
+if TYPE_CHECKING:
+    from testbed.scenario.model import Scenario
 
 
 class OneLineErrors(TyperGroup):
@@ -34,6 +41,40 @@ class OneLineErrors(TyperGroup):
             raise _one_line(error, ctx) from None
 
 
+class PlainHelp(TyperCommand):
+    """A command's help in plain text: typer escapes its "[default: ...]" and "[required]" for rich
+    markup whenever rich is installed, even with markup off (rich_markup_mode=None), so `--help`
+    printed "\\[default: ...]"; and the docstring's example stays one line, as it is typed."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.help:  # click keeps a paragraph opened by \b as written
+            self.help = re.sub(r"^(Example)", "\b\n\\1", self.help, flags=re.MULTILINE)
+
+    def get_help(self, ctx: click.Context) -> str:
+        return super().get_help(ctx).replace("\\[", "[")
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        """click's parser says "Option '--out' requires an argument." without the command: named here."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as error:
+            if error.ctx is not None or isinstance(error, OneLineUsageError):
+                raise
+            path = f"{parent.command_path} {info_name}" if parent is not None else info_name
+            raise OneLineUsageError(f"{path}: {error.format_message()}") from None
+
+
+def plain_help(app: typer.Typer) -> None:
+    """Every command of `app` and of its sub-apps helps in plain text (PlainHelp); call it once
+    every command is declared."""
+    for info in app.registered_commands:
+        if info.cls in (None, TyperCommand):  # typer's default; a command's own class is kept
+            info.cls = PlainHelp
+    for group in app.registered_groups:
+        plain_help(group.typer_instance)
+
+
 class OneLineUsageError(click.ClickException):
     exit_code = 2  # bad input, as click's own usage errors
 
@@ -52,24 +93,34 @@ def _one_line(error: click.UsageError, ctx: click.Context | None = None) -> clic
     return OneLineUsageError(f"{where.command_path if where else 'testbed'}: {message}{hint}")
 
 
-def checked_as(model, field: str):
-    """A typer callback checking an option as a scenario file's `field` of `model` is checked (one
-    rule for both): BadParameter in one line when the file would refuse the value."""
-    from pydantic import BaseModel, TypeAdapter, ValidationError
-
-    info = model.model_fields[field]
-    kind = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
-    own = isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)  # has its own config
-    adapter = TypeAdapter(kind) if own else TypeAdapter(kind, config=model.model_config)
-
+def checked_as(model: str, field: str):
+    """A typer callback checking an option as a scenario file's `field` of `model` (a class of
+    testbed.scenario.model, by name) is checked (one rule for both): BadParameter in one line when
+    the file would refuse the value."""
     def check(value):
         if value is not None:
+            from pydantic import ValidationError
+
             try:
-                adapter.validate_python(value)
+                _adapter(model, field).validate_python(value)
             except ValidationError as error:
                 raise typer.BadParameter(_reason(value, error)) from None
         return value
     return check
+
+
+@cache
+def _adapter(model_name: str, field: str):
+    """The pydantic validator of one field, with its model's config (unless it is a model itself)."""
+    from pydantic import BaseModel, TypeAdapter
+
+    from testbed.scenario import model as models
+
+    model = getattr(models, model_name)
+    info = model.model_fields[field]
+    kind = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+    own = isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel)  # has its own config
+    return TypeAdapter(kind) if own else TypeAdapter(kind, config=model.model_config)
 
 
 def _reason(value, error) -> str:

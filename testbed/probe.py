@@ -113,7 +113,7 @@ def main(scenario, backend: str, shaper: str, count: int, as_json: bool, console
         print(json.dumps({"scenario": scenario.name, "backend": session.backend, "shaper": session.shaper,
                           "clock_offsets": session.clock_offsets, "pairs": [asdict(r) for r in results], "ok": not failed}, indent=2))
     else:
-        from rich.table import Table
+        from testbed.screen import Table
 
         table = Table("pair", *(["servers"] if session.servers else []), "configured ms", "median ms", "p99 ms",
                       "received", "within bounds", title=f"RTT probe ({session.backend}, {session.shaper})")

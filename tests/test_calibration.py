@@ -5,7 +5,6 @@ check, and a live probe of the pairs that varied most, with and without it (test
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 

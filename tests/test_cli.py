@@ -44,6 +44,11 @@ BAD = [  # (arguments, the option the one line names)
     (["paper", "--scale", "huge"], "--scale"),
     (["paper", "--policies", "hashing"], "--policies"),
     (["topic", "set-threshold", "abcdef", "follow_leader-swarm1", "soon"], "THRESHOLD"),
+    (["compare"], "RUN_DIRS"),
+    (["compare", str(REPO), str(REPO), "--out"], "--out"),
+    (["list", "--directory"], "--directory"),
+    (["servers", "up", "x"], "COUNT"),
+    (["servers", "up", "3", "--isolatd"], "--isolatd"),
 ]
 
 
@@ -61,10 +66,11 @@ def nothing_starts(monkeypatch):
 
 @pytest.mark.parametrize("args,option", BAD, ids=[f"{a[0]} {option} {a[-1]}" for a, option in BAD])
 def test_a_bad_option_is_one_line_naming_it_exit_2(args, option, nothing_starts):
-    result = CliRunner().invoke(app, args)
+    result = CliRunner().invoke(app, args, prog_name="testbed")
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2, (result.exit_code, result.exception, result.output[-500:])
     assert len(lines) == 1 and option in lines[0], lines
+    assert lines[0].startswith(f"testbed {args[0]}"), lines  # the command named, as the option is
     assert "Traceback" not in result.output and "pydantic" not in result.output
 
 

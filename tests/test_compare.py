@@ -192,3 +192,107 @@ def test_messages_sent_while_the_harness_was_saturated_are_left_out(spark):
     left = sorted((r.run_id, r.seq) for r in kept.collect())
     assert [s for r, s in left if r == "r1"] == [0, 1, 5, 6, 7, 8, 9]
     assert len([s for r, s in left if r == "r2"]) == 10
+
+
+# ------------------------------------------------------------------------------ testbed compare
+
+def harness_run(root, run_id, policy, latencies, saturated=(), received=100):
+    """A run's folder written by the harness's own writers: scenario.yaml as `testbed run` dumps it,
+    the subscribers' TraceWriter, summary.json from the pub/sub summary, the load balance summary and
+    the guard's verdict over health rows (`saturated`: the run's seconds judged late). `latencies`:
+    per topic, one message's latency each tenth of a second from T0."""
+    import yaml
+
+    from testbed.cli import with_policy
+    from testbed.health import verdict
+    from testbed.scenario.loader import load
+    from testbed.systems.pubsub import balance
+    from testbed.systems.pubsub.client import TraceWriter
+    from testbed.systems.pubsub.workload_role import summarize
+
+    scenario = with_policy(load("scenarios/uav-smoke.yaml"), policy)
+    run = root / f"{scenario.name}-{run_id}"
+    (run / "traces").mkdir(parents=True)
+    (run / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+    for topic, values in latencies.items():
+        writer = TraceWriter(run / "traces" / f"{topic}.swarm1-u2.jsonl")
+        prefix, suffix = writer.row_affixes(run_id, topic, "swarm1-u2", "bzone1", "zone1", "zone1")
+        for seq, latency in enumerate(values):
+            writer.write_delivery(prefix, "swarm1-u1", f"swarm1-u1:{seq}", seq, T0 + seq / 10, T0 + seq / 10 + latency,
+                                  suffix)
+        writer.close()
+    events = [{"type": "run_start", "time": T0},
+              {"type": "migration_end", "time": T0 + 3, "topic": "follow_leader-swarm1", "ok": True},
+              {"type": "downtime", "time": T0 + 3, "reason": "redirect", "downtime_s": 0.08}]
+    (run / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    harness = verdict([{"elapsed_s": float(s), "causes": ["publishers"] if s in saturated else []} for s in range(10)])
+    summary = summarize(run / "traces", {t.name: t.threshold for t in scenario.workload.topics}, events,
+                        [{"sent": 100, "received": received, "expected": 100}])
+    summary.update(expected_deliveries=100, balance=balance.summarize(events), harness=harness)
+    (run / "summary.json").write_text(json.dumps(summary))
+    (run / "run.json").write_text(json.dumps({"run_id": run_id, "scenario": scenario.name, "complete": True,
+                                              "started": T0, "finished": T0 + 10, "harness": harness}))
+    return run
+
+
+@pytest.fixture
+def two_runs(tmp_path):
+    """ePulsar: 90 messages at 20 ms and 10 at 60 ms, and second 5 saturated whose 10 messages took 500 ms
+    (left out, as make paper leaves them); the hash baseline: every message 50 ms, 90 of 100 delivered."""
+    epulsar = [0.02] * 50 + [0.5] * 10 + [0.02] * 30 + [0.06] * 10
+    return (harness_run(tmp_path, "ep1", "epulsar", {"follow_leader-swarm1": epulsar, "sensor_data-swarm1": [0.01] * 50},
+                        saturated={5}),
+            harness_run(tmp_path, "ph1", "pulsar-hash", {"follow_leader-swarm1": [0.05] * 100,
+                                                         "sensor_data-swarm1": [0.05] * 50}, received=90))
+
+
+def test_compare_puts_runs_side_by_side_from_their_traces_and_summaries(spark, two_runs, tmp_path):
+    from typer.testing import CliRunner
+
+    from analysis import side_by_side
+    from testbed.cli import app
+
+    found = {(r["policy"], r["topic_class"]): r for r in side_by_side.rows(spark, list(two_runs))}
+    ep, hashed = found[("epulsar", "follow_leader")], found[("pulsar-hash", "follow_leader")]
+    assert ep["messages"] == 90 and ep["violation_ratio"] == pytest.approx(10 / 90)  # the saturated second left out
+    assert (ep["p50_s"], ep["p95_s"], ep["p99_s"]) == pytest.approx((0.02, 0.06, 0.06), abs=1e-5)
+    assert ep["validity"] == "valid 9 of 10 s" and ep["migrations"] == 1 and ep["downtime_p50_s"] == pytest.approx(0.08)
+    assert hashed["violation_ratio"] == 1.0 and hashed["p99_s"] == pytest.approx(0.05, abs=1e-5)
+    assert (ep["delivered_share"], hashed["delivered_share"]) == (1.0, 0.9) and hashed["validity"] == "valid 10 of 10 s"
+    assert found[("epulsar", "sensor_data")]["p99_s"] == pytest.approx(0.01, abs=1e-5) and len(found) == 4
+
+    out = tmp_path / "figures" / "compare.png"
+    result = CliRunner().invoke(app, ["compare", *map(str, two_runs), "--out", str(out)])
+    assert result.exit_code == 0, result.output[-2000:]
+    assert "valid 9 of 10 s" in result.stdout and "uav-smoke-ph1" in result.stdout and "11.1 %" in result.stdout
+    assert f"figure: {out}" in result.stdout and out.stat().st_size > 20_000
+
+
+def test_compare_draws_each_class_with_units_and_its_threshold(two_runs, tmp_path):
+    from analysis import side_by_side
+
+    found = [{"run": r.name, "policy": p, "validity": "valid 10 of 10 s", "topic_class": c, "threshold_s": 0.04,
+              "p50_s": 0.02, "p95_s": 0.03, "p99_s": 0.05, "violation_ratio": 0.1}
+             for r, p in zip(two_runs, ("epulsar", "pulsar-hash")) for c in ("follow_leader", "sensor_data")]
+    info = side_by_side.figure(found, tmp_path / "compare.png")
+    assert "(ms)" in info["ylabel"] and "(% of messages)" in info["ylabel"] and info["series"] == [r.name for r in two_runs]
+    assert (tmp_path / "compare.png").stat().st_size > 20_000
+
+
+@pytest.mark.parametrize("what", ["missing", "not a run", "unfinished"])
+def test_compare_refuses_a_folder_that_is_not_a_finished_run_in_one_line(two_runs, tmp_path, what):
+    from typer.testing import CliRunner
+
+    from testbed.cli import app
+
+    bad = tmp_path / "other"
+    if what != "missing":
+        bad.mkdir()
+    if what == "unfinished":
+        (bad / "run.json").write_text(json.dumps({"run_id": "x1", "complete": False}))
+    result = CliRunner().invoke(app, ["compare", str(two_runs[0]), str(bad)])
+    assert result.exit_code == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"{bad}: ") and {"missing": "no such folder", "not a run": "no run.json",
+                                             "unfinished": "no summary.json"}[what] in line
+    assert not (two_runs[0] / "traces.parquet").exists()  # refused before anything was converted

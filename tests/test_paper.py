@@ -353,9 +353,9 @@ def test_cli_rejects_bad_policy_and_scale_before_running_anything():
     result = runner.invoke(app, ["run", str(REPO / "scenarios" / "uav-smoke.yaml"), "--policy", "random"])
     assert result.exit_code == 2 and "Invalid value for '--policy': 'random': input should be 'epulsar'" in result.output
     result = runner.invoke(app, ["paper", "--scale", "huge"])
-    assert result.exit_code == 2 and "--scale: 'huge'; allowed: smoke, full" in result.output
+    assert result.exit_code == 2 and "paper: Invalid value for '--scale': 'huge'; allowed: smoke, full" in result.output
     result = runner.invoke(app, ["paper", "--policies", "epulsar,fastest"])
-    assert result.exit_code == 2 and "--policies: fastest" in result.output
+    assert result.exit_code == 2 and "paper: Invalid value for '--policies': fastest" in result.output
 
 
 def test_figures_paper_is_the_paper_command(monkeypatch):

@@ -308,7 +308,7 @@ def test_only_plans_the_steps_feeding_the_entries_named(tmp_path, monkeypatch):
     by_fig = {e.figure: e for e in paper.entries(state)}
     assert by_fig["fig3b"].missing[0] == "not run (--only fig9)" and by_fig["fig9"].missing[0] != "not run (--only fig9)"
     result = CliRunner().invoke(app, ["paper", "--only", "fig9,fig99"])
-    assert result.exit_code == 2 and "--only: fig99; allowed: fig3b," in result.output
+    assert result.exit_code == 2 and "paper: Invalid value for '--only': fig99; allowed: fig3b," in result.output
 
 
 def test_a_paper_that_redoes_part_keeps_the_records_of_the_rest_at_this_commit(tmp_path, monkeypatch, project_head):

@@ -187,8 +187,15 @@ def test_cli_exit_codes(tmp_path):
 
 
 def test_kmeans_zones_identical_for_a_seed():
-    assert zones.mec_zones(4, seed=7) == zones.mec_zones(4, seed=7)
+    assert zones.mec_zones.__wrapped__(4, seed=7) == zones.mec_zones.__wrapped__(4, seed=7)  # computed twice, not cached
     assert [z.towers for z in zones.mec_zones(4, seed=7)] and sum(z.towers for z in zones.mec_zones(4, 7)) == 698
+
+
+def test_zones_are_those_k_means_gave_on_every_thread():
+    """uav-smoke's zones (4, seed 3) as OpenMP's threads gave them before the fit ran on one thread."""
+    assert [(z.lat, z.lon, z.towers) for z in zones.mec_zones.__wrapped__(4, 3)] == [
+        (33.964352, -84.577566, 134), (33.888401, -84.236117, 168), (33.762597, -84.487134, 209),
+        (33.59654, -84.403244, 187)]
 
 
 def test_zone_sites_are_centroids_of_their_towers():

@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 import yaml
-from rich.console import Console
-from rich.table import Table
+from testbed import screen
+from testbed.screen import Table
 
 from testbed.scenario import cities
 
@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 COUNT = 300  # pings per pair, 10 ms apart: ~3 s of probing, every pair at once
 AVG_TOLERANCE_MS, AVG_TOLERANCE_SHARE, MDEV_TOLERANCE_SHARE, PAIRS_WITHIN = 0.5, 0.03, 0.30, 0.90
 LOCAL_MS = 0.5  # the brokers' local links, one-way (as mmog.yaml's)
-console = Console()
+console = screen.console()
 
 
 def scenario(jitter: str, names: list[str] | None = None) -> dict:

@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
+from testbed import screen
+from testbed.screen import Table
 
 from testbed import probe, procs
 from testbed.emulation import runstate
@@ -30,7 +30,7 @@ OUT = Path("results/bench/emulation.json")
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios" / "bench"
 ACCURACY, BRINGUP, MOBILE = (SCENARIOS / f"emulation-{name}.yaml" for name in ("accuracy", "bringup", "relink"))
 ACCURACY_RTT_MS = 40.0  # the configured RTT of every path in ACCURACY as written
-console = Console()
+console = screen.console()
 
 
 def accuracy_scenario(rtt_ms: float):

@@ -294,7 +294,7 @@ def bench(mutants: tuple[Mutant, ...], copy: Callable[[Path], None], python: str
 
 
 def table(results: list[Result]):
-    from rich.table import Table
+    from testbed.screen import Table
 
     out = Table(title="mutants: each defect against the live test that must catch it")
     for column in ("defect", "file", "test", "verdict", "s", "baseline s"):
@@ -334,12 +334,12 @@ def main(argv: list[str] | None = None) -> int:
         for m in chosen:
             print(f"{m.name}: {m.defect}\n    {m.files}\n    {' '.join(m.tests)}")
         return 0
-    from rich.console import Console
+    from testbed import screen
 
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
     results = bench(chosen, git_copy, timeout=opts.timeout, logs=OUT / "mutants")
-    Console().print(table(results))
+    screen.console().print(table(results))
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "mutants.json").write_text(json.dumps(merged(OUT / "mutants.json", results, commit), indent=2))
     caught = sum(r.verdict == "caught" for r in results)

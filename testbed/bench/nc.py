@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
+from testbed import screen
+from testbed.screen import Table
 
 from analysis.stats import median_ci
 from testbed.experiment import Session
@@ -37,7 +37,7 @@ from testbed.scenario.loader import load
 
 OUT = Path("results/bench")
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
-console = Console()
+console = screen.console()
 POLL_S = 2.0
 HOLD_S = 10.0
 MAX_WAIT_S = 180.0

@@ -470,7 +470,7 @@ def draw(data: dict, name: str) -> None:
 
 
 def table(rows: list[dict], title: str):
-    from rich.table import Table
+    from testbed.screen import Table
 
     t = Table("path", "size B", "topics x cons", "run", "offered msg/s", "achieved msg/s", "p50 ms", "p95 ms",
               "p99 ms", "nats CPU", "gen CPU (max)", "relay CPU (max)", "others", "machine", "slow cons", title=title)

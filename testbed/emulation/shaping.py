@@ -24,9 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from testbed import procs
-from testbed.topology import Shaping
+
+if TYPE_CHECKING:  # a hint only: the CLI's help lists SHAPERS without building the scenario model
+    from testbed.topology import Shaping
 
 READY_TIMEOUT_S = 5.0
 MAX_PORTS = 32  # sites one roaming link can switch between (its ports' VXLAN ids hold 5 bits)

@@ -52,7 +52,8 @@ class Projection:
         return np.column_stack((xy[:, 1] / self._ky + self.lat0, xy[:, 0] / self._kx + self.lon0))
 
 
-def mec_zones(count: int, seed: int, dataset: str = "atlanta") -> list[Zone]:
+@cache  # validation builds the sites twice (names first, then the graph); scenarios share seeds
+def mec_zones(count: int, seed: int, dataset: str = "atlanta") -> tuple[Zone, ...]:
     """`count` zones, identical for a seed, named zone1.. from north-west to south-east."""
     points = towers(dataset)
     if count > len(points):
@@ -60,15 +61,19 @@ def mec_zones(count: int, seed: int, dataset: str = "atlanta") -> list[Zone]:
     projection = Projection(points)
     xy = projection.to_xy(points)
     from sklearn.cluster import KMeans  # here, not at import: it costs every `testbed` command ~0.7 s
+    from threadpoolctl import threadpool_limits
 
-    model = KMeans(n_clusters=count, random_state=seed, n_init=10).fit(xy)
+    # One thread: on 700 towers OpenMP's threads cost more than they share, 14x on a busy 2-core VM
+    # (185 against 13 ms a fit; the same zones for 72 counts and seeds, tests/test_scenario.py)
+    with threadpool_limits(1):
+        model = KMeans(n_clusters=count, random_state=seed, n_init=10).fit(xy)
     centres = projection.to_latlon(model.cluster_centers_)
     sizes = np.bincount(model.labels_, minlength=count)
     order = sorted(range(count), key=lambda i: (-round(centres[i, 0], 4), round(centres[i, 1], 4)))
-    return [
+    return tuple(
         Zone(f"zone{rank + 1}", round(float(centres[i, 0]), 6), round(float(centres[i, 1]), 6), int(sizes[i]))
         for rank, i in enumerate(order)
-    ]
+    )
 
 
 def nearest_zone(zones: list[Zone], xy: np.ndarray, projection: Projection) -> int:

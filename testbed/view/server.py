@@ -18,8 +18,10 @@ import os
 import socket
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from testbed.view.state import NotARun, RunState
+if TYPE_CHECKING:  # a hint only: the CLI checks --view-address without loading the run reader
+    from testbed.view.state import RunState
 
 PAGE = Path(__file__).resolve().parent / "page"  # the page, its script and its style
 REFRESH_S = 1.0  # the page's update period (the issue asks for at least once a second)
@@ -189,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host", default=LOOPBACK)
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     args = parser.parse_args(argv)
+    from testbed.view.state import NotARun, RunState
+
     try:
         state = RunState(args.run_dir)
         sock = socket.socket(fileno=args.fd) if args.fd is not None else bind(args.host, args.port)

@@ -201,7 +201,7 @@ class AutotuneRole(Role):
                              "subscriber": self.spec.subscriber.model_dump(mode="json"), "variants": variants}}
 
     def end_screen(self, summary: dict) -> list:
-        from rich.table import Table
+        from testbed.screen import Table
 
         a = summary["autotune"]
         table = Table("publisher", "N", "arrived", "dropped", "delivered", "mean ms", "p50 ms", "p95 ms", "N mean",

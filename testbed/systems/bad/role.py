@@ -170,7 +170,7 @@ class BadRole(Role):
                 "bad": balance_summary(events, self.summaries, self.scenario.control.bad)}
 
     def end_screen(self, summary: dict) -> list:
-        from rich.table import Table
+        from testbed.screen import Table
 
         b = summary["bad"]
         table = Table("channel", "deliveries", "p50 ms", "p95 ms", "max ms", "threshold ms",

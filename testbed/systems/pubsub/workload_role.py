@@ -225,7 +225,7 @@ class PubSubWorkload(Role):
         return summary
 
     def end_screen(self, summary: dict) -> list:
-        from rich.table import Table
+        from testbed.screen import Table
 
         table = Table("topic class", "messages", "p50 ms", "p95 ms", "max ms", "threshold ms", "violation ratio",
                       title=f"{self.scenario.name} ({self.run_id}): end-to-end latency")

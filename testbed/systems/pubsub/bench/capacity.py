@@ -492,7 +492,7 @@ def _saturated(row: dict) -> str:
 
 
 def report(data: dict, console) -> None:
-    from rich.table import Table
+    from testbed.screen import Table
 
     table = Table("point", "offered/s", "delivered/s", "overhead p50", "p99 ms", "pub late p99", "saturated",
                   "CPU by class (cores)", title="bench-capacity: harness overhead over the configured path")

@@ -173,7 +173,7 @@ def paper_fraction(row: dict, paper: dict) -> float | None:
 
 
 def report(data: dict, console) -> None:
-    from rich.table import Table
+    from testbed.screen import Table
 
     table = Table(title="CPU-us per delivered message by process class (steady seconds; steal beside)")
     classes = sorted({k for r in data["rows"] if "error" not in r for k in r["cpu_us_per_delivery"]})

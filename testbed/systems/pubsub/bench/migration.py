@@ -40,8 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rich.console import Console
-from rich.table import Table
+from testbed import screen
+from testbed.screen import Table
 
 from analysis.stats import from_dict, median_ci
 from testbed import health
@@ -54,7 +54,7 @@ from testbed.scenario.loader import load
 
 OUT = Path("results/bench")
 SCENARIO = Path(__file__).resolve().parents[4] / "scenarios" / "bench" / "migration.yaml"
-console = Console()
+console = screen.console()
 
 
 def scenario_at(wan_ms: float):

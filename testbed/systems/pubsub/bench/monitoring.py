@@ -243,7 +243,7 @@ def measure_policy(policy: str, configs: list[tuple[int, int]], period: float, p
 
 # -- table ---------------------------------------------------------------------------------------------
 def table(rows: list[dict]):
-    from rich.table import Table
+    from testbed.screen import Table
 
     t = Table("policy", "topics", "clients/topic", "wire B/s", "wire net B/s", "report B", "report B/s",
               "iface tx net B/s", "clients in report", title="Monitoring traffic of one broker to ZooKeeper (Fig. 6)")

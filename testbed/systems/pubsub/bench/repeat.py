@@ -63,7 +63,7 @@ def judge(run_dir: Path | None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
-    from rich.table import Table
+    from testbed.screen import Table
 
     console = Console(width=160)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -65,7 +65,7 @@ def cell_of(value: float | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
-    from rich.table import Table
+    from testbed.screen import Table
 
     from testbed.emulation import servers as servers_mod
 
