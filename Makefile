@@ -14,7 +14,7 @@ IMAGE_PACKAGES := docker.io debootstrap bridge-utils
 # The Containernet venv (docs/containernet.md): its own python, found by `testbed` the same way.
 CN_PYTHON ?= $(or $(TESTBED_CONTAINERNET_PYTHON),/opt/cn-venv/bin/python)
 
-.PHONY: setup apt browser bench-view venv scenario test test-long test-containernet containernet sanitize figures paper images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-calibration bench-overload bench-client bench-soak bench-servers bench-mutants benches bench-cli
+.PHONY: setup apt browser bench-view venv scenario test test-long test-containernet containernet sanitize figures paper paper-check images clean lint docs bench-emulation bench-shaper bench-nc doctor containernet-deps bench-analysis bench-calibration bench-overload bench-client bench-soak bench-servers bench-mutants benches bench-cli
 
 setup: apt venv  ## distribution packages that are missing, then the venv with pinned Python packages
 
@@ -86,8 +86,11 @@ sanitize: venv  ## the C parts built with -fsanitize=address,undefined, then the
 figures: venv
 	$(BIN)/testbed figures
 
-paper: setup  ## every experiment at this machine's scale, every figure -> results/paper/index.md, index.html (PAPER_ARGS=--reuse ...)
+paper: setup  ## every experiment at this machine's scale, every figure -> results/paper/index.md, index.html, index.json (PAPER_ARGS="--resume" goes on where an interrupted one stopped)
 	$(BIN)/testbed paper $(PAPER_ARGS)
+
+paper-check: venv  ## whether each entry of results/paper/index.json still describes the code checked out (exit 1: stale, missing or unknown)
+	$(BIN)/testbed paper --check
 
 images: venv  ## Docker images for the Containernet backend (bootstraps the base image locally)
 	@missing=$$(for p in $(IMAGE_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \

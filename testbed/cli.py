@@ -791,7 +791,8 @@ def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run director
     """
     if paper:
         paper_command(out=Path("results/paper"), reuse=False, reuse_runs=False, scale="smoke", quick=False,
-                      policies=",".join(POLICY_CHOICES), repeats=2, asides=True, master=master)
+                      policies=",".join(POLICY_CHOICES), repeats=2, asides=True, master=master,
+                      resume=False, only=None, check=False)
     if not runs:
         runs = sorted(p.parent for p in results.glob("*/run.json"))
     if not runs:
@@ -837,17 +838,32 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
                   asides: bool = typer.Option(True, "--asides/--no-asides", help="Also run ePulsar once as the paper "
                                               "ran the UAV case (8x8 UAVs, 50 m/s, 10 min, rate scaled; ~14 min) "
                                               "and the MMOG smoke under one-way distances (~2 min)."),
-                  master: Optional[str] = typer.Option(None, help="Spark master (default local[*]).")) -> None:
+                  master: Optional[str] = typer.Option(None, help="Spark master (default local[*])."),
+                  resume: bool = typer.Option(False, "--resume", help="Skip the runs and benchmarks OUT/index.json "
+                                              "says were done at the commit checked out now (an interrupted paper "
+                                              "goes on where it stopped)."),
+                  only: Optional[str] = typer.Option(None, help="Comma-separated index entries (fig9, bad-sim, ...): "
+                                                     "run only the steps feeding them; the index lists the others "
+                                                     "as not run."),
+                  check: bool = typer.Option(False, "--check", help="Run nothing: say which entries of OUT/index.json "
+                                             "are current, stale (the files changed since their commit), missing "
+                                             "or unknown; exit 0 only when all are current.")) -> None:
     """Run every experiment at this machine's scale, render every figure, write an index beside the paper's numbers.
 
     Microbenchmarks (Fig. 3b-7b), then the UAV and MMOG scenarios once per policy, then the PySpark
-    comparison (Fig. 8, 9 per policy, violation ratios), then OUT/index.md and index.html. A failing
-    step is reported in the index and the exit code (1); the others still run.
+    comparison (Fig. 8, 9 per policy, violation ratios), then OUT/index.md, index.html and index.json
+    (each entry's commit, date, scale, runs, guard verdict and time). A failing step is reported in the
+    index and the exit code (1); the others still run.
 
     Example: sudo testbed paper --reuse    (reuse results/bench/*.json, run the 6 smoke experiments)
+    Example: testbed paper --check         (do the index's numbers still describe this code?)
     """
     from testbed import paper as paper_mod
 
+    if check:
+        from testbed import paper_check
+
+        raise typer.Exit(paper_check.check(out))
     import click
 
     if scale not in paper_mod.SCALES:
@@ -858,12 +874,27 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
     if unknown or not chosen:
         raise typer.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(POLICY_CHOICES)}",
                                  click.get_current_context(), param_hint="'--policies'")
+    chosen_entries = tuple(e.strip() for e in (only or "").split(",") if e.strip())
+    known = paper_mod.depends(paper_mod.Options(scale=scale, policies=chosen, asides=asides))
+    if only is not None and (not chosen_entries or any(e not in known for e in chosen_entries)):
+        raise typer.BadParameter(f"{', '.join(e for e in chosen_entries if e not in known) or 'none given'}; "
+                                 f"allowed: {', '.join(known)}", click.get_current_context(), param_hint="'--only'")
     command = "testbed paper" + "".join(f" {a}" for a in sys.argv[2:]) if sys.argv[1:2] == ["paper"] else \
         "testbed figures --paper"
     options = paper_mod.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
                                 policies=chosen, repeats=repeats, asides=asides, master=master,
-                                command=command)
+                                command=command, resume=resume, only=chosen_entries)
     raise typer.Exit(paper_mod.main(options))
+
+
+def _bench_out(args: list[str]) -> Path | None:
+    """The JSON a benchmark's `--out PATH` (or `--out=PATH`) sends its result to, if given."""
+    for i, arg in enumerate(args):
+        if arg == "--out" and i + 1 < len(args):
+            return Path(args[i + 1])
+        if arg.startswith("--out="):
+            return Path(arg.split("=", 1)[1])
+    return None
 
 
 @app.command("bench", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -886,6 +917,10 @@ def bench_command(ctx: typer.Context,
         raise _fail_input(ValueError(f"no system brings a benchmark {name!r}; known: {', '.join(benches)} "
                                      "(the harness's own: make bench-emulation, bench-capacity, ...)"))
     system, bench = benches[name]
+    from testbed import provenance
+    from testbed.paper import BENCH_DIR
+
+    provenance.mark(_bench_out(ctx.args) or BENCH_DIR / f"{name}.json")  # which code makes its JSON: the paper reads it
     argv = [sys.executable, "-m", f"{system.package}.{bench.program}", *ctx.args]
     os.execv(argv[0], argv)  # its own process: its exit code, its Ctrl-C, its output straight through
 

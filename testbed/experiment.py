@@ -11,14 +11,13 @@ import json
 import os
 import platform
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import yaml
 
-from testbed import doctor, health, mobility, natsserver
+from testbed import doctor, health, mobility, natsserver, provenance
 from testbed import topology as topo_mod
 from testbed.emulation import choose, nodeexec, runstate
 from testbed.emulation.network import EmulationError, Network
@@ -61,17 +60,6 @@ class Interrupted(Exception):
 
 def _raise_interrupted(signum, _frame):
     raise Interrupted(signal.Signals(signum).name)
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).resolve().parent)
-        return out.stdout.strip() or "unknown"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown"
-
-
 
 
 class Session:
@@ -226,8 +214,10 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
     out.mkdir(parents=True, exist_ok=True)
     route_library_logs(out / "logs")  # kazoo's reconnect chatter belongs in the run's logs, not the console
     (out / "scenario.yaml").write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
+    code = provenance.head()  # which code made this run: `make paper`'s index names it
     meta = {"run_id": session.run_id, "scenario": scenario.name, "scenario_file": str(path),
-            "git_commit": git_commit(), "backend": session.backend, "shaper": session.shaper,
+            "git_commit": provenance.short(code["commit"]), "git_dirty": code["dirty"],
+            "backend": session.backend, "shaper": session.shaper,
             "nats_server": {"choice": scenario.nodes.nats_server,
                             "version": natsserver.version(natsserver.binary(scenario.nodes.nats_server, sys.executable))},
             "machine": platform.node(), "kernel": platform.release(), "seed": scenario.seed, "scale": scenario.scale,

@@ -29,6 +29,11 @@ Steps, each shown as [i/N] with what is left; a failing step is recorded and the
                    and a verdict by a rule tied to the paper's mechanism (analysis.headlines): yes, no, or
                    "not testable" when the rule could not have failed (e.g. the configured topology bounds
                    every E2E latency below the threshold)
+  record           <out>/index.json (testbed.paper_record), rewritten after every step: who made each entry
+                   (commit, uncommitted files, date, runs, the guard's verdict, time), the paths it rests on
+                   (depends) for `testbed paper --check` (testbed.paper_check), and each step's time, from which
+                   the next paper's progress says how long is left; --resume skips the runs and benchmarks it
+                   says were done at this commit; --only runs the steps feeding the entries it names
 
 Exit code: 0 when every step succeeded, 1 when one failed (the index says which), 130 on Ctrl-C.
 """
@@ -43,11 +48,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NamedTuple
 
 import yaml
 
-from testbed import plugin
+from testbed import paper_record, plugin, provenance
 from testbed.policies import POLICIES as REGISTRY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,6 +144,7 @@ class Microbenchmark:
     images: tuple[str, ...]           # PNGs it writes into results/bench
     redraw: str                       # its flag for "figures only, from the JSON"
     quick: tuple[str, ...] = ("--quick",)  # its flags under `paper --quick` (none: it is quick already)
+    minutes: float = 7.0              # how long it takes on the reference VM, until a paper times it
 
     @property
     def json(self) -> Path:
@@ -175,7 +181,7 @@ class SystemBench:
     def as_microbenchmark(self) -> Microbenchmark:
         b = self.bench
         images = tuple(image for f in b.shows for image in f.images)
-        return Microbenchmark(b.name, self.module(b.program), self.entries, images, b.redraw, b.quick)
+        return Microbenchmark(b.name, self.module(b.program), self.entries, images, b.redraw, b.quick, b.minutes)
 
     def judge(self, entry: str):
         """The figures module's headline function for `entry`."""
@@ -206,6 +212,23 @@ class Step:
     seconds: float = 0.0
     detail: str = ""
     figures: tuple[str, ...] = ()
+    # Who made the data it stands on (testbed.paper_record): this paper at HEAD unless `elsewhere`
+    # (reused or resumed: then the commit, uncommitted files and date of whatever made it; commit None: not known)
+    commit: str | None = None
+    dirty: list[str] = field(default_factory=list)
+    date: str = ""
+    runs: list[str] = field(default_factory=list)    # run folders, as the index shows them
+    source_time: float | None = None                 # a benchmark JSON's "time"
+    elsewhere: bool = False
+    resumed: bool = False                            # skipped by --resume: its time is the original's
+    planned: str = ""                                # its name in the plan (what earlier timings are looked up by)
+
+    def made(self, done: dict, detail: str) -> "Step":
+        """This step stands on data a previous record says was made (resumed): its status, provenance and time."""
+        self.status, self.detail, self.elsewhere, self.resumed = "ok", detail, True, True
+        for key in ("commit", "dirty", "date", "runs", "source_time", "seconds"):
+            setattr(self, key, done.get(key, getattr(self, key)))
+        return self
 
 
 @dataclass
@@ -220,6 +243,8 @@ class Options:
     asides: bool = True               # also run asides() (ePulsar, once each)
     master: str | None = None
     command: str = "testbed paper"
+    resume: bool = False              # skip the runs and benchmarks index.json says were done at this commit
+    only: tuple[str, ...] = ()        # run only the steps feeding these index entries (the others: listed as not run)
 
 
 @dataclass
@@ -231,6 +256,12 @@ class State:
     aside_runs: dict = field(default_factory=dict)     # aside name -> its run entries
     asides: dict = field(default_factory=dict)         # aside name -> its comparison
     balance: dict | None = None                        # {table, missing}: analysis.balance over the runs
+    previous: dict = field(default_factory=dict)       # step name -> its record in the last index.json
+    head: dict = field(default_factory=dict)           # testbed.provenance.head() as this paper started
+
+    def resumed(self, name: str) -> dict | None:
+        """The previous record of step `name` when --resume skips it (testbed.paper_record.resumable)."""
+        return paper_record.resumable(self.previous, name, self.head) if self.options.resume else None
 
 
 def machine() -> str:
@@ -273,11 +304,14 @@ def scale_statement(options: Options, benches_reused: list[str]) -> str:
                            f"seeds {facts['seed']}..{facts['seed'] + options.repeats - 1} (load balancing)")
     benches = ("microbenchmarks redrawn from their JSON as measured earlier: " + ", ".join(benches_reused)
                if benches_reused else "")
-    ran = [b.name for b in run_benches() if b.name not in benches_reused]
+    ran = [b.name for b in run_benches() if b.name not in benches_reused
+           and (not options.only or set(b.figures) & set(options.only))]
     if ran:
         benches += ("; " if benches else "") + f"microbenchmarks run now ({', '.join(ran)}) at their " \
             + ("--quick sweep" if options.quick else "default sweep")
-    return (f"{options.scale} scale. Experiments: " + " | ".join(experiments) + f". {benches}. "
+    only = f"Only the steps feeding {', '.join(options.only)} (--only); the other entries were not run. " \
+        if options.only else ""
+    return (f"{only}{options.scale} scale. Experiments: " + " | ".join(experiments) + (f". {benches}" if benches else "") + ". "
             f"Machine: {machine()}. `--scale full` runs uav.yaml and mmog.yaml (10 min each, per policy).")
 
 
@@ -294,21 +328,55 @@ def _subprocess(argv: list[str]) -> int:
     return subprocess.call(argv, cwd=REPO)
 
 
-def bench_step(bench: Microbenchmark, options: Options, out: Path) -> Step:
-    step = Step(f"bench {bench.name} ({', '.join(bench.figures)})", figures=bench.figures)
-    reuse = options.reuse and bench.json.exists()
-    args = [bench.redraw] if reuse else (list(bench.quick) if options.quick else [])
+def _json_time(path: Path) -> float | None:
+    """A benchmark JSON's "time" (when it was measured): what ties it to the step that made it."""
+    import json
+
+    try:
+        return json.loads(path.read_text()).get("time")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _made_elsewhere(step: Step, path: Path, state: State) -> None:
+    """A step that only reads a benchmark JSON: who made it, from the previous record of this step when that
+    ran it, else the mark `testbed bench` left beside it (testbed.provenance.mark); commit None: not known."""
+    step.elsewhere, step.source_time = True, _json_time(path)
+    done = paper_record.made_by(state.previous, step.name, step.source_time) or provenance.marked(path, step.source_time)
+    step.commit = (done or {}).get("commit")
+    step.dirty = list((done or {}).get("dirty") or [])
+    step.date = (done or {}).get("date") or (time.strftime("%Y-%m-%d %H:%M", time.localtime(step.source_time))
+                                             if step.source_time else "")
+
+
+def bench_step(bench: Microbenchmark, state: State) -> Step:
+    """Run a benchmark (or, with --reuse and its JSON there, or resumed, redraw its figures) and copy its PNGs."""
+    options, out = state.options, state.options.out
+    step = Step(f"bench {bench.name} ({', '.join(bench.figures)})" + (" --quick" if options.quick else ""),
+                figures=bench.figures)
+    done = state.resumed(step.name)
+    resumed = bool(done) and bench.json.exists() and _json_time(bench.json) == done.get("source_time")
+    redraw = resumed or (options.reuse and bench.json.exists())
+    args = [bench.redraw] if redraw else (list(bench.quick) if options.quick else [])
+    if not redraw:
+        provenance.mark(bench.json)  # a later paper that only reads this JSON can name its commit
     code = _subprocess([sys.executable, "-m", bench.module, *args])
     copied = []
     for name in bench.images:
         if (BENCH_DIR / name).exists():
             shutil.copy2(BENCH_DIR / name, out / name)
             copied.append(name)
-    how = f"redrawn from {_rel(bench.json)}" if reuse else f"ran {' '.join([bench.module, *args])}"
+    how = f"redrawn from {_rel(bench.json)}" if redraw else f"ran {' '.join([bench.module, *args])}"
     step.status = "ok" if code == 0 and bench.json.exists() else "failed"
     step.detail = f"{how}; exit {code}; copied {', '.join(copied) or 'no PNG'}"
     if not bench.json.exists():
         step.detail += f"; {_rel(bench.json)} missing"
+    elif step.status == "ok" and resumed:
+        step.made(done, f"resumed (done at {done['commit'][:7]}, {done['date']}); {step.detail}")
+    elif step.status == "ok" and redraw:
+        _made_elsewhere(step, bench.json, state)
+    else:
+        step.source_time = _json_time(bench.json)
     return step
 
 
@@ -369,6 +437,18 @@ def _smoke_entry(kind: str, options: Options) -> str:
     return f"{figure}-smoke" if options.asides and any(a.figure == figure for a in asides()) else figure
 
 
+def _run_figures(kind: str, policy: str, options: Options, aside: Aside | None = None) -> tuple[str, ...]:
+    """The index entries a run feeds: its aside's, or its kind's comparison, the violations and (under a
+    balance policy) load balancing."""
+    if aside:
+        return (aside.figure,)
+    return (_smoke_entry(kind, options), "violations", *(("load-balancing",) if policy in balance_policies(options) else ()))
+
+
+def _compare_figures(options: Options, aside: Aside | None = None) -> tuple[str, ...]:
+    return (aside.figure,) if aside else (*(_smoke_entry(k, options) for k in SCALES[options.scale]), "violations")
+
+
 def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 0, aside: Aside | None = None) -> Step:
     """One `testbed run` of `scenario` under `policy`, the file's seed + `repeat`; its entry goes to
     the smoke comparison's runs, or to `aside`'s."""
@@ -380,14 +460,19 @@ def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 
     distance = aside.distance if aside and aside.distance else facts["distance"]
     override = ["--distance", aside.distance] if aside and aside.distance else []
     step = Step(f"run {scenario} --policy {policy} --seed {seed}" + "".join(f" {a}" for a in override),
-                figures=(aside.figure,) if aside else (_smoke_entry(kind, options), "violations"))
+                figures=_run_figures(kind, policy, options, aside))
     entry = {"workload": kind, "policy": policy, "repeat": repeat, "seed": seed, "distance": distance, "dir": None}
     (state.aside_runs.setdefault(aside.name, []) if aside else state.runs).append(entry)
+    done = state.resumed(step.name)
+    if done and done.get("runs") and (REPO / done["runs"][0] / "run.json").exists():
+        entry["dir"] = str(REPO / done["runs"][0])
+        return step.made(done, f"resumed: {done['runs'][0]}, done at {done['commit'][:7]} ({done['date']})")
     if options.reuse_runs:
         found = reusable_run(runs_dir, name, policy, seed, distance)
         if found is not None:
             entry["dir"] = str(found)
             step.status, step.detail = "ok", f"reused {_rel(found)}"
+            _made_by_run(step, found)
             return step
     before = _run_dirs(runs_dir, name)
     code = _subprocess([sys.executable, "-m", "testbed.cli", "run", scenario, "--policy", policy,
@@ -395,6 +480,7 @@ def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 
     new = sorted(_run_dirs(runs_dir, name) - before, key=lambda p: p.stat().st_mtime)
     if new:
         entry["dir"] = str(new[-1])
+        step.runs = [_rel(new[-1])]
     else:
         entry["missing"] = f"testbed run exited {code} without a run directory"
     step.status = "ok" if code == 0 and new else "failed"
@@ -402,11 +488,22 @@ def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 
     return step
 
 
+def _made_by_run(step: Step, run_dir: Path) -> None:
+    """A reused run: the commit its run.json records (uncommitted files then: not recorded) and its start."""
+    import json
+
+    meta = json.loads((run_dir / "run.json").read_text())
+    step.elsewhere, step.runs = True, [_rel(run_dir)]
+    commit = meta.get("git_commit")
+    step.commit = commit if commit and commit != "unknown" else None
+    step.dirty = list(meta.get("git_dirty") or [])
+    step.date = time.strftime("%Y-%m-%d %H:%M", time.localtime(meta["started"])) if meta.get("started") else ""
+
+
 def compare_step(state: State, aside: Aside | None = None) -> Step:
     """The PySpark comparison of the smoke runs into OUT, or of an aside's run into OUT/<aside>/ (its
     PNGs copied into OUT as <figure>-<aside>.png and ...-p95.png)."""
-    figures = (aside.figure,) if aside else (*(_smoke_entry(k, state.options) for k in SCALES[state.options.scale]),
-                                             "violations")
+    figures = _compare_figures(state.options, aside)
     step = Step(f"PySpark comparison of {'the ' + aside.name + ' run' if aside else 'the runs'} ({', '.join(figures)})",
                 figures=figures)
     from analysis.compare_runs import compare_runs
@@ -531,7 +628,50 @@ def entries(state: State):
     if balance_policies(state.options):
         out.append(_balance_entry(state, failed))
     out += [e for b in system if not b.bench.paper_runs for e in _system_bench_entries(b, failed)]
+    steps = [_step_record(s) for s in state.steps]
+    scope = depends(state.options)
+    for entry in out:
+        if state.options.only and entry.figure not in state.options.only:
+            entry.missing.insert(0, f"not run (--only {','.join(state.options.only)})")
+        entry.depends = scope.get(entry.figure) or _pathspecs([], [])
+        entry.made = paper_record.made(entry.figure, steps)
     return out
+
+
+# What an entry's numbers rest on, as git pathspecs (`testbed paper --check` diffs them against the entry's
+# commits): the harness every measurement passes through (not the live view, nor the systems the entry
+# does not run: git cannot include a folder again below an excluded one), then the entry's own scenarios.
+HARNESS_PATHS = ("testbed", ":(exclude)testbed/view", "analysis", "requirements.txt")
+BENCH_SCENARIOS = "scenarios/bench"
+
+
+def _system_path(package: str) -> str:
+    return package.replace(".", "/")
+
+
+def _pathspecs(packages: list[str], files: list[str]) -> list[str]:
+    others = [f":(exclude){_system_path(p)}" for p in plugin.packages() if p not in packages]
+    return [*HARNESS_PATHS, *others, *dict.fromkeys(_system_path(p) for p in packages), *dict.fromkeys(files)]
+
+
+def depends(options: Options) -> dict[str, list[str]]:
+    """Each index entry's pathspecs: the harness, its systems' folders (no other system's) and its scenarios."""
+    own: dict[str, tuple[list[str], list[str]]] = {fig: ([], [BENCH_SCENARIOS]) for b in BENCHES for fig in b.figures}
+    for sb in system_benches():
+        for fig in sb.entries:
+            own[fig] = ([sb.package], [BENCH_SCENARIOS])
+    compared: tuple[list[str], list[str]] = ([], [])
+    for kind, scenario in SCALES[options.scale].items():
+        mine = ([plugin.system_of(kind).package], [scenario])
+        own[_smoke_entry(kind, options)] = mine
+        compared = (compared[0] + mine[0], compared[1] + mine[1])
+    for aside in asides() if options.asides else ():
+        own[aside.figure] = ([plugin.system_of(aside.kind).package], [aside.scenario])
+    own["violations"] = compared
+    if balance_policies(options):
+        balance = balance_aside(options)
+        own["load-balancing"] = (compared[0] + [plugin.system_of(balance.kind).package], compared[1] + [balance.scenario])
+    return {fig: _pathspecs(*paths) for fig, paths in own.items()}
 
 
 def run_benches() -> list[Microbenchmark]:
@@ -550,6 +690,7 @@ def read_bench_step(sb: SystemBench, state: State) -> Step:
         return step
     figures = importlib.import_module(sb.module(sb.bench.figures))
     drawn = figures.draw(json.loads(sb.json.read_text()), state.options.out, sb.bench.name)
+    _made_elsewhere(step, sb.json, state)
     step.status, step.detail = "ok", "; ".join(drawn) or "drew nothing"
     return step
 
@@ -612,10 +753,11 @@ def _experiment_entry(fig: str, kind: str, scenario: str, comparison: dict | Non
     rests on, what is missing and what the saturation guard left out."""
     from analysis import experiment_headlines, headlines
     from analysis.paper_index import Entry
+    from testbed.paper_scale import against_paper
 
     facts = scenario_facts(REPO / scenario)
     runs = [r for r in (comparison or {}).get("runs", []) if r["workload"] == kind]
-    scale = (f"{note}{facts['name']} ({facts['description']}; {facts['duration']}); "
+    scale = (f"{note}{against_paper(kind, scenario)}; {facts['name']} ({facts['description']}; {facts['duration']}); "
              f"{len(runs)} run(s) on {machine()}")
     entry = Entry(fig, images=images, failed=failed.get(fig, []), scale=scale,
                   source="; ".join(f"{r['policy']} seed {r.get('seed', '?')}: {_rel(Path(r['dir']))}" for r in runs)
@@ -640,28 +782,96 @@ def _first_class(path: Path) -> str | None:
 
 # ------------------------------------------------------------------------------------------ main
 
-def plan(options: Options) -> list[tuple[str, Callable[[State], Step]]]:
-    out = options.out
-    todo = [(f"bench {b.name}", lambda state, b=b: bench_step(b, options, out)) for b in run_benches()]
+# How long a step should take when no earlier paper timed it (testbed.paper_record.expected_s): a run
+# is its scenario's duration plus bring-up and teardown (a 60 s smoke takes 91-96 s on the 2-core VM).
+RUN_OVERHEAD_S = 40.0
+GUESS_S = {"redraw": 30.0, "comparison": 90.0, "balance": 60.0, "figures": 20.0}
+
+
+class Todo(NamedTuple):
+    name: str
+    action: Callable[[State], Step]
+    guess_s: float                    # its expected duration when no earlier paper timed it
+    feeds: tuple[str, ...] = ()       # the index entries it feeds (what --only selects by)
+
+
+def _run_guess(scenario: str) -> float:
+    from testbed.units import parse_duration
+
+    try:
+        return parse_duration(scenario_facts(REPO / scenario)["duration"]) + RUN_OVERHEAD_S
+    except ValueError:
+        return 120.0
+
+
+def plan(options: Options) -> list[Todo]:
+    """Every step, in order; with `options.only`, those feeding the entries it names."""
+    todo = [Todo(f"bench {b.name}", lambda state, b=b: bench_step(b, state),
+                 GUESS_S["redraw"] if options.reuse and b.json.exists() else b.minutes * 60, b.figures)
+            for b in run_benches()]
     balance = balance_aside(options)
     for repeat in range(options.repeats):  # repeat-major: an interrupted paper still has every policy once
         for kind, scenario in SCALES[options.scale].items():
             for policy in options.policies:
-                todo.append((f"run {scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
-                             lambda state, k=kind, s=scenario, p=policy, r=repeat: run_step(k, s, p, state, r)))
+                todo.append(Todo(f"run {scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
+                                 lambda state, k=kind, s=scenario, p=policy, r=repeat: run_step(k, s, p, state, r),
+                                 _run_guess(scenario), _run_figures(kind, policy, options)))
         for policy in balance_policies(options):
-            todo.append((f"run {balance.scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
-                         lambda state, p=policy, r=repeat: run_step(balance.kind, balance.scenario, p, state, r, balance)))
-    todo.append(("PySpark comparison", compare_step))
+            todo.append(Todo(f"run {balance.scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
+                             lambda state, p=policy, r=repeat: run_step(balance.kind, balance.scenario, p, state, r, balance),
+                             _run_guess(balance.scenario), _run_figures(balance.kind, policy, options, balance)))
+    todo.append(Todo("PySpark comparison", compare_step, GUESS_S["comparison"], _compare_figures(options)))
     for aside in asides() if options.asides else ():
-        todo.append((f"run {aside.scenario} --policy epulsar" + (f" --distance {aside.distance}" if aside.distance else ""),
-                     lambda state, a=aside: run_step(a.kind, a.scenario, "epulsar", state, 0, a)))
-        todo.append((f"PySpark comparison of the {aside.name} run", lambda state, a=aside: compare_step(state, a)))
+        todo.append(Todo(f"run {aside.scenario} --policy epulsar" + (f" --distance {aside.distance}" if aside.distance else ""),
+                         lambda state, a=aside: run_step(a.kind, a.scenario, "epulsar", state, 0, a), _run_guess(aside.scenario),
+                         _run_figures(aside.kind, "epulsar", options, aside)))
+        todo.append(Todo(f"PySpark comparison of the {aside.name} run", lambda state, a=aside: compare_step(state, a),
+                         GUESS_S["comparison"], _compare_figures(options, aside)))
     if balance_policies(options):
-        todo.append(("load balancing figures and table", balance_step))
-    todo += [(f"{b.bench.name} figures", lambda state, b=b: read_bench_step(b, state))
+        todo.append(Todo("load balancing figures and table", balance_step, GUESS_S["balance"], ("load-balancing",)))
+    todo += [Todo(f"{b.bench.name} figures", lambda state, b=b: read_bench_step(b, state), GUESS_S["figures"], b.entries)
              for b in system_benches() if not b.bench.paper_runs]
-    return todo
+    return [t for t in todo if set(t.feeds) & set(options.only)] if options.only else todo
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def _step_record(step: Step) -> dict:
+    return {**vars(step), "figures": list(step.figures)}
+
+
+def _about(state: State, statement: str, started: float) -> dict:
+    """The record's facts; `earlier` keeps the previous records at this commit that this paper has not
+    (yet) redone, so a paper interrupted, or run --only, loses nothing a later --resume could skip."""
+    done = {s.name for s in state.steps}
+    earlier = [r for name, r in state.previous.items()
+               if name not in done and provenance.same_commit(r.get("commit"), state.head.get("commit"))]
+    return {"command": state.options.command, "machine": machine(), "scale": statement,
+            "commit": state.head.get("commit"), "dirty": state.head.get("dirty", []),
+            "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": time.time() - started,
+            "steps": [_step_record(s) for s in state.steps], "earlier": earlier}
+
+
+def _run(todo: Todo, state: State, interrupted: bool) -> tuple[Step, bool]:
+    """One step, its time and who made its data (HEAD now, unless the step says its data came from elsewhere)."""
+    t0, head = time.monotonic(), provenance.head()
+    if interrupted:
+        step = Step(todo.name, "skipped", detail="interrupted before this step")
+    else:
+        try:
+            step = todo.action(state)
+        except KeyboardInterrupt:
+            step, interrupted = Step(todo.name, "interrupted", detail="Ctrl-C"), True
+        except Exception as error:  # noqa: BLE001 - a failing step is reported, the others still run
+            step = Step(todo.name, "failed", detail=f"{type(error).__name__}: {error}")
+    if not step.resumed:
+        step.seconds = time.monotonic() - t0
+    if not step.elsewhere:
+        step.commit, step.dirty, step.date = head["commit"], head["dirty"], time.strftime("%Y-%m-%d %H:%M")
+    step.planned = todo.name
+    return step, interrupted
 
 
 def main(options: Options, say=print) -> int:
@@ -671,37 +881,39 @@ def main(options: Options, say=print) -> int:
     started = time.time()
     options.out = Path(options.out).resolve()
     options.out.mkdir(parents=True, exist_ok=True)
-    state = State(options)
+    state = State(options, head=provenance.head())
+    try:
+        state.previous = paper_record.steps_by_name(paper_record.read(options.out))
+    except ValueError as error:
+        say(f"paper: {error}; starting afresh")
     reused = [b.name for b in run_benches() if options.reuse and b.json.exists()]
     statement = scale_statement(options, reused)
     todo = plan(options)
+    timed = {s.get("planned"): s for s in state.previous.values()}
+    expected = [paper_record.expected_s(timed, t.name, t.guess_s) for t in todo]
     total = len(todo) + 1
-    say(f"paper: {total} steps into {options.out}\npaper: {statement}")
+    say(f"paper: {total} steps into {options.out} at {provenance.short(state.head['commit'])}"
+        + (f" ({len(state.head['dirty'])} uncommitted files)" if state.head["dirty"] else "")
+        + f", ~{_minutes(sum(expected))} expected\npaper: {statement}")
     interrupted = False
-    for i, (name, action) in enumerate(todo, 1):
-        say(f"\n[{i}/{total}] {name} ... ({total - i} after this, {(time.time() - started) / 60:.1f} min so far)")
-        t0 = time.monotonic()
-        if interrupted:
-            step = Step(name, "skipped", detail="interrupted before this step")
-        else:
-            try:
-                step = action(state)
-            except KeyboardInterrupt:
-                step, interrupted = Step(name, "interrupted", detail="Ctrl-C"), True
-            except Exception as error:  # noqa: BLE001 - a failing step is reported, the others still run
-                step = Step(name, "failed", detail=f"{type(error).__name__}: {error}")
-        step.seconds = time.monotonic() - t0
+    for i, t in enumerate(todo, 1):
+        say(f"\n[{i}/{total}] {t.name} ... ({_minutes(time.time() - started)} so far, ~{_minutes(sum(expected[i - 1:]))} "
+            f"left with this one)")
+        step, interrupted = _run(t, state, interrupted)
         state.steps.append(step)
-        say(f"[{i}/{total}] {name}: {step.status} in {step.seconds:.0f} s; {step.detail}")
+        paper_record.write(options.out, _about(state, statement, started))  # --resume starts from here
+        took = f"(it took {step.seconds:.0f} s when it ran)" if step.resumed else f"in {step.seconds:.0f} s"
+        say(f"[{i}/{total}] {t.name}: {step.status} {took}; {step.detail}")
     say(f"\n[{total}/{total}] index ...")
-    about = {"command": options.command, "machine": machine(), "scale": statement,
-             "finished": time.strftime("%Y-%m-%d %H:%M:%S"), "wall_s": time.time() - started,
-             "steps": [vars(s) for s in state.steps]}
-    md, page = write_index(options.out, entries(state), about)
+    about = _about(state, statement, started)
+    made = entries(state)
+    md, page = write_index(options.out, made, about)
+    paper_record.write(options.out, {**about, "entries": [e.record(options.out) for e in made]})
     bad = [s for s in state.steps if s.status != "ok"]
-    say(f"[{total}/{total}] index: {md} and {page} ({(time.time() - started) / 60:.1f} min in all)")
+    say(f"[{total}/{total}] index: {md}, {page} and {paper_record.path(options.out).name}")
     if bad:
         say("paper: not ok: " + "; ".join(f"{s.name}: {s.status}" for s in bad))
+    say(f"paper: took {_minutes(time.time() - started)} in all")
     return 130 if interrupted else (1 if bad else 0)
 
 

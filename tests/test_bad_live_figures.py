@@ -70,7 +70,7 @@ def test_figures_are_drawn(tmp_path):
 
 
 def test_paper_plans_both_bad_steps_and_draws_and_notes_the_live_sweep(tmp_path, monkeypatch):
-    names = [name for name, _ in paper.plan(paper.Options(repeats=1, asides=False))]
+    names = [todo.name for todo in paper.plan(paper.Options(repeats=1, asides=False))]
     assert "bench bad" in names and "bad-live figures" in names  # drawn from what make bench-bad-live left
     assert next(b for b in paper.run_benches() if b.name == "bad").redraw == "--figures-only"
     monkeypatch.setattr(paper, "BENCH_DIR", tmp_path)

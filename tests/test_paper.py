@@ -255,7 +255,8 @@ def test_index_lists_missing_inputs_and_failures(tmp_path):
     assert "in 2.0 min on vm (2 CPUs)" in md and "**Scale.** smoke scale" in md
     assert "<img src='fig3b.png'" in page and "fig6.png not rendered" in page and page.count("<h2 id=") == 3
     assert "&lt;" not in md and "Pulsar&#x27;s" not in md  # markdown is not HTML-escaped
-    statuses = [line.rsplit("|", 2)[-2].strip() for line in md.splitlines() if line.startswith("| [Fig.")]
+    headline_rows = md.split("## Headline numbers")[1].split("## Missing")[0]
+    statuses = [line.rsplit("|", 2)[-2].strip() for line in headline_rows.splitlines() if line.startswith("| [Fig.")]
     assert statuses == ["ok", "missing", "failed"]
 
 
@@ -327,7 +328,7 @@ def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat(monkeypat
     from testbed import load
 
     monkeypatch.setattr(load, "capacity_file", lambda *_: tmp_path / "capacity-compiled.json")  # not measured
-    names = [name for name, _ in paper.plan(paper.Options(repeats=2, policies=("epulsar", "allpairs")))]
+    names = [todo.name for todo in paper.plan(paper.Options(repeats=2, policies=("epulsar", "allpairs")))]
     runs = [n for n in names if "(repeat" in n]
     assert len(runs) == 2 * (2 * 2 + 1) and all("(repeat 1/2)" in n for n in runs[:5])
     assert [n for n in runs if "hotspot" in n] == [  # the hot spot under the balance policies asked for
@@ -337,7 +338,7 @@ def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat(monkeypat
     assert names[-10:-6] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run",
                           "run scenarios/mmog-smoke.yaml --policy epulsar --distance one_way",
                           "PySpark comparison of the one_way run"]
-    assert "uav-comparable" not in " ".join(n for n, _ in paper.plan(paper.Options(repeats=1, asides=False)))
+    assert "uav-comparable" not in " ".join(t.name for t in paper.plan(paper.Options(repeats=1, asides=False)))
 
 
 def test_run_seed_overrides_the_scenario_and_its_topology():

@@ -239,7 +239,7 @@ def test_a_toy_system_brings_a_benchmark_that_bench_runs_and_the_paper_judges(to
     monkeypatch.syspath_prepend(str(toy_system))
     monkeypatch.setattr(paper, "BENCH_DIR", toy_system)
     options = paper.Options(out=toy_system / "paper", repeats=1, asides=False)
-    assert "echo-fanout figures" in [name for name, _ in paper.plan(options)]  # read, as it is not quick
+    assert "echo-fanout figures" in [todo.name for todo in paper.plan(options)]  # read, as it is not quick
     entry = {e.figure: e for e in paper.entries(paper.State(options))}["echo"]
     assert entry.headline.verdict == "no" and entry.claim.section == "Echo, 1" and entry.rule == "fanout >= 3"
     assert entry.table[-1] == "| 2 |" and entry.source.startswith(str(out))
