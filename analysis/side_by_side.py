@@ -91,6 +91,7 @@ def table(found: list[dict]):
     out = Table("run", "scenario", "policy", "validity", "topic class", "messages", "p50 ms", "p95 ms", "p99 ms",
                 "threshold ms", "violations", "migrations", "downtime p50 / max ms", "delivered",
                 title="Runs side by side: E2E latency on the messages outside saturated seconds (as make paper)")
+    out.columns[0].no_wrap = True  # a run's name stays whole (it is what one types next); the others fold
     for r in found:
         out.add_row(r["run"], r["scenario"] or "-", r["policy"] or "-", r["validity"], r["topic_class"],
                     "-" if r["messages"] is None else str(r["messages"]), _ms(r["p50_s"]), _ms(r["p95_s"]),
