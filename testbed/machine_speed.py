@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import math
-import socket
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from testbed import natsserver, procs
 
@@ -62,9 +60,9 @@ def relay_us_per_frame(seconds: float = SECONDS) -> float:
     from testbed.emulation.bench_shaper import Direction, LinkTopology
 
     with LinkTopology(a_to_b=Direction(delay_s=0.010), prefix="tbspeed-") as link:
-        cpu0 = _cpu_s(link.proc.pid)
+        cpu0 = procs.thread_cpu_ns(link.proc.pid)
         result = link.iperf(["-u", "-l", "200", "-b", str(RELAY_FRAMES_PER_S * 200 * 8)], seconds)
-        cpu = _cpu_s(link.proc.pid) - cpu0
+        cpu = (procs.thread_cpu_ns(link.proc.pid) - cpu0) / 1e9
     totals = result["end"]["sum"]
     frames = totals.get("packets", 0) - totals.get("lost_packets", 0)
     if frames <= 0:
@@ -74,7 +72,7 @@ def relay_us_per_frame(seconds: float = SECONDS) -> float:
 
 def nats_us_per_delivery(seconds: float = SECONDS) -> float:
     """nats-server's CPU per message delivered to one subscriber on loopback, at a fixed rate."""
-    port = _free_port()
+    port = procs.free_port()
     server = subprocess.Popen([natsserver.binary(natsserver.DEFAULT, sys.executable), "-a", "127.0.0.1",
                                "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -97,14 +95,14 @@ async def _deliver(pid: int, port: int, seconds: float) -> float:
     await client.flush()
     batch, period = NATS_MESSAGES_PER_S // 100, 0.01
     payload = b"x" * 200
-    cpu0, start = _cpu_s(pid), time.monotonic()
+    cpu0, start = procs.thread_cpu_ns(pid), time.monotonic()
     for tick in range(math.ceil(seconds / period)):
         for _ in range(batch):
             await client.publish("speed.reference", payload)
         await asyncio.sleep(max(0.0, start + (tick + 1) * period - time.monotonic()))
     await client.flush()
     await asyncio.sleep(0.1)  # the last deliveries reach the callback
-    cpu = _cpu_s(pid) - cpu0
+    cpu = (procs.thread_cpu_ns(pid) - cpu0) / 1e9
     await client.close()
     if received == 0:
         raise RuntimeError("the nats-server reference delivered no message")
@@ -121,24 +119,6 @@ async def _connect(nats, port: int):
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.05)
-
-
-def _cpu_s(pid: int) -> float:
-    """CPU seconds of all of a process's threads, to the nanosecond (schedstat): the fixed work of a
-    reference is a few tens of ms of CPU, which /proc's 10 ms ticks would round by up to a quarter."""
-    total = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            total += int((task / "schedstat").read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass  # a thread that ended meanwhile
-    return total / 1e9
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def compared(today: Reference, then: dict | None) -> str:

@@ -15,6 +15,7 @@ import math
 import os
 import select
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -243,6 +244,25 @@ def all_process_stats() -> dict[int, ProcessStat]:
             if stat is not None:
                 found[int(entry)] = stat
     return found
+
+
+def thread_cpu_ns(pid: int | str) -> int:
+    """CPU time of a running process's threads in ns (/proc/<pid>/task/*/schedstat): the fixed work of
+    a benchmark is tens of ms of CPU, which /proc's 10 ms ticks would round by up to a quarter."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on now (for a server a benchmark starts)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def run_delays(pid: int | str) -> tuple[int, int] | None:

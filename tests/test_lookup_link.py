@@ -17,18 +17,13 @@ import urllib.request
 import nats
 
 from testbed.bench.client import local_nats_server
+from testbed.procs import free_port
 from testbed.systems.pubsub.client import LOOKUP_PAUSE_FIRST_S, LOOKUP_PAUSE_MAX_S, EventLog, LookupLink, Subscriber
 from tests.needs import NATS_SERVER, needs_nats_server
 
 pytestmark = needs_nats_server
 CLIENTS = 3
 WAIT_S = 10.0
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _lookup_server(port: int, monitor: int) -> subprocess.Popen:
@@ -71,7 +66,7 @@ async def _until(condition, what: str) -> None:
 
 
 def test_the_clients_of_a_process_share_one_lookup_connection_and_each_records_its_drops():
-    port, monitor = _free_port(), _free_port()
+    port, monitor = free_port(), free_port()
     url = f"nats://127.0.0.1:{port}"
     lookup_server = _lookup_server(port, monitor)
     broker, broker_url = local_nats_server(NATS_SERVER)
@@ -122,7 +117,7 @@ def test_lookups_without_a_lookup_service_back_off_and_are_told_once():
     pauses doubling to LOOKUP_PAUSE_MAX_S (fewer asks than a fixed first pause would make), records one
     `lookup_failed`, and once the service is there one `lookup_answered` with how many failed."""
     absent_s = 4.0
-    port, monitor = _free_port(), _free_port()
+    port, monitor = free_port(), free_port()
     url = f"nats://127.0.0.1:{port}"
     lookup_server = _lookup_server(port, monitor)
     broker, broker_url = local_nats_server(NATS_SERVER)

@@ -33,24 +33,12 @@ import time
 from pathlib import Path
 
 from testbed import natsserver
-from testbed.procs import cpu_seconds
+from testbed.procs import cpu_seconds, free_port, thread_cpu_ns
 
 DEFAULT_SERVER = natsserver.binary(natsserver.DEFAULT, sys.executable)
 
 OUT = Path("results/bench")
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _cpu_ns(pid: int) -> int:
-    """CPU time of a running process's threads in ns (/proc/PID/task/*/schedstat): the tick-based
-    accounting's 10 ms steps are too coarse for the second of CPU an engine uses in a run."""
-    total = 0
-    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
-        try:
-            total += int(stat.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            pass  # a thread that ended meanwhile
-    return total
 
 
 async def _swarm(args) -> dict:
@@ -85,7 +73,7 @@ async def _swarm(args) -> dict:
                            **common))
     for c in subs + pubs:
         await c.start()
-    engine_cpu = _cpu_ns(engine.process.pid) if engine is not None else 0
+    engine_cpu = thread_cpu_ns(engine.process.pid) if engine is not None else 0
     start = time.time() + 0.2
     await asyncio.gather(*(p.run(duration=args.duration, start=start) for p in pubs))
     await asyncio.sleep(0.5)
@@ -98,7 +86,7 @@ async def _swarm(args) -> dict:
 
         await finish(pubs, subs)  # the engine's counts, final
         result = {"sent": sum(p.sent for p in pubs), "received": sum(s.received for s in subs),
-                  "engine_cpu_s": round((_cpu_ns(engine.process.pid) - engine_cpu) / 1e9, 4)}
+                  "engine_cpu_s": round((thread_cpu_ns(engine.process.pid) - engine_cpu) / 1e9, 4)}
         for c in pubs:
             await c.close()
         await engine.stop()  # waited for: its CPU is in this process's children's
@@ -113,15 +101,9 @@ def _child(args) -> int:
     return 0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def local_nats_server(binary: str = DEFAULT_SERVER, log=subprocess.DEVNULL) -> tuple[subprocess.Popen, str]:
     """A nats-server on a free loopback port, and its URL once it accepts (or after 10 s)."""
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen([binary, "-a", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
