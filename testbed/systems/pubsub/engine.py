@@ -100,6 +100,9 @@ class Engine:
         self._subs: dict[int, tuple[str, object]] = {}  # sid -> (subject, callback)
         self._firsts: dict[int, object] = {}             # data sid -> callback on its first message
         self._lost: dict[int, object] = {}               # connection -> callback
+        self._back: dict[int, object] = {}               # connection -> callback once reconnected
+        self._namespaces: dict[int, int] = {}            # node pid -> the engine's index of its namespace
+        self._of_node: dict[int, tuple[set, set]] = {}   # node pid -> (its connections, its publishers)
         self._done: dict[int, asyncio.Future] = {}       # publisher -> future of messages sent
         self.counts: dict[int, tuple[int, int]] = {}      # subscriber -> (received, bytes)
         self.closed_connections: set[int] = set()
@@ -181,6 +184,10 @@ class Engine:
                     callback = self._lost.get(int(rest))
                     if callback is not None:
                         asyncio.get_running_loop().create_task(callback())
+                elif op == "back":
+                    callback = self._back.get(int(rest))
+                    if callback is not None:
+                        asyncio.get_running_loop().create_task(callback())
                 elif op == "closed":
                     self.closed_connections.add(int(rest))
         finally:
@@ -191,16 +198,54 @@ class Engine:
                     future.set_exception(EngineError(self.failure))
 
     # -- what the clients ask -------------------------------------------------------------------------
-    async def connect(self, broker: str, address: str, timeout: float, dropped) -> "EngineConnection":
+    async def namespace(self, pid: int) -> int:
+        """The engine's index of the network namespace of node process `pid`, opened on first use."""
+        if pid not in self._namespaces:
+            index = len(self._namespaces)
+            self._namespaces[pid] = index
+            try:
+                await self.request(["netns", index, f"/proc/{int(pid)}/ns/net"], timeout=10)
+            except BaseException:
+                del self._namespaces[pid]
+                raise
+        return self._namespaces[pid]
+
+    async def connect(self, broker: str, address: str, timeout: float, dropped, netns: int | None = None,
+                      back=None) -> "EngineConnection":
+        """A connection to `address`; with `netns` (a node's pid) its socket lives in that node's network
+        namespace (a client host serving many nodes: `clienthost`). `dropped` and `back` are awaited
+        when it is lost and when libnats has reconnected it."""
+        space = "-" if netns is None else await self.namespace(netns)
         conn = next(self._connections)
         self._lost[conn] = dropped
+        if back is not None:
+            self._back[conn] = back
         try:
             await self.request(["connect", conn, _token(address, "address"), _token(broker, "broker"),
-                                int(timeout * 1000)], timeout=timeout + 5)
+                                int(timeout * 1000), space], timeout=timeout + 5)
         except BaseException:
             self._lost.pop(conn, None)
+            self._back.pop(conn, None)
             raise
+        if netns is not None:
+            self.of_node(netns)[0].add(conn)
         return EngineConnection(self, conn)
+
+    def of_node(self, pid: int) -> tuple[set, set]:
+        """(connections, publishers) of the node whose namespace is process `pid`'s."""
+        return self._of_node.setdefault(pid, (set(), set()))
+
+    async def crash(self, pid: int) -> None:
+        """The node of process `pid` fails (a scenario fault in a client host): its publishers stop
+        producing and its connections close at once, as its own process's would when killed."""
+        connections, publishers = self._of_node.pop(pid, (set(), set()))
+        for idx in publishers:
+            self.send(f"halt {self.next_id()} {idx}")
+        for conn in connections - self.closed_connections:
+            self._lost.pop(conn, None)
+            self._back.pop(conn, None)
+            self.send(f"close {self.next_id()} {conn} now")
+        await self.process.stdin.drain()
 
     async def stop(self) -> None:
         """Traces and health flushed, the process ended (killed if it does not end in 10 s)."""
@@ -224,6 +269,7 @@ class EngineConnection:
 
     def __init__(self, engine: Engine, conn: int):
         self.engine, self.id = engine, conn
+        self._replies = itertools.count(1)
 
     @property
     def is_closed(self) -> bool:
@@ -246,6 +292,27 @@ class EngineConnection:
             raise ValueError(f"a payload of {len(payload)} B is over the engine's limit of {MAX_PAYLOAD} B")
         self.engine.send(f"pub {self.id} {_token(subject, 'subject')} {len(payload)}", payload)
 
+    async def request(self, subject: str, payload: bytes, timeout: float = 10.0) -> Message:
+        """A request and its one answer (a lookup): a subscription to a fresh inbox, the request with
+        that inbox as its reply subject, the subscription ended with the answer (asyncio.TimeoutError
+        without one). The engine passes a subscription's messages up under its subject, so each request
+        has one of its own."""
+        inbox = f"_INBOX.E{self.engine.process.pid}.{self.id}.{next(self._replies)}"
+        answer = asyncio.get_running_loop().create_future()
+
+        async def answered(msg: Message) -> None:
+            if not answer.done():
+                answer.set_result(msg)
+        subscription = await self.subscribe(inbox, answered)
+        try:
+            if len(payload) > MAX_PAYLOAD:
+                raise ValueError(f"a payload of {len(payload)} B is over the engine's limit of {MAX_PAYLOAD} B")
+            self.engine.send(f"pubr {self.id} {_token(subject, 'subject')} {inbox} {len(payload)}", payload)
+            return await asyncio.wait_for(answer, timeout)
+        finally:
+            if self.engine.failure is None:
+                await subscription.unsubscribe()
+
     async def flush(self, timeout: float = 30.0) -> None:
         await self.engine.request(["flush", self.id], timeout=timeout)
 
@@ -257,6 +324,7 @@ class EngineConnection:
         if self.engine.failure is None and self.engine.process.returncode is None:
             await self.engine.request(["close", self.id, "now"], timeout=10)
         self.engine._lost.pop(self.id, None)
+        self.engine._back.pop(self.id, None)
 
 
 class EngineSubscription:
@@ -270,12 +338,24 @@ class EngineSubscription:
 
 
 class EngineClient:
-    """What both engine clients change in the library: connections come from the node's engine."""
+    """What both engine clients change in the library: connections come from the node's engine. In a
+    client host (`netns`: the node's pid) they are made inside the node's network namespace, and so is
+    the lookup connection, which then goes through the engine too."""
 
     engine: Engine
+    netns: int | None = None
 
     async def _connect(self, broker: str, address: str, timeout: float, dropped):
-        return await self.engine.connect(broker, address, timeout, dropped)
+        return await self.engine.connect(broker, address, timeout, dropped, netns=self.netns)
+
+    def _lookup_connector(self):
+        if self.netns is None:
+            return super()._lookup_connector()
+        engine, netns = self.engine, self.netns
+
+        async def connect(url: str, dropped, back):
+            return await engine.connect("lookup", url, 10.0, dropped, netns=netns, back=back)
+        return netns, connect
 
 
 class EnginePublisher(EngineClient, Publisher):
@@ -289,6 +369,7 @@ class EnginePublisher(EngineClient, Publisher):
         kwargs.pop("health", None)  # the engine measures its own lateness (its health file)
         if kwargs.get("features"):
             raise ValueError("topic features (durable topics, message tracking) need the Python client")
+        self.netns = kwargs.pop("netns", None)
         super().__init__(topic, name, rate, size, **kwargs)
         self.engine, self.idx, self._registered = engine, engine.next_client(), False
         _token(name, "client name"), _token(self.site or "-", "site")
@@ -304,6 +385,8 @@ class EnginePublisher(EngineClient, Publisher):
                                    repr(float(self.rate_value)), int(self.size), repr(float(start)),
                                    repr(float(duration if duration is not None else 1e12)), route])
         self._registered = True
+        if self.netns is not None:
+            self.engine.of_node(self.netns)[1].add(self.idx)
         try:
             self.sent = await future
         except asyncio.CancelledError:
@@ -340,6 +423,7 @@ class EngineSubscriber(EngineClient, Subscriber):
         kwargs.pop("keep_latencies", None)
         if kwargs.get("features"):
             raise ValueError("topic features (durable topics, message tracking) need the Python client")
+        self.netns = kwargs.pop("netns", None)
         super().__init__(topic, name, trace=None, keep_latencies=False, **kwargs)
         self.engine, self.idx, self.trace_path = engine, engine.next_client(), trace
         self._final: dict | None = None
