@@ -1134,7 +1134,14 @@ static int command(cmd_t *cmd, char *data, size_t dlen) {
             refuse(req, "namespace %d: the next is %d (at most %d)", index, netns_count, MAX_NETNS);
             return 0;
         }
-        int fd = open(argv[3], O_RDONLY | O_CLOEXEC);
+        /* only a process's network namespace: /proc/PID/ns/net (any other file could block the open) */
+        const char *digits = argv[3] + strlen("/proc/");
+        size_t ndigits = strspn(digits, "0123456789");
+        if (strncmp(argv[3], "/proc/", 6) || !ndigits || ndigits > 10 || strcmp(digits + ndigits, "/ns/net")) {
+            refuse(req, "namespace %.200s: not /proc/PID/ns/net", argv[3]);
+            return 0;
+        }
+        int fd = open(argv[3], O_RDONLY | O_CLOEXEC | O_NONBLOCK);
         struct stat st;
         if (fd < 0 || fstat(fd, &st)) {
             refuse(req, "namespace %.200s: %s", argv[3], strerror(errno));
