@@ -48,8 +48,8 @@
  * is refused, never run: "err REQ why", REQ 0 when the line names none. A pub's LEN is at most
  * --max-payload (engine.py passes nats-server's limit); a refused pub's data is read as lines.
  * Told without asking: "done IDX SENT" (a publisher reached its duration), "lost CONN" (a connection
- * dropped: libnats reconnects), "back CONN", "closed CONN", "counts IDX RECEIVED BYTES" once a second
- * per subscriber (for NC reports' rates).
+ * dropped: libnats reconnects), "back CONN", "closed CONN", "gone CONN" (its slot is free: Python may
+ * use the id again), "counts IDX RECEIVED BYTES" once a second per subscriber (for NC reports' rates).
  *
  * Exit codes: 0 after "exit" or at the end of stdin, 1 on an unexpected error, 2 on bad arguments.
  */
@@ -82,7 +82,7 @@
 
 #define MAX_CONNS   4096
 #define MAX_SUBS    8192
-#define MAX_CLIENTS 4096
+#define MAX_CLIENTS 8192
 #define LINE_MAX_   4096
 /* The guard's lateness buckets (testbed/health.py BUCKETS_MS), one more for "above". */
 static const double BUCKETS_MS[] = {0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000,
@@ -562,6 +562,15 @@ static void send_marker(conn_t *c, int64_t req, int close_after) {
 
 static void conn_closed(conn_t *c);
 
+/* The connection's slot is free (its memory once no epoll event of this wake can name it); Python may
+ * give its id to a new connection: ids stay below MAX_CONNS, and the loops' bounds stay small, with
+ * one engine for every client node of a machine opening thousands over a run. */
+static void conn_freed(conn_t *c) {
+    conns[c->id % MAX_CONNS] = NULL;
+    graveyard[ngraves++] = c;
+    say("gone %d", c->id);
+}
+
 static void conn_close(conn_t *c) {
     for (int i = 0; i < subs_hi; i++)
         if (subs[i].used && subs[i].conn == c) {
@@ -576,8 +585,7 @@ static void conn_close(conn_t *c) {
     if (c->marker) natsSubscription_Destroy(c->marker);
     c->marker = NULL;
     if (!c->nc) {
-        conns[c->id % MAX_CONNS] = NULL;
-        graveyard[ngraves++] = c;
+        conn_freed(c);
         return;
     }
     /* libnats's Close flushes with a ping round trip first, whose answer this loop must read: the
@@ -593,8 +601,7 @@ static void conn_close(conn_t *c) {
 static void conn_closed(conn_t *c) {
     natsConnection_Destroy(c->nc);
     c->nc = NULL;
-    conns[c->id % MAX_CONNS] = NULL;
-    graveyard[ngraves++] = c;
+    conn_freed(c);
 }
 
 /* -- subscribers ----------------------------------------------------------------------------------- */
@@ -1154,8 +1161,8 @@ static int command(cmd_t *cmd, char *data, size_t dlen) {
     }
     case OP_CONNECT: {
         int id = (int)n[2];
-        /* ids only grow (engine.py's counter); a slot is the id modulo MAX_CONNS, busy only while a
-         * connection outlives 4096 newer ones */
+        /* engine.py gives an id again only once told it is "gone" (or refused), so ids stay below the
+         * number of connections open at once; a slot is the id modulo MAX_CONNS */
         if (conns[id % MAX_CONNS]) { refuse(req, "connection %d: its slot is in use", id); return 0; }
         if (n[6] >= netns_count) { refuse(req, "connection %d: no namespace %" PRId64, id, n[6]); return 0; }
         conn_t *c = calloc(1, sizeof *c);

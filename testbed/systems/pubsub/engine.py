@@ -18,6 +18,7 @@ wakeup costs ~30 us, more than a message's own work.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import json
 import re
@@ -96,6 +97,11 @@ class Engine:
         # one counter per kind of id: requests are many (every flush, route, subscribe), and the engine
         # keeps clients in a table of 4096 and connections in 4096 slots (id modulo 4096)
         self._requests, self._connections, self._clients = itertools.count(1), itertools.count(1), itertools.count(1)
+        # ids the engine has freed, given again lowest first: one engine serving every client node of a
+        # machine opens thousands of connections and subscriptions over a run (moves, group changes)
+        self._free_connections: list[int] = []
+        self._free_clients: list[int] = []
+        self._open: dict[int, "EngineConnection"] = {}
         self._waiting: dict[int, asyncio.Future] = {}
         self._subs: dict[int, tuple[str, object]] = {}  # sid -> (subject, callback)
         self._firsts: dict[int, object] = {}             # data sid -> callback on its first message
@@ -128,8 +134,13 @@ class Engine:
         return next(self._requests)
 
     def next_client(self) -> int:
-        """A publisher's or subscriber's slot in the engine (at most 4096 per engine process)."""
-        return next(self._clients)
+        """A publisher's or subscriber's slot in the engine (at most 8192 at once per engine process)."""
+        return heapq.heappop(self._free_clients) if self._free_clients else next(self._clients)
+
+    def release_client(self, idx: int) -> None:
+        """A forgotten subscriber's slot, free in the engine: its id may be given again."""
+        self.counts.pop(idx, None)
+        heapq.heappush(self._free_clients, idx)
 
     # -- the pipe -------------------------------------------------------------------------------------
     def send(self, line: str, data: bytes = b"") -> None:
@@ -190,6 +201,8 @@ class Engine:
                         asyncio.get_running_loop().create_task(callback())
                 elif op == "closed":
                     self.closed_connections.add(int(rest))
+                elif op == "gone":  # the engine freed the connection's slot
+                    heapq.heappush(self._free_connections, int(rest))
         finally:
             code = await self.process.wait()
             self.failure = self.failure or f"the client engine exited with status {code}"
@@ -216,20 +229,24 @@ class Engine:
         namespace (a client host serving many nodes: `clienthost`). `dropped` and `back` are awaited
         when it is lost and when libnats has reconnected it."""
         space = "-" if netns is None else await self.namespace(netns)
-        conn = next(self._connections)
+        conn = heapq.heappop(self._free_connections) if self._free_connections else next(self._connections)
+        self.closed_connections.discard(conn)
         self._lost[conn] = dropped
         if back is not None:
             self._back[conn] = back
         try:
             await self.request(["connect", conn, _token(address, "address"), _token(broker, "broker"),
                                 int(timeout * 1000), space], timeout=timeout + 5)
-        except BaseException:
+        except BaseException as error:
             self._lost.pop(conn, None)
             self._back.pop(conn, None)
+            if isinstance(error, EngineError) and self.failure is None:
+                heapq.heappush(self._free_connections, conn)  # refused: the engine holds no slot for it
             raise
         if netns is not None:
             self.of_node(netns)[0].add(conn)
-        return EngineConnection(self, conn)
+        connection = self._open[conn] = EngineConnection(self, conn)
+        return connection
 
     def of_node(self, pid: int) -> tuple[set, set]:
         """(connections, publishers) of the node whose namespace is process `pid`'s."""
@@ -241,10 +258,11 @@ class Engine:
         connections, publishers = self._of_node.pop(pid, (set(), set()))
         for idx in publishers:
             self.send(f"halt {self.next_id()} {idx}")
-        for conn in connections - self.closed_connections:
-            self._lost.pop(conn, None)
-            self._back.pop(conn, None)
-            self.send(f"close {self.next_id()} {conn} now")
+        for conn in connections:
+            connection = self._open.get(conn)
+            if connection is not None and not connection.ended:
+                connection.end()
+                self.send(f"close {self.next_id()} {conn} now")
         await self.process.stdin.drain()
 
     async def stop(self) -> None:
@@ -270,24 +288,40 @@ class EngineConnection:
     def __init__(self, engine: Engine, conn: int):
         self.engine, self.id = engine, conn
         self._replies = itertools.count(1)
+        self.ended = False  # closed or drained by us: the engine may give its id to another connection
 
     @property
     def is_closed(self) -> bool:
-        return self.id in self.engine.closed_connections
+        return self.ended or self.id in self.engine.closed_connections
+
+    def end(self) -> None:
+        """From now on this object sends nothing under its id (a new connection may get it once gone)."""
+        self.ended = True
+        self.engine._lost.pop(self.id, None)
+        self.engine._back.pop(self.id, None)
+        if self.engine._open.get(self.id) is self:
+            del self.engine._open[self.id]
+
+    def _check(self) -> None:
+        if self.ended:
+            raise EngineError(f"connection {self.id} is closed")
 
     async def subscribe(self, subject: str, cb) -> "EngineSubscription":
+        self._check()
         sid = self.engine.next_id()
         self.engine._subs[sid] = (subject, cb)
         await self.engine.request(["sub", sid, self.id, _token(subject, "subject")])
         return EngineSubscription(self.engine, sid)
 
     async def data_subscribe(self, subject: str, subscriber: int, on_first) -> "EngineSubscription":
+        self._check()
         sid = self.engine.next_id()
         self.engine._firsts[sid] = on_first
         await self.engine.request(["dsub", sid, self.id, _token(subject, "subject"), subscriber])
         return EngineSubscription(self.engine, sid)
 
     async def publish(self, subject: str, payload: bytes) -> None:
+        self._check()
         if len(payload) > MAX_PAYLOAD:
             raise ValueError(f"a payload of {len(payload)} B is over the engine's limit of {MAX_PAYLOAD} B")
         self.engine.send(f"pub {self.id} {_token(subject, 'subject')} {len(payload)}", payload)
@@ -307,6 +341,7 @@ class EngineConnection:
         try:
             if len(payload) > MAX_PAYLOAD:
                 raise ValueError(f"a payload of {len(payload)} B is over the engine's limit of {MAX_PAYLOAD} B")
+            self._check()
             self.engine.send(f"pubr {self.id} {_token(subject, 'subject')} {inbox} {len(payload)}", payload)
             return await asyncio.wait_for(answer, timeout)
         finally:
@@ -314,17 +349,21 @@ class EngineConnection:
                 await subscription.unsubscribe()
 
     async def flush(self, timeout: float = 30.0) -> None:
+        self._check()
         await self.engine.request(["flush", self.id], timeout=timeout)
 
     async def drain(self) -> None:
+        if self.ended:
+            return
+        self.end()
         await self.engine.request(["close", self.id, "drain"], timeout=None)
-        self.engine._lost.pop(self.id, None)
 
     async def close(self) -> None:
+        if self.ended:
+            return
+        self.end()
         if self.engine.failure is None and self.engine.process.returncode is None:
             await self.engine.request(["close", self.id, "now"], timeout=10)
-        self.engine._lost.pop(self.id, None)
-        self.engine._back.pop(self.id, None)
 
 
 class EngineSubscription:
@@ -440,6 +479,8 @@ class EngineSubscriber(EngineClient, Subscriber):
 
     @property
     def received(self) -> int:
+        if self._forgotten:  # its slot may be another subscriber's now
+            return self._final["received"] if self._final else 0
         return self.engine.counts.get(self.idx, (0, 0))[0]
 
     @received.setter
@@ -448,6 +489,8 @@ class EngineSubscriber(EngineClient, Subscriber):
 
     @property
     def received_bytes(self) -> int:
+        if self._forgotten:
+            return self._final["bytes"] if self._final else 0
         return self.engine.counts.get(self.idx, (0, 0))[1]
 
     @received_bytes.setter
@@ -466,6 +509,8 @@ class EngineSubscriber(EngineClient, Subscriber):
         await self.settle()
         if self.engine.failure is None and not self._forgotten:
             await self.engine.request(["forget", self.idx], timeout=10)
+            self._forgotten = True
+            self.engine.release_client(self.idx)
         self._forgotten = True
 
     def summary(self) -> dict:
