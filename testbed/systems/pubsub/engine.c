@@ -1320,6 +1320,14 @@ static int command(cmd_t *cmd, char *data, size_t dlen) {
         if (idx < MAX_CLIENTS && subscribers[idx].used) {
             subscriber_t *s = &subscribers[idx];
             int answered_later = s->trace.buf != NULL;
+            /* its data subscriptions end with it: the slot may be another subscriber's next (engine.py
+             * gives it again), which must not receive through a connection this one still had */
+            for (int i = 0; i < subs_hi; i++)
+                if (subs[i].used && subs[i].kind == 1 && subs[i].subscriber == idx) {
+                    natsSubscription_Unsubscribe(subs[i].sub);
+                    natsSubscription_Destroy(subs[i].sub);
+                    subs[i].used = 0;
+                }
             out_close(&s->trace, req);       /* answered by the writer once the trace is complete */
             for (size_t i = 0; i < s->nproducers; i++) free(s->producers[i].gaps);
             free(s->producers);

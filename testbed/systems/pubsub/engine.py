@@ -475,6 +475,8 @@ class EngineSubscriber(EngineClient, Subscriber):
         await super().start()
 
     async def _on_attach(self, ep: Endpoint) -> None:
+        if self._forgotten:  # closed meanwhile (a move under way): its slot may be another subscriber's
+            raise EngineError(f"subscriber {self.name} of {self.topic} is closed")
         ep.subs.append(await ep.nc.data_subscribe(f"t.{self.topic}", self.idx, lambda at: self._through(ep, at)))
 
     @property
