@@ -375,6 +375,9 @@ class TopicClient:
             await close_quietly(ep.nc)
 
     def _spawn(self, coro) -> None:
+        if self._closing:  # a closed client starts nothing (close cancelled what it had)
+            coro.close()
+            return
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -440,7 +443,7 @@ class TopicClient:
             self._use(None)
             self._spawn(self._detach(old))
             pause = 0.2
-            while True:
+            while not self._closing:  # a client closed meanwhile (an MMOG group change) stops looking
                 broker, address = await self._lookup(lost=old.broker if lost else None)
                 try:  # a broker that is up accepts at once; a dead one is tried again after the next lookup
                     if address == old.address:  # still the broker we lost: is it back?
@@ -452,6 +455,8 @@ class TopicClient:
                                     error=f"{type(error).__name__}: {error}")
                     await asyncio.sleep(pause)
                     pause = min(RELOOKUP_PAUSE_MAX_S, pause * 2)
+            else:
+                return
             await self._switch(old, new)
             self.events.add("relinked", topic=self.topic, client=self.name, role=self.role, frm=old.broker, to=broker)
 
