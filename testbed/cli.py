@@ -859,6 +859,7 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
     Example: testbed paper --check         (do the index's numbers still describe this code?)
     """
     from testbed import paper as paper_mod
+    from testbed import paper_figures
 
     if check:
         from testbed import paper_check
@@ -866,8 +867,8 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
         raise typer.Exit(paper_check.check(out))
     import click
 
-    if scale not in paper_mod.SCALES:
-        raise typer.BadParameter(f"{scale!r}; allowed: {', '.join(paper_mod.SCALES)}", click.get_current_context(),
+    if scale not in paper_figures.SCALES:
+        raise typer.BadParameter(f"{scale!r}; allowed: {', '.join(paper_figures.SCALES)}", click.get_current_context(),
                                  param_hint="'--scale'")
     chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
     unknown = [p for p in chosen if p not in POLICY_CHOICES]
@@ -875,15 +876,15 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
         raise typer.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(POLICY_CHOICES)}",
                                  click.get_current_context(), param_hint="'--policies'")
     chosen_entries = tuple(e.strip() for e in (only or "").split(",") if e.strip())
-    known = paper_mod.depends(paper_mod.Options(scale=scale, policies=chosen, asides=asides))
+    known = paper_figures.depends(paper_figures.Options(scale=scale, policies=chosen, asides=asides))
     if only is not None and (not chosen_entries or any(e not in known for e in chosen_entries)):
         raise typer.BadParameter(f"{', '.join(e for e in chosen_entries if e not in known) or 'none given'}; "
                                  f"allowed: {', '.join(known)}", click.get_current_context(), param_hint="'--only'")
     command = "testbed paper" + "".join(f" {a}" for a in sys.argv[2:]) if sys.argv[1:2] == ["paper"] else \
         "testbed figures --paper"
-    options = paper_mod.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
-                                policies=chosen, repeats=repeats, asides=asides, master=master,
-                                command=command, resume=resume, only=chosen_entries)
+    options = paper_figures.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
+                                    policies=chosen, repeats=repeats, asides=asides, master=master,
+                                    command=command, resume=resume, only=chosen_entries)
     raise typer.Exit(paper_mod.main(options))
 
 
@@ -918,7 +919,7 @@ def bench_command(ctx: typer.Context,
                                      "(the harness's own: make bench-emulation, bench-capacity, ...)"))
     system, bench = benches[name]
     from testbed import provenance
-    from testbed.paper import BENCH_DIR
+    from testbed.paper_figures import BENCH_DIR
 
     provenance.mark(_bench_out(ctx.args) or BENCH_DIR / f"{name}.json")  # which code makes its JSON: the paper reads it
     argv = [sys.executable, "-m", f"{system.package}.{bench.program}", *ctx.args]
