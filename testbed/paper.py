@@ -95,7 +95,7 @@ def plan(options: Options) -> list[Todo]:
                              _run_guess(balance.scenario), run_figures(balance.kind, policy, options, balance)))
     todo.append(Todo("PySpark comparison", compare_step, GUESS_S["comparison"], compare_figures(options)))
     for aside in asides() if options.asides else ():
-        todo.append(Todo(f"run {aside.scenario} --policy epulsar" + (f" --distance {aside.distance}" if aside.distance else ""),
+        todo.append(Todo(" ".join(["run", aside.scenario, "--policy", "epulsar", *aside.overrides]),
                          lambda state, a=aside: run_step(a.kind, a.scenario, "epulsar", state, 0, a), _run_guess(aside.scenario),
                          run_figures(aside.kind, "epulsar", options, aside)))
         todo.append(Todo(f"PySpark comparison of the {aside.name} run", lambda state, a=aside: compare_step(state, a),

@@ -37,6 +37,12 @@ class Aside:
     scenario: str
     note: str
     distance: str | None = None       # --distance override
+    jitter: str | None = None         # --jitter override (infrastructure.cities.jitter)
+
+    @property
+    def overrides(self) -> list[str]:
+        """Its `testbed run` flags beyond the policy and seed."""
+        return [*(["--distance", self.distance] if self.distance else []), *(["--jitter", self.jitter] if self.jitter else [])]
 
     @property
     def kind(self) -> str:
@@ -72,11 +78,19 @@ def fig8_aside(capacity: Path | None = None) -> Aside:
     return Aside("comparable", "fig8", COMPARABLE_UAV, f"the paper's flight and length, rate scaled to 5 msg/s: {why}; ")
 
 
+FIG9_KIND = next(kind for kind, e in EXPERIMENTS.items() if e.figure == "fig9")  # the workload Fig. 9 is drawn from
+
+
 def asides() -> tuple[Aside, ...]:
     """The asides `make paper` runs (ePulsar once each); Fig. 8's is read from the capacity file at each
-    call (a small JSON), so the plan, the scale statement and the index agree while it is unchanged."""
-    return (fig8_aside(), Aside("one_way", "fig9-one_way", "scenarios/mmog-smoke.yaml",
-                                "one-way distances (d = RTT / 2), ePulsar only; ", distance="one_way"))
+    call (a small JSON), so the plan, the scale statement and the index agree while it is unchanged.
+    Fig. 9 runs again with measured jitter (its smoke's cities, each link varying as WonderProxy's pings
+    did) beside its constant links: what the real paths' variation changes."""
+    mmog = EXPERIMENTS[FIG9_KIND].scenarios["smoke"]
+    return (fig8_aside(), Aside("one_way", "fig9-one_way", mmog, "one-way distances (d = RTT / 2), ePulsar only; ",
+                                distance="one_way"),
+            Aside("jitter", "fig9-jitter", mmog, "measured jitter on every inter-city link (cities.jitter: measured), "
+                  "ePulsar only; ", jitter="measured"))
 # The balance experiment (the hot spot) under ePulsar, Pulsar's load manager and the paper's baseline
 # (hashing), run as an aside per policy and repeat; with the comparison's runs of the same policies it
 # feeds "Load balancing".
@@ -109,6 +123,7 @@ class Microbenchmark:
     redraw: str                       # its flag for "figures only, from the JSON"
     quick: tuple[str, ...] = ("--quick",)  # its flags under `paper --quick` (none: it is quick already)
     minutes: float = 7.0              # how long it takes on the reference VM, until a paper times it
+    args: tuple[str, ...] = ()        # flags its program always gets (a variant: placement --jitter measured)
 
     @property
     def json(self) -> Path:
@@ -145,7 +160,7 @@ class SystemBench:
     def as_microbenchmark(self) -> Microbenchmark:
         b = self.bench
         images = tuple(image for f in b.shows for image in f.images)
-        return Microbenchmark(b.name, self.module(b.program), self.entries, images, b.redraw, b.quick, b.minutes)
+        return Microbenchmark(b.name, self.module(b.program), self.entries, images, b.redraw, b.quick, b.minutes, b.args)
 
     def judge(self, entry: str):
         """The figures module's headline function for `entry`."""
@@ -203,6 +218,7 @@ def scenario_facts(path: Path) -> dict:
 
     return {"name": data.get("name"), "workload": (data.get("workload") or {}).get("kind"), "seed": data.get("seed", 1),
             "distance": (data.get("control") or {}).get("distance") or DEFAULT_DISTANCE,
+            "jitter": ((data.get("infrastructure") or {}).get("cities") or {}).get("jitter") or "none",
             "description": data.get("description", ""), "duration": str(data.get("duration", "?"))}
 
 
@@ -215,7 +231,7 @@ def scale_statement(options: Options, benches_reused: list[str]) -> str:
                            f"{facts['seed'] + options.repeats - 1}; {EXPERIMENTS[kind].paper_scale}")
     for aside in asides() if options.asides else ():
         facts = scenario_facts(REPO / aside.scenario)
-        experiments.append(f"{aside.scenario}{' --distance ' + aside.distance if aside.distance else ''} "
+        experiments.append(f"{' '.join([aside.scenario, *aside.overrides])} "
                            f"({facts['description']}; {facts['duration']}) once, ePulsar ({aside.figure})")
     if balance_policies(options):
         balance = balance_aside(options).scenario

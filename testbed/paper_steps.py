@@ -103,13 +103,13 @@ def bench_step(bench: Microbenchmark, state: State) -> Step:
     args = [bench.redraw] if redraw else (list(bench.quick) if options.quick else [])
     if not redraw:
         provenance.mark(bench.json)  # a later paper that only reads this JSON can name its commit
-    code = _subprocess([sys.executable, "-m", bench.module, *args])
+    code = _subprocess([sys.executable, "-m", bench.module, *bench.args, *args])
     copied = []
     for name in bench.images:
         if (bench.json.parent / name).exists():
             shutil.copy2(bench.json.parent / name, out / name)
             copied.append(name)
-    how = f"redrawn from {rel(bench.json)}" if redraw else f"ran {' '.join([bench.module, *args])}"
+    how = f"redrawn from {rel(bench.json)}" if redraw else f"ran {' '.join([bench.module, *bench.args, *args])}"
     step.status = "ok" if code == 0 and bench.json.exists() else "failed"
     step.detail = f"{how}; exit {code}; copied {', '.join(copied) or 'no PNG'}"
     if not bench.json.exists():
@@ -127,6 +127,15 @@ def _run_dirs(runs_dir: Path, name: str) -> set[Path]:
     return {p for p in runs_dir.glob(f"{name}-*") if (p / "run.json").exists()}
 
 
+def _jitter_of(run_dir: Path) -> str:
+    """The cities' jitter a run was built with ("none" for a run on no cities, or before the option)."""
+    try:
+        infrastructure = (yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}).get("infrastructure") or {}
+    except (OSError, yaml.YAMLError):
+        return "none"
+    return (infrastructure.get("cities") or {}).get("jitter") or "none"
+
+
 def _control_of(run_dir: Path) -> dict:
     try:
         return (yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}).get("control") or {}
@@ -135,9 +144,9 @@ def _control_of(run_dir: Path) -> dict:
 
 
 def reusable_run(runs_dir: Path, name: str, policy: str, seed: int | None = None,
-                 distance: str | None = None) -> Path | None:
-    """The newest complete run of this scenario and policy (and seed and reading of d, when given)
-    that has traces."""
+                 distance: str | None = None, jitter: str | None = None) -> Path | None:
+    """The newest complete run of this scenario and policy (and seed, reading of d and cities' jitter,
+    when given) that has traces."""
     from testbed.policies import DEFAULT_DISTANCE
 
     import json
@@ -152,6 +161,8 @@ def reusable_run(runs_dir: Path, name: str, policy: str, seed: int | None = None
             continue
         control = _control_of(run_dir)
         if distance is not None and (control.get("distance") or DEFAULT_DISTANCE) != distance:
+            continue
+        if jitter is not None and _jitter_of(run_dir) != jitter:
             continue
         if meta.get("complete") and control.get("policy") == policy and any((run_dir / "traces").glob("*")):
             found.append((meta.get("started") or 0, run_dir))
@@ -168,17 +179,19 @@ def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 
     facts = scenario_facts(REPO / scenario)
     name, seed = facts["name"], facts["seed"] + repeat
     distance = aside.distance if aside and aside.distance else facts["distance"]
-    override = ["--distance", aside.distance] if aside and aside.distance else []
+    jitter = aside.jitter if aside and aside.jitter else facts["jitter"]
+    override = aside.overrides if aside else []
     step = Step(f"run {scenario} --policy {policy} --seed {seed}" + "".join(f" {a}" for a in override),
                 figures=run_figures(kind, policy, options, aside))
-    entry = {"workload": kind, "policy": policy, "repeat": repeat, "seed": seed, "distance": distance, "dir": None}
+    entry = {"workload": kind, "policy": policy, "repeat": repeat, "seed": seed, "distance": distance, "jitter": jitter,
+             "dir": None}
     (state.aside_runs.setdefault(aside.name, []) if aside else state.runs).append(entry)
     done = state.resumed(step.name)
     if done and done.get("runs") and (REPO / done["runs"][0] / "run.json").exists():
         entry["dir"] = str(REPO / done["runs"][0])
         return step.made(done, f"resumed: {done['runs'][0]}, done at {done['commit'][:7]} ({done['date']})")
     if options.reuse_runs:
-        found = reusable_run(runs_dir, name, policy, seed, distance)
+        found = reusable_run(runs_dir, name, policy, seed, distance, jitter)
         if found is not None:
             entry["dir"] = str(found)
             step.status, step.detail = "ok", f"reused {rel(found)}"

@@ -279,8 +279,8 @@ def test_entries_mark_absent_bench_json_as_missing(tmp_path, monkeypatch):
     state = paper_steps.State(paper_figures.Options(out=tmp_path / "paper"))
     state.steps.append(paper_steps.Step("bench monitoring (fig6)", "failed", detail="exit 1", figures=("fig6",)))
     by_fig = {e.figure: e for e in paper_entries.entries(state)}
-    assert list(by_fig) == ["fig3b", "fig4", "fig5", "fig6", "fig7a", "fig7b", "bad-sim", "fig8-smoke", "fig9", "fig8",
-                            "fig9-one_way", "violations", "load-balancing", "tracking", "handover", "durable",
+    assert list(by_fig) == ["fig3b", "fig4", "fig5", "fig4-jitter", "fig6", "fig7a", "fig7b", "bad-sim", "fig8-smoke", "fig9", "fig8",
+                            "fig9-one_way", "fig9-jitter", "violations", "load-balancing", "tracking", "handover", "durable",
                             "bad-live", "autotune"]  # the systems' long benchmarks last, in registry order
     assert by_fig["bad-sim"].missing == [f"{tmp_path / 'bad.json'} (make bench-bad)"]
     assert by_fig["bad-live"].missing == [f"{tmp_path / 'bad-live.json'} (make bench-bad-live)"]
@@ -335,9 +335,11 @@ def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat(monkeypat
         f"run scenarios/hotspot-smoke.yaml --policy epulsar (repeat {r}/2)" for r in (1, 2)]
     assert names[-6:] == ["load balancing figures and table", "tracking figures", "handover figures",
                           "durable figures", "bad-live figures", "autotune figures"]  # long benchmarks, read when present
-    assert names[-10:-6] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run",
+    assert names[-12:-6] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run",
                           "run scenarios/mmog-smoke.yaml --policy epulsar --distance one_way",
-                          "PySpark comparison of the one_way run"]
+                          "PySpark comparison of the one_way run",
+                          "run scenarios/mmog-smoke.yaml --policy epulsar --jitter measured",
+                          "PySpark comparison of the jitter run"]
     assert "uav-comparable" not in " ".join(t.name for t in paper.plan(paper_figures.Options(repeats=1, asides=False)))
 
 

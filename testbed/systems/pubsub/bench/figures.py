@@ -229,7 +229,8 @@ def ours_fig7b(migration: dict) -> Headline:
                     {"enhanced_s": {e: i.value for e, i in enhanced}, "baseline_s": baseline[0].value}, why)
 
 
-HEADLINES = {"fig4": lambda result, scale: ours_fig4(result), "fig5": lambda result, scale: ours_fig5(result),
+HEADLINES = {"fig4": lambda result, scale: ours_fig4(result), "fig4-jitter": lambda result, scale: ours_fig4(result),
+             "fig5": lambda result, scale: ours_fig5(result),
              "fig6": lambda result, scale: ours_fig6(result), "fig7a": lambda result, scale: ours_fig7a(result),
              "fig7b": lambda result, scale: ours_fig7b(result)}
 
