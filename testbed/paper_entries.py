@@ -66,6 +66,8 @@ def entries(state: State):
             else:
                 try:
                     entry.headline = headlines.BENCH_HEADLINES[fig][1](data)
+                    table, notes = headlines.BENCH_TABLES.get(fig, (lambda _: [], lambda _: []))
+                    entry.table, entry.notes = table(data), entry.notes + notes(data)
                 except (headlines.MissingInput, KeyError, TypeError, ValueError) as error:
                     entry.missing.append(f"{rel(bench.json)}: {error}")
             out.append(entry)
