@@ -188,6 +188,8 @@ def experiment_images(figure: str, name: str = "") -> list[str]:
 
 @dataclass
 class Options:
+    """What `testbed paper` was asked for (its flags); the table above reads it to decide the steps."""
+
     out: Path = REPO / "results" / "paper"
     reuse: bool = False               # benchmarks: redraw from their JSON when it exists
     reuse_runs: bool = False          # experiments: take the newest complete run per scenario and policy
@@ -225,10 +227,12 @@ def scenario_facts(path: Path) -> dict:
 
 
 def scale_statement(options: Options, benches_reused: list[str]) -> str:
+    """What this paper ran and at what size, in words, for the index's header: a reader judges every
+    verdict against it (smoke or full, repeats, which benchmarks ran now and which were redrawn)."""
     experiments = []
-    for kind, rel in SCALES[options.scale].items():
-        facts = scenario_facts(REPO / rel)
-        experiments.append(f"{rel} ({facts['description']}; {facts['duration']}) {options.repeats} run(s) per "
+    for kind, scenario in SCALES[options.scale].items():
+        facts = scenario_facts(REPO / scenario)
+        experiments.append(f"{scenario} ({facts['description']}; {facts['duration']}) {options.repeats} run(s) per "
                            f"policy ({', '.join(options.policies)}), seeds {facts['seed']}.."
                            f"{facts['seed'] + options.repeats - 1}; {EXPERIMENTS[kind].paper_scale}")
     for aside in asides() if options.asides else ():
