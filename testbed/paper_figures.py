@@ -38,6 +38,7 @@ class Aside:
     note: str
     distance: str | None = None       # --distance override
     jitter: str | None = None         # --jitter override (infrastructure.cities.jitter)
+    variant: str = ""                 # what its figure's title adds to the paper's ("Fig. 9 (measured jitter)")
 
     @property
     def overrides(self) -> list[str]:
@@ -88,9 +89,9 @@ def asides() -> tuple[Aside, ...]:
     did) beside its constant links: what the real paths' variation changes."""
     mmog = EXPERIMENTS[FIG9_KIND].scenarios["smoke"]
     return (fig8_aside(), Aside("one_way", "fig9-one_way", mmog, "one-way distances (d = RTT / 2), ePulsar only; ",
-                                distance="one_way"),
+                                distance="one_way", variant="one-way distances"),
             Aside("jitter", "fig9-jitter", mmog, "measured jitter on every inter-city link (cities.jitter: measured), "
-                  "ePulsar only; ", jitter="measured"))
+                  "ePulsar only; ", jitter="measured", variant="measured jitter"))
 # The balance experiment (the hot spot) under ePulsar, Pulsar's load manager and the paper's baseline
 # (hashing), run as an aside per policy and repeat; with the comparison's runs of the same policies it
 # feeds "Load balancing".

@@ -238,7 +238,8 @@ def compare_step(state: State, aside: Aside | None = None) -> Step:
     spark = session(state.options.master)
     if aside:
         out = state.options.out / aside.name
-        state.asides[aside.name] = result = compare_runs(spark, state.aside_runs.get(aside.name, []), out)
+        state.asides[aside.name] = result = compare_runs(spark, state.aside_runs.get(aside.name, []), out,
+                                                         variant=aside.variant)
         figure = EXPERIMENTS[aside.kind].figure
         for drawn, copy in zip(experiment_images(figure), experiment_images(figure, aside.name)):
             if (out / drawn).exists():

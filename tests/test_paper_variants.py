@@ -138,3 +138,17 @@ def test_fig3b_s_entry_has_convergence_and_accuracy_per_size(tmp_path, monkeypat
 def test_even_the_quick_paper_sweeps_the_cluster_up_to_32_agents():
     bench = next(b for b in paper_figures.BENCHES if b.name == "nc")
     assert bench.quick[bench.quick.index("--nodes") + 1].split(",")[-1] == "32"
+
+
+def test_a_variant_s_figures_are_titled_as_siblings_of_the_paper_s(tmp_path):
+    from analysis import figures
+
+    aoi = [{"consumer": "gs1", "producer": "a1", "t_s": float(t), "p50_s": 0.03, "p95_s": 0.05, "max_s": 0.06}
+           for t in range(10)]
+    aside = next(a for a in paper_figures.asides() if a.figure == "fig9-jitter")
+    drawn = figures.fig9_policies([{"policy": "epulsar", "aoi": aoi, "threshold_s": 0.1}], tmp_path / "fig9.png",
+                                  variant=aside.variant)
+    assert drawn["title"].startswith("Fig. 9 (measured jitter): ")
+    assert figures.fig9_policies([{"policy": "epulsar", "aoi": aoi, "threshold_s": 0.1}],
+                                 tmp_path / "plain.png")["title"].startswith("Fig. 9: ")
+    assert placement.FILES["measured"].variant == "measured jitter" and placement.FILES["none"].variant == ""

@@ -70,6 +70,7 @@ class Files:
 
     stem: str = "placement"
     figure_suffix: str = ""
+    variant: str = ""  # what its figures' titles add to the paper's number
 
     @property
     def result(self) -> Path:
@@ -88,7 +89,7 @@ class Files:
         return OUT / self.stem
 
 
-FILES = {"none": Files(), "measured": Files("placement-jitter", "-jitter")}  # by infrastructure.cities.jitter
+FILES = {"none": Files(), "measured": Files("placement-jitter", "-jitter", "measured jitter")}  # by infrastructure.cities.jitter
 
 
 def _validated(scenario: Scenario) -> Scenario:
@@ -297,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     inputs = files.inputs
     if args.figures_only:
         rows = json.loads(files.result.read_text())["summary"]
-        for path in assess_spark.figures(rows, OUT, files.figure_suffix):
+        for path in assess_spark.figures(rows, OUT, files.figure_suffix, files.variant):
             console.print(f"wrote {path}")
         return 0
     seeds = args.seeds or (200 if args.quick else 1000)
@@ -345,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     assess_s = time.monotonic() - started
-    figures = [str(p) for p in assess_spark.figures(rows, OUT, files.figure_suffix)]
+    figures = [str(p) for p in assess_spark.figures(rows, OUT, files.figure_suffix, files.variant)]
     nc = [{"name": e["name"], **{k: v for k, v in e["nc"].items() if k != "history"}} for e in entries]
     checks = claims(rows)
     result = {"time": time.time(), "machine": os.uname().nodename, "seeds": seeds, "assess_s": round(assess_s, 1),
