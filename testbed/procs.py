@@ -404,3 +404,13 @@ def enter_netns(pid: int) -> None:
     finally:
         os.close(fd)
 
+
+def die_with_parent() -> None:
+    """This process gets SIGTERM when the process that started it dies (PR_SET_PDEATHSIG): a harness
+    SIGKILLed mid-run leaves nothing it started outside the nodes (the client host, the reporters,
+    the live view). Called in the child (before exec, or first thing in its program)."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG
+

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from testbed.nc.proxy import NC_ANYCAST_IP, NC_PORT, query
-from testbed.procs import enter_netns
+from testbed.procs import die_with_parent, enter_netns
 
 
 def report(node: str, period: float, proxy: str, port: int, write) -> None:
@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.node:
         report(args.node, args.period, args.proxy, args.port, lambda line: print(line, flush=True))
         return 0
+    die_with_parent()  # it lives outside the nodes: the harness killed, it goes too
     specs = json.loads(args.nodes.read_text())
     # phases spread over a period: the nodes started together would otherwise ask all at once
     for spec in specs:

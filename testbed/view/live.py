@@ -5,23 +5,14 @@ the run's teardown does not kill it before the final update: the harness stops i
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import socket
 import subprocess
 import sys
 from pathlib import Path
 
-from testbed.procs import stop_group
+from testbed.procs import die_with_parent, stop_group
 from testbed.view.server import address_of
-
-PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
 
 def _cpu_s(pid: int) -> float | None:
     """CPU seconds (user + system) the process used so far, from /proc."""
@@ -43,7 +34,7 @@ class LiveView:
         with (logs / "view.log").open("ab") as log:  # its own session: the terminal's Ctrl-C is the harness's
             self.process = subprocess.Popen(
                 [sys.executable, "-m", "testbed.view.server", str(run_dir), "--fd", str(sock.fileno())],
-                pass_fds=[sock.fileno()], preexec_fn=_die_with_parent, start_new_session=True, stdout=log,
+                pass_fds=[sock.fileno()], preexec_fn=die_with_parent, start_new_session=True, stdout=log,
                 stderr=log, env=env)
         sock.close()  # the server holds its own copy
 

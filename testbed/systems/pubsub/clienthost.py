@@ -30,6 +30,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from testbed.procs import die_with_parent
 from testbed.systems.pubsub.client import run_precise
 from testbed.systems.pubsub.clienthealth import ClientHealth
 from testbed.systems.pubsub.engine import Engine
@@ -100,6 +101,7 @@ class Host:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    die_with_parent()  # the harness killed: the host goes too (it lives outside the nodes)
     if len(argv) != 1:
         print(__doc__.split("\n\n")[2], file=sys.stderr)
         return 2
