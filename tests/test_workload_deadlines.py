@@ -23,7 +23,7 @@ def _workload(count: int, say: str = "") -> PubSubWorkload:
     code = SILENT.format(say=f"print({say!r}, flush=True); " if say else "")
     role.processes = {f"node{i}": subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
                       for i in range(count)}
-    role.summaries = []
+    role.summaries, role.hosted, role.host = [], [], None  # a process per node (no client host)
     return role
 
 
