@@ -19,7 +19,7 @@ from testbed.emulation.shaping import SHAPERS
 from testbed.load import CAPACITY_FILE
 from testbed.policies import DISTANCES, POLICIES
 from testbed.units import format_bandwidth, format_duration
-from testbed.options import OneLineErrors, at_scale, checked_as, plain_help, view_address, view_port
+from testbed.options import OneLineErrors, at_scale, checked_as, plain_help, view_address, view_port, with_system
 from testbed.screen import Table
 from testbed.view.server import LOOPBACK
 
@@ -52,15 +52,17 @@ def _fail_input(error: Exception) -> typer.Exit:
     return typer.Exit(EXIT_BAD_INPUT)
 
 
-def _load(path: Path, scale: Optional[float] = None, seed: Optional[int] = None) -> tuple[Scenario, topo_mod.Topology]:
+def _load(path: Path, scale: Optional[float] = None, seed: Optional[int] = None,
+          system: Optional[str] = None) -> tuple[Scenario, topo_mod.Topology]:
     """Load and validate, including the checks that need the data (zones vs towers, site names);
     the topology those checks built comes along, so a run builds it (and its k-means) once. A seed
-    given here replaces the file's before the topology is built (zones and placements follow it)."""
+    given here replaces the file's before the topology is built (zones and placements follow it);
+    a system (--system) replaces the file's system under test, checked as the file's would be."""
     from testbed import topology as topo_mod
     from testbed.scenario.loader import ScenarioError, load
 
     try:
-        scenario = at_scale(load(path), scale, path)
+        scenario = with_system(at_scale(load(path), scale, path), system, path)
         if seed is not None:
             scenario = scenario.model_copy(update={"seed": seed})
         return scenario, topo_mod.checked(scenario, str(path))
@@ -97,7 +99,9 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
              scale: Optional[float] = typer.Option(None, callback=checked_as("Scenario", "scale"),
                                                    help="Check at this scale (multiplies counts and rates)."),
              capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity): "
-                                           "a load past what it can carry at all is an error.")) -> None:
+                                           "a load past what it can carry at all is an error."),
+             system: Optional[str] = typer.Option(None, help="Check under this system under test (e.g. natscluster): "
+                                                  "refused when it does not run the scenario's workload kind.")) -> None:
     """Validate scenario files; each error names file, line and field.
 
     Example: testbed validate scenarios/*.yaml
@@ -108,7 +112,7 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
     failed = False
     for path in paths:
         try:
-            scenario = at_scale(load(path), scale, path)
+            scenario = with_system(at_scale(load(path), scale, path), system, path)
             topology = topo_mod.checked(scenario, str(path))
             judged_by = load_mod.capacity_file(scenario.workload.client_engine, capacity)
             for refusal in (_thin_access(path, scenario, topology),
@@ -149,7 +153,9 @@ def show(path: Path = typer.Argument(..., help="Scenario file."),
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
          scale: Optional[float] = typer.Option(None, callback=checked_as("Scenario", "scale"),
                                               help="Multiply counts and rates."),
-         capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity).")
+         capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity)."),
+         system: Optional[str] = typer.Option(None, help="The system under test (default: the scenario's `system:`, "
+                                              "else the one declaring its workload kind), e.g. natscluster."),
          ) -> None:
     """Print the topology: nodes, links with parameters, configured RTT between every pair of sites,
     and the load the scenario offers against this machine's measured capacity.
@@ -158,7 +164,7 @@ def show(path: Path = typer.Argument(..., help="Scenario file."),
     """
     from testbed import mobility
 
-    scenario, topology = _load(path, scale)
+    scenario, topology = _load(path, scale, system=system)
     est, verdict = _offered_load(scenario, topology, capacity)
     handovers = mobility.plan(scenario, topology)
     if as_json:
@@ -365,6 +371,8 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         settle: Optional[str] = typer.Option(None, callback=checked_as("Control", "settle"),
                                              help="Override control.settle: the longest wait for the "
                                              "coordinates before the workload, e.g. 5s (0s: none)."),
+        system: Optional[str] = typer.Option(None, help="The system under test (default: the scenario's `system:`, "
+                                             "else the one declaring its workload kind), e.g. natscluster."),
         policy: Optional[str] = typer.Option(None, callback=checked_as("Control", "policy"),
                                              help=f"Override control.policy: {' | '.join(POLICIES)}."),
         distance: Optional[str] = typer.Option(None, callback=checked_as("Control", "distance"),
@@ -385,7 +393,8 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         ) -> None:
     """Build the emulated network for a scenario, run it, collect results, tear down.
 
-    The policy in effect is written to the run's scenario.yaml (control.policy), which the analysis reads.
+    The system and policy in effect are written to the run's scenario.yaml (system, control.policy) and
+    the system to run.json, which the analysis reads.
     The offered load is printed first and compared with this machine's measured capacity: a warning
     when beyond it, a refusal with --strict; a load past what the machine can carry at all (more
     deliveries than any measured run delivered, more frames than the delay line moves) is refused
@@ -397,7 +406,7 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
 
     if hold and interactive:
         raise _fail_input(ValueError("--hold: not with --interactive (the Mininet CLI already holds the network)"))
-    scenario, topology = _load(path, scale, seed)
+    scenario, topology = _load(path, scale, seed, system)
     view_socket = _view_socket(view_address, view_port) if view else None
     if policy is not None:
         try:
