@@ -43,6 +43,7 @@ from pathlib import Path
 
 from testbed.policies.topics import topic_class
 from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source, run_precise, shared_query
+from testbed.systems.pubsub.attach import AttachPlan, AttachWatch, first_broker
 from testbed.systems.pubsub.clienthealth import ClientHealth
 from testbed.systems.pubsub.durable import ACKS_DIR, parse_classes
 from testbed.systems.pubsub.engine import Engine, EnginePublisher, EngineSubscriber
@@ -128,12 +129,13 @@ def client_classes(engine: Engine | None, health: ClientHealth):
     return functools.partial(EnginePublisher, engine=engine), functools.partial(EngineSubscriber, engine=engine)
 
 
-def uav_clients(args, events: EventLog, health: ClientHealth | None = None,
-                engine: Engine | None = None) -> tuple[list[Publisher], list[Subscriber]]:
-    """The swarm's clients; with `engine`, their data plane is the node's compiled engine."""
+def uav_clients(args, events: EventLog, health: ClientHealth | None = None, engine: Engine | None = None,
+                owner: tuple[str, str] | None = None) -> tuple[list[Publisher], list[Subscriber]]:
+    """The swarm's clients; with `engine`, their data plane is the node's compiled engine; with
+    `owner` (broker, address), they attach there without a lookup (`--attach`, testbed.systems.pubsub.attach)."""
     swarm, trace_dir = args.node, Path(args.trace_dir)
-    common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
-              "coord": coordinate_source(args.coord, swarm), "nc_period": args.nc_period}
+    common = {"lookup_url": None if owner else args.lookup, "owner": owner, "site": args.site, "run_id": args.run_id,
+              "events": events, "coord": coordinate_source(args.coord, swarm), "nc_period": args.nc_period}
     pub, sub = client_classes(engine, health)
     leader, followers = f"{swarm}-u1", [f"{swarm}-u{i}" for i in range(2, args.members + 1)]
     follow, sensor = f"follow_leader-{swarm}", f"sensor_data-{swarm}"
@@ -154,9 +156,14 @@ async def _main(args) -> int:
     Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     events = EventLog(args.events)
     engine, health = await data_plane(args)
-    publishers, subscribers = uav_clients(args, events, health, engine)
+    plan = AttachPlan.read(args.attach) if args.attach else None
+    owner = await first_broker(plan, args.site, args.coord == "proxy") if plan else None
+    publishers, subscribers = uav_clients(args, events, health, engine, owner)
     for client in subscribers + publishers:  # subscribers first: no message is sent before anyone listens
         await client.start()
+    follow = None  # without a lookup service, the swarm's clients follow it to its new zone's broker
+    if plan is not None and args.coord == "proxy":
+        follow = asyncio.create_task(AttachWatch(args.node, [*subscribers, *publishers], plan, args.site, events).run())
     watch = None
     if args.handover.enabled:  # the swarm's clients report at once when it enters another zone
         watch = HandoverWatch(args.node, [*publishers, *subscribers], args.handover, get_distance(args.distance),
@@ -173,7 +180,7 @@ async def _main(args) -> int:
             for i, p in enumerate(publishers)]
     waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    for task in [*work, waiter, probe, *([watch] if watch else [])]:
+    for task in [*work, waiter, probe, *([watch] if watch else []), *([follow] if follow else [])]:
         task.cancel()
     health.close()
     await drain(publishers, subscribers)
@@ -550,7 +557,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, required=True)
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--duration", type=float, default=None)
-    parser.add_argument("--lookup", required=True)
+    parser.add_argument("--lookup", help="the lookup service's nats:// address (or --attach)")
+    parser.add_argument("--attach", type=Path, help="uav: a broker attachment plan instead of a lookup, JSON "
+                        "(testbed.systems.pubsub.attach.AttachPlan)")
     parser.add_argument("--trace-dir", required=True)
     parser.add_argument("--events", type=Path)
     parser.add_argument("--run-id", default="")
@@ -573,6 +582,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the run's reading of d (the handover trigger compares coordinates with it)")
     args = parser.parse_args(argv)
     args.handover = HandoverTrigger.from_json(args.handover_trigger)
+    if not args.lookup and not (args.attach and args.kind == "uav"):
+        parser.error("give --lookup (uav also: --attach)")
     if args.kind == "mmog":
         if not args.plan:
             parser.error("mmog needs --plan")
