@@ -133,7 +133,7 @@ class NatsClusterRole(Role):
     def end_screen(self, summary: dict) -> list:
         s = summary.get("natscluster") or {}
         return [f"NATS cluster: {s.get('servers')} servers in one route cluster, clients attached {s.get('attach')}; "
-                f"{s.get('reattached')} swarm reattachments to another server, no topic manager, no migrations"]
+                f"{s.get('reattached')} swarm reattachments to another server; no placement control plane, no migrations"]
 
 
 class NatsClusterWorkload(PubSubWorkload):
