@@ -526,7 +526,9 @@ class Scenario(Strict):
     workload: Workload = Workload(kind="none")
     # the system under test (a registered system's name): by default the one that declares the
     # workload's kind; any system that runs the kind (testbed.plugin.System.runs) may be named
-    system: SystemName | None = None
+    system: SystemName | None = Field(None, description=(
+        "the system under test, a registered system that runs the workload's kind (`testbed run --system` "
+        "overrides it); default: the system that declares the kind (its schema, checks and offered load)"))
     mobility: Mobility = Mobility()
     control: Control = Control()
     faults: list[Fault] = []
