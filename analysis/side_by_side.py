@@ -103,7 +103,7 @@ def table(found: list[dict]):
                 title="Runs side by side: E2E latency on the messages outside saturated seconds (as make paper)")
     out.columns[0].no_wrap = True  # a run's name stays whole (it is what one types next); the others fold
     for r in found:
-        out.add_row(r["run"], r["scenario"] or "-", r["label"], r["validity"], r["topic_class"],
+        out.add_row(r["run"], r["scenario"] or "-", r.get("label") or label(r), r["validity"], r["topic_class"],
                     "-" if r["messages"] is None else str(r["messages"]), _ms(r["p50_s"]), _ms(r["p95_s"]),
                     _ms(r["p99_s"]), _ms(r["threshold_s"]), _share(r["violation_ratio"]),
                     "-" if r["migrations"] is None else str(r["migrations"]),
@@ -128,16 +128,17 @@ def figure(found: list[dict], out: Path) -> dict:
     for col, topic_class in enumerate(classes):
         top, bottom = axes[0, col], axes[1, col]
         mine = {r["run"]: r for r in found if r["topic_class"] == topic_class}
-        for q, (column, label) in enumerate(QUANTILES):
+        for q, (column, name) in enumerate(QUANTILES):
             heights = [(mine[n][column] or 0.0) * 1e3 if n in mine else 0.0 for n in names]
-            top.bar([i - 0.4 + width * (q + 0.5) for i in range(len(names))], heights, width, label=label)
+            top.bar([i - 0.4 + width * (q + 0.5) for i in range(len(names))], heights, width, label=name)
         figures._threshold_line(top, next((r["threshold_s"] for r in mine.values() if r["threshold_s"]), None))
         bottom.bar(range(len(names)), [(mine[n]["violation_ratio"] or 0.0) * 100 if n in mine else 0.0 for n in names],
                    0.6, color="tab:red")
         for i, name in enumerate(names):  # an empty place is said, not drawn as zero latency
             if not (mine.get(name) or {}).get("messages"):
                 top.annotate("no messages", (i, 0), ha="center", va="bottom", fontsize=8, color="grey")
-        ticks = [f"{n}\n{mine[n]['label']}\n{mine[n]['validity']}" if n in mine else n for n in names]
+        ticks = [f"{n}\n{mine[n].get('label') or label(mine[n])}\n{mine[n]['validity']}" if n in mine else n
+                 for n in names]
         for ax in (top, bottom):
             ax.set_xticks(range(len(names)), ticks, fontsize=7)
             ax.set_xlabel("run (system / policy, harness validity)")
