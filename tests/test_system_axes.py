@@ -23,7 +23,7 @@ from testbed.scenario.loader import ScenarioError, load, parse_text
 from testbed.systems.natscluster.role import attach_plan, cluster_config
 
 ROOT = Path(__file__).resolve().parent.parent
-UAV, MMOG, BAD = (ROOT / "scenarios" / f"{n}.yaml" for n in ("uav-smoke", "mmog-smoke", "bad-smoke"))
+UAV, HOTSPOT, BAD = (ROOT / "scenarios" / f"{n}.yaml" for n in ("uav-smoke", "hotspot-smoke", "bad-smoke"))
 
 
 def test_a_scenario_without_system_runs_the_system_declaring_its_kind():
@@ -33,18 +33,19 @@ def test_a_scenario_without_system_runs_the_system_declaring_its_kind():
 
 def test_a_kind_is_declared_once_and_run_by_every_system_that_says_so():
     assert plugin.systems_running("uav-swarm") == ["epulsar", "natscluster"]
-    assert plugin.systems_running("mmog") == ["epulsar"]
+    assert plugin.systems_running("mmog") == ["epulsar", "natscluster"]
+    assert plugin.systems_running("hotspot") == ["epulsar"]
     assert plugin.system_of("uav-swarm").name == "epulsar"  # its schema, checks and offered load
     assert "uav-swarm" not in {k.name for k in plugin.system_named("natscluster").workloads}
 
 
 def test_a_system_that_does_not_run_the_workload_is_refused_with_file_line_field_and_who_does(tmp_path):
-    text = MMOG.read_text() + "system: natscluster\n"
+    text = HOTSPOT.read_text() + "system: natscluster\n"
     with pytest.raises(ScenarioError) as error:
-        parse_text(text, "mmog-nats.yaml")
+        parse_text(text, "hotspot-nats.yaml")
     (problem,) = error.value.problems
     assert (problem.field, problem.line) == ("system", len(text.splitlines()))
-    assert "'natscluster' does not run workload kind 'mmog'" in problem.message and "do: epulsar" in problem.message
+    assert "'natscluster' does not run workload kind 'hotspot'" in problem.message and "do: epulsar" in problem.message
     with pytest.raises(ScenarioError, match="no system 'nope'; registered: epulsar, bad, autotune, natscluster"):
         parse_text(UAV.read_text() + "system: nope\n", "x.yaml")
 
@@ -54,15 +55,15 @@ def test_the_system_option_overrides_the_file_and_is_checked_as_the_file_would_b
     assert scenario.system == "natscluster" and scenario.control.natscluster.attach == "home"
     assert with_system(load(UAV), None, UAV).system == "epulsar"
     with pytest.raises(ScenarioError) as error:
-        with_system(load(MMOG), "natscluster", MMOG)
+        with_system(load(HOTSPOT), "natscluster", HOTSPOT)
     (problem,) = error.value.problems
     assert problem.field == "system" and problem.line == next(
-        i for i, line in enumerate(MMOG.read_text().splitlines(), 1) if line.strip().startswith("kind:"))
+        i for i, line in enumerate(HOTSPOT.read_text().splitlines(), 1) if line.strip().startswith("kind:"))
     assert problem.message.startswith("--system natscluster: ") and "the systems that do: epulsar" in problem.message
 
 
 def test_the_cli_refuses_a_system_that_does_not_run_the_workload():
-    run = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(MMOG), "--system", "natscluster"],
+    run = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(HOTSPOT), "--system", "natscluster"],
                          capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert run.returncode == 2 and "system: --system natscluster: system 'natscluster' does not run" in run.stderr
     ok = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(UAV), "--system", "natscluster"],

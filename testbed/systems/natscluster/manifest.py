@@ -8,7 +8,7 @@ from testbed.systems.natscluster.schema import NatsClusterControl
 SYSTEM = System(
     name="natscluster",
     title="NATS's own route cluster over every broker node, clients on their home or nearest server (baseline)",
-    runs=("uav-swarm",),  # the pub/sub system's UAV workload (its schema, checks and offered load)
+    runs=("uav-swarm", "mmog"),  # the pub/sub system's UAV and MMOG workloads (their schema, checks and offered load)
     check="checks:natscluster",
     settings="schema:mode",
     control={"natscluster": (NatsClusterControl, NatsClusterControl(),

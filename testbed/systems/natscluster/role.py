@@ -6,7 +6,8 @@ propagated over the routes), and waits until each server sees every other. No to
 ZooKeeper, no broker agent: a message published at one server reaches the subscribers of every
 server through the routes.
 
-`NatsClusterWorkload` is the pub/sub system's workload role with the lookup replaced by an attach
+`NatsClusterWorkload` is the pub/sub system's workload role (UAV swarms, MMOG players and game
+servers) with the lookup replaced by an attach
 plan (testbed.systems.pubsub.attach): which broker serves each zone and each NC proxy's clients,
 written once the coordinates settled and given to every client process as `--attach`.
 """
@@ -22,11 +23,12 @@ from testbed.procs import stop_group
 from testbed.roles.base import Role, RunContext, newly_dead
 from testbed.roles.coordinates import Coordinates
 from testbed.roles.launch import start_nats
+from testbed.systems.natscluster.manifest import SYSTEM
 from testbed.systems.pubsub.attach import AttachPlan
 from testbed.systems.pubsub.broker import MONITOR_PORT, nats_url
 from testbed.systems.pubsub.workload_role import PubSubWorkload
 
-RUNS = ("uav-swarm",)  # the workload kinds this system runs (its manifest's `runs`)
+RUNS = SYSTEM.runs  # the workload kinds this system runs
 SERVER_ROLES = ("cloud", "broker")  # the nodes whose nats-server joins the cluster
 CLUSTER_NAME = "geo"
 ROUTE_PORT = 6222
@@ -133,11 +135,11 @@ class NatsClusterRole(Role):
     def end_screen(self, summary: dict) -> list:
         s = summary.get("natscluster") or {}
         return [f"NATS cluster: {s.get('servers')} servers in one route cluster, clients attached {s.get('attach')}; "
-                f"{s.get('reattached')} swarm reattachments to another server; no placement control plane, no migrations"]
+                f"{s.get('reattached')} reattachments of a moving node to another server; no placement control plane, no migrations"]
 
 
 class NatsClusterWorkload(PubSubWorkload):
-    """The pub/sub system's UAV workload, its clients attached by the plan instead of a lookup."""
+    """The pub/sub system's UAV and MMOG workloads, their clients attached by the plan instead of a lookup."""
 
     @classmethod
     def wanted(cls, scenario) -> bool:

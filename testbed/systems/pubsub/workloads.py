@@ -262,13 +262,14 @@ class MmogClient:
     subscribe to the new one's); a game server subscribes to the topics of its edge site's players."""
 
     def __init__(self, args, events: EventLog, plan: dict, coord, health: ClientHealth | None = None,
-                 engine: Engine | None = None):
-        """`engine`: the node's compiled engine carries its clients' data plane."""
+                 engine: Engine | None = None, owner: tuple[str, str] | None = None):
+        """`engine`: the node's compiled engine carries its clients' data plane; `owner` (broker,
+        address): every client attaches there without a lookup (`--attach`, testbed.systems.pubsub.attach)."""
         self.args, self.events, self.plan = args, events, plan
         self.pub_class, self.sub_class = client_classes(engine, health)
         self.node, self.trace_dir = args.node, Path(args.trace_dir)
-        self.common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
-                       "coord": coord, "nc_period": args.nc_period}
+        self.common = {"lookup_url": None if owner else args.lookup, "owner": owner, "site": args.site,
+                       "run_id": args.run_id, "events": events, "coord": coord, "nc_period": args.nc_period}
         self.players = plan["players"]
         self.avatar = self.players.index(self.node) if self.node in self.players else None
         if self.avatar is None and self.node not in plan["servers"]:
@@ -354,6 +355,16 @@ def mmog_coordinate(args):
     return coordinate_source(args.coord, args.node)
 
 
+def mmog_owner(args, plan: dict) -> tuple[str, str] | None:
+    """With `--attach`: the broker of a player's edge-site proxy (its city's by default), or of a
+    game server's site; None: the clients look their topics up."""
+    if not args.attach:
+        return None
+    players = plan["players"]
+    proxy = plan["edges"][players.index(args.node)]["proxy"] if args.node in players else None
+    return AttachPlan.read(args.attach).for_proxy(proxy or "", args.site)
+
+
 async def attach(args, events: EventLog, edge: dict) -> None:
     """A player's first question to its edge site's NC proxy, as an event (`player_attached`: which
     proxy answered, the access latency it measured), so the run shows whom each player asked."""
@@ -383,7 +394,7 @@ async def _main_mmog(args) -> int:
     events = EventLog(args.events)
     plan = json.loads(Path(args.plan).read_text())
     engine, health = await data_plane(args)
-    client = MmogClient(args, events, plan, mmog_coordinate(args), health, engine)
+    client = MmogClient(args, events, plan, mmog_coordinate(args), health, engine, mmog_owner(args, plan))
     if args.proxy_ip:
         await attach(args, events, plan["edges"][client.avatar])
     stop = asyncio.Event()
@@ -558,7 +569,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--duration", type=float, default=None)
     parser.add_argument("--lookup", help="the lookup service's nats:// address (or --attach)")
-    parser.add_argument("--attach", type=Path, help="uav: a broker attachment plan instead of a lookup, JSON "
+    parser.add_argument("--attach", type=Path, help="uav, mmog: a broker attachment plan instead of a lookup, JSON "
                         "(testbed.systems.pubsub.attach.AttachPlan)")
     parser.add_argument("--trace-dir", required=True)
     parser.add_argument("--events", type=Path)
@@ -582,8 +593,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the run's reading of d (the handover trigger compares coordinates with it)")
     args = parser.parse_args(argv)
     args.handover = HandoverTrigger.from_json(args.handover_trigger)
-    if not args.lookup and not (args.attach and args.kind == "uav"):
-        parser.error("give --lookup (uav also: --attach)")
+    if not args.lookup and not (args.attach and args.kind in ("uav", "mmog")):
+        parser.error("give --lookup (uav, mmog also: --attach)")
     if args.kind == "mmog":
         if not args.plan:
             parser.error("mmog needs --plan")
