@@ -162,7 +162,7 @@ def show(path: Path = typer.Argument(..., help="Scenario file."),
 
     Example: testbed show scenarios/mmog.yaml
     """
-    from testbed import mobility
+    from testbed import mobility, plugin
 
     scenario, topology = _load(path, scale, system=system)
     est, verdict = _offered_load(scenario, topology, capacity)
@@ -171,9 +171,13 @@ def show(path: Path = typer.Argument(..., help="Scenario file."),
         data = topology_dict(topology)
         data["handovers"] = [vars(h) for h in handovers]
         data["load"] = load_mod.as_dict(est, verdict)
+        data["workload"], data["system"] = scenario.workload.kind, scenario.system
         print(json.dumps(data, indent=2))
         return
     console.print(f"[bold]{scenario.name}[/bold]: {scenario.description}")
+    if scenario.system:  # the two axes: what is offered, and what runs it
+        console.print(f"workload {scenario.workload.kind} on system under test {plugin.label(scenario)}",
+                      highlight=False, markup=False)
     nodes = Table("node", "role", "site", "address", "access delay", "jitter", "loss", "bandwidth", title="Nodes")
     for n in topology.nodes.values():
         nodes.add_row(n.name + (" (mobile)" if n.mobile else ""), n.role, n.site, n.ip, *_shaping_text(n.access))

@@ -69,6 +69,9 @@ def test_the_cli_refuses_a_system_that_does_not_run_the_workload():
     ok = subprocess.run([sys.executable, "-m", "testbed.cli", "validate", str(UAV), "--system", "natscluster"],
                         capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert ok.returncode == 0, ok.stderr
+    shown = subprocess.run([sys.executable, "-m", "testbed.cli", "show", str(UAV), "--system", "natscluster"],
+                           capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert "workload uav-swarm on system under test natscluster/home" in shown.stdout, shown.stderr
 
 
 def test_a_run_s_saved_scenario_re_validates_with_its_system_and_settings():
