@@ -391,10 +391,21 @@ def _control_of(run_dir: Path) -> dict:
         return {}
 
 
+def _of_another_system(run_dir: Path) -> bool:
+    """A run of a system under test other than the one declaring its workload (`--system`): never
+    one of the paper's policy runs, whatever its scenario's control.policy says."""
+    try:
+        scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return False
+    kind, system = (scenario.get("workload") or {}).get("kind"), scenario.get("system")
+    return bool(system) and kind in plugin.workload_kinds() and system != plugin.default_system(kind)
+
+
 def reusable_run(runs_dir: Path, name: str, policy: str, seed: int | None = None,
                  distance: str | None = None) -> Path | None:
     """The newest complete run of this scenario and policy (and seed and reading of d, when given)
-    that has traces."""
+    that has traces, made by the system declaring the workload."""
     from testbed.policies import DEFAULT_DISTANCE
 
     import json
@@ -409,6 +420,8 @@ def reusable_run(runs_dir: Path, name: str, policy: str, seed: int | None = None
             continue
         control = _control_of(run_dir)
         if distance is not None and (control.get("distance") or DEFAULT_DISTANCE) != distance:
+            continue
+        if _of_another_system(run_dir):
             continue
         if meta.get("complete") and control.get("policy") == policy and any((run_dir / "traces").glob("*")):
             found.append((meta.get("started") or 0, run_dir))

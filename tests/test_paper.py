@@ -322,6 +322,10 @@ def test_policy_override_is_validated_and_lands_in_the_run_metadata(tmp_path):
     assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=3) is None  # another repeat
     assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4, distance="one_way") == run_dir
     assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4, distance="rtt") is None
+    # the same flights on another system under test (--system) are not a run of the policy
+    other = changed.model_copy(update={"system": "natscluster"})
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(other.model_dump(mode="json"), sort_keys=False))
+    assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash") is None
 
 
 def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat(monkeypatch, tmp_path):
