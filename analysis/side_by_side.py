@@ -102,6 +102,7 @@ def table(found: list[dict]):
                 "threshold ms", "violations", "migrations", "downtime p50 / max ms", "delivered",
                 title="Runs side by side: E2E latency on the messages outside saturated seconds (as make paper)")
     out.columns[0].no_wrap = True  # a run's name stays whole (it is what one types next); the others fold
+    out.columns[2].no_wrap = True  # and so does its label (natscluster/home), which names the series
     for r in found:
         out.add_row(r["run"], r["scenario"] or "-", r.get("label") or label(r), r["validity"], r["topic_class"],
                     "-" if r["messages"] is None else str(r["messages"]), _ms(r["p50_s"]), _ms(r["p95_s"]),
