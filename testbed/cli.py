@@ -804,7 +804,7 @@ def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run director
     """
     if paper:
         paper_command(out=Path("results/paper"), reuse=False, reuse_runs=False, scale="smoke", quick=False,
-                      policies=",".join(POLICY_CHOICES), repeats=2, asides=True, master=master,
+                      policies=",".join(POLICY_CHOICES), systems=None, repeats=2, asides=True, master=master,
                       resume=False, only=None, check=False)
     if not runs:
         runs = sorted(p.parent for p in results.glob("*/run.json"))
@@ -826,6 +826,9 @@ def compare(run_dirs: list[Path] = typer.Argument(..., help="Two or more runs' r
     violation ratio per topic class (the paper comparison's reduction), migrations, client downtime
     and the share of deliveries, as a table and a figure.
 
+    Runs of different systems on the same workload sit side by side, each named by its system and policy
+    or mode (epulsar/pulsar-hash, natscluster/home).
+
     Example: testbed compare results/uav-smoke-ab12cd results/uav-smoke-cd34ef --out results/figures/compare.png
     """
     from analysis import side_by_side
@@ -846,6 +849,9 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
                                             "(uav.yaml, mmog.yaml: 10 min each)"),
                   quick: bool = typer.Option(False, "--quick", help="Microbenchmarks that run use their --quick sweep."),
                   policies: str = typer.Option(",".join(POLICY_CHOICES), help="Comma-separated policies to run."),
+                  systems: Optional[str] = typer.Option(None, help="Comma-separated other systems under test run on "
+                                                        "the same experiments, a series each (default: every system "
+                                                        "that runs the workload; '' none)."),
                   repeats: int = typer.Option(2, min=1, max=20, help="Runs per scenario and policy, each with its own "
                                               "seed; the index gives 95 % intervals over them."),
                   asides: bool = typer.Option(True, "--asides/--no-asides", help="Also run ePulsar once as the paper "
@@ -887,15 +893,22 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
     if unknown or not chosen:
         raise typer.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(POLICY_CHOICES)}",
                                  click.get_current_context(), param_hint="'--policies'")
+    from testbed import plugin
+
+    other = None if systems is None else tuple(s.strip() for s in systems.split(",") if s.strip())
+    if other and any(plugin.system_named(s) is None for s in other):
+        raise typer.BadParameter(f"{', '.join(s for s in other if plugin.system_named(s) is None)}; registered: "
+                                 f"{', '.join(s.name for s in plugin.systems())}", click.get_current_context(),
+                                 param_hint="'--systems'")
     chosen_entries = tuple(e.strip() for e in (only or "").split(",") if e.strip())
-    known = paper_mod.depends(paper_mod.Options(scale=scale, policies=chosen, asides=asides))
+    known = paper_mod.depends(paper_mod.Options(scale=scale, policies=chosen, asides=asides, systems=other))
     if only is not None and (not chosen_entries or any(e not in known for e in chosen_entries)):
         raise typer.BadParameter(f"{', '.join(e for e in chosen_entries if e not in known) or 'none given'}; "
                                  f"allowed: {', '.join(known)}", click.get_current_context(), param_hint="'--only'")
     command = "testbed paper" + "".join(f" {a}" for a in sys.argv[2:]) if sys.argv[1:2] == ["paper"] else \
         "testbed figures --paper"
     options = paper_mod.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
-                                policies=chosen, repeats=repeats, asides=asides, master=master,
+                                policies=chosen, systems=other, repeats=repeats, asides=asides, master=master,
                                 command=command, resume=resume, only=chosen_entries)
     raise typer.Exit(paper_mod.main(options))
 

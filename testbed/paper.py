@@ -239,6 +239,9 @@ class Options:
     scale: str = "smoke"
     quick: bool = False               # benchmarks that do run: their --quick sweep
     policies: tuple[str, ...] = POLICIES
+    # the other systems under test run on the same experiments (`--system`), each a series beside the
+    # policies; None: every registered system that runs the experiment's workload kind
+    systems: tuple[str, ...] | None = None
     repeats: int = 2                  # runs per scenario and policy, seeds file seed + 0..repeats-1
     asides: bool = True               # also run asides() (ePulsar, once each)
     master: str | None = None
@@ -391,21 +394,37 @@ def _control_of(run_dir: Path) -> dict:
         return {}
 
 
-def _of_another_system(run_dir: Path) -> bool:
-    """A run of a system under test other than the one declaring its workload (`--system`): never
-    one of the paper's policy runs, whatever its scenario's control.policy says."""
+def _other_system(run_dir: Path) -> str | None:
+    """The system under test of a run, when it is not the one declaring its workload (`--system`):
+    such a run is never one of the paper's policy runs, whatever its scenario's control.policy says."""
     try:
         scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}
     except (OSError, yaml.YAMLError):
-        return False
+        return None
     kind, system = (scenario.get("workload") or {}).get("kind"), scenario.get("system")
-    return bool(system) and kind in plugin.workload_kinds() and system != plugin.default_system(kind)
+    return system if system and kind in plugin.workload_kinds() and system != plugin.default_system(kind) else None
+
+
+def other_systems(kind: str, options: Options) -> list[str]:
+    """The systems besides the declaring one that `make paper` runs on `kind`'s experiment."""
+    running = plugin.systems_running(kind)[1:]
+    return running if options.systems is None else [s for s in running if s in options.systems]
+
+
+def system_label(scenario: str, system: str) -> str:
+    """A run's series under another system (its label, `natscluster/home`), from the scenario it runs."""
+    from testbed.scenario.loader import load
+
+    loaded = load(REPO / scenario)
+    data = loaded.model_dump(mode="json", exclude_unset=True)
+    return plugin.label(type(loaded).model_validate({**data, "system": system}))
 
 
 def reusable_run(runs_dir: Path, name: str, policy: str, seed: int | None = None,
-                 distance: str | None = None) -> Path | None:
+                 distance: str | None = None, system: str | None = None) -> Path | None:
     """The newest complete run of this scenario and policy (and seed and reading of d, when given)
-    that has traces, made by the system declaring the workload."""
+    that has traces, made by the system declaring the workload; with `system`, by that system
+    (its policy not asked)."""
     from testbed.policies import DEFAULT_DISTANCE
 
     import json
@@ -421,9 +440,9 @@ def reusable_run(runs_dir: Path, name: str, policy: str, seed: int | None = None
         control = _control_of(run_dir)
         if distance is not None and (control.get("distance") or DEFAULT_DISTANCE) != distance:
             continue
-        if _of_another_system(run_dir):
+        if _other_system(run_dir) != system:
             continue
-        if meta.get("complete") and control.get("policy") == policy and any((run_dir / "traces").glob("*")):
+        if meta.get("complete") and (system or control.get("policy") == policy) and any((run_dir / "traces").glob("*")):
             found.append((meta.get("started") or 0, run_dir))
     return max(found)[1] if found else None
 
@@ -462,8 +481,10 @@ def _compare_figures(options: Options, aside: Aside | None = None) -> tuple[str,
     return (aside.figure,) if aside else (*(_smoke_entry(k, options) for k in SCALES[options.scale]), "violations")
 
 
-def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 0, aside: Aside | None = None) -> Step:
-    """One `testbed run` of `scenario` under `policy`, the file's seed + `repeat`; its entry goes to
+def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 0, aside: Aside | None = None,
+             system: str | None = None) -> Step:
+    """One `testbed run` of `scenario` under `policy` (or, with `system`, under that system under
+    test: its entry's policy is the system's label), the file's seed + `repeat`; its entry goes to
     the smoke comparison's runs, or to `aside`'s."""
     options = state.options
     runs_dir = options.out / "runs"
@@ -472,7 +493,9 @@ def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 
     name, seed = facts["name"], facts["seed"] + repeat
     distance = aside.distance if aside and aside.distance else facts["distance"]
     override = ["--distance", aside.distance] if aside and aside.distance else []
-    step = Step(f"run {scenario} --policy {policy} --seed {seed}" + "".join(f" {a}" for a in override),
+    chosen = ["--system", system] if system else ["--policy", policy]
+    policy = system_label(scenario, system) if system else policy
+    step = Step(f"run {scenario} {' '.join(chosen)} --seed {seed}" + "".join(f" {a}" for a in override),
                 figures=_run_figures(kind, policy, options, aside))
     entry = {"workload": kind, "policy": policy, "repeat": repeat, "seed": seed, "distance": distance, "dir": None}
     (state.aside_runs.setdefault(aside.name, []) if aside else state.runs).append(entry)
@@ -481,14 +504,14 @@ def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 
         entry["dir"] = str(REPO / done["runs"][0])
         return step.made(done, f"resumed: {done['runs'][0]}, done at {done['commit'][:7]} ({done['date']})")
     if options.reuse_runs:
-        found = reusable_run(runs_dir, name, policy, seed, distance)
+        found = reusable_run(runs_dir, name, policy, seed, distance, system)
         if found is not None:
             entry["dir"] = str(found)
             step.status, step.detail = "ok", f"reused {_rel(found)}"
             _made_by_run(step, found)
             return step
     before = _run_dirs(runs_dir, name)
-    code = _subprocess([sys.executable, "-m", "testbed.cli", "run", scenario, "--policy", policy,
+    code = _subprocess([sys.executable, "-m", "testbed.cli", "run", scenario, *chosen,
                         "--seed", str(seed), *override, "--results", str(runs_dir)])
     new = sorted(_run_dirs(runs_dir, name) - before, key=lambda p: p.stat().st_mtime)
     if new:
@@ -675,7 +698,8 @@ def depends(options: Options) -> dict[str, list[str]]:
             own[fig] = ([sb.package], [BENCH_SCENARIOS])
     compared: tuple[list[str], list[str]] = ([], [])
     for kind, scenario in SCALES[options.scale].items():
-        mine = ([plugin.system_of(kind).package], [scenario])
+        mine = ([plugin.system_of(kind).package, *(plugin.system_named(s).package for s in other_systems(kind, options))],
+                [scenario])
         own[_smoke_entry(kind, options)] = mine
         compared = (compared[0] + mine[0], compared[1] + mine[1])
     for aside in asides() if options.asides else ():
@@ -829,6 +853,11 @@ def plan(options: Options) -> list[Todo]:
                 todo.append(Todo(f"run {scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
                                  lambda state, k=kind, s=scenario, p=policy, r=repeat: run_step(k, s, p, state, r),
                                  _run_guess(scenario), _run_figures(kind, policy, options)))
+            for system in other_systems(kind, options):  # the same runs on another system: a series beside them
+                todo.append(Todo(f"run {scenario} --system {system} (repeat {repeat + 1}/{options.repeats})",
+                                 lambda state, k=kind, s=scenario, y=system, r=repeat: run_step(k, s, y, state, r,
+                                                                                                 system=y),
+                                 _run_guess(scenario), _run_figures(kind, system, options)))
         for policy in balance_policies(options):
             todo.append(Todo(f"run {balance.scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
                              lambda state, p=policy, r=repeat: run_step(balance.kind, balance.scenario, p, state, r, balance),

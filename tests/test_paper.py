@@ -334,7 +334,12 @@ def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat(monkeypat
     monkeypatch.setattr(load, "capacity_file", lambda *_: tmp_path / "capacity-compiled.json")  # not measured
     names = [todo.name for todo in paper.plan(paper.Options(repeats=2, policies=("epulsar", "allpairs")))]
     runs = [n for n in names if "(repeat" in n]
-    assert len(runs) == 2 * (2 * 2 + 1) and all("(repeat 1/2)" in n for n in runs[:5])
+    assert len(runs) == 2 * (2 * 2 + 2 + 1) and all("(repeat 1/2)" in n for n in runs[:7])
+    # the other systems that run a workload fly the same experiment, a series beside the policies
+    assert [n for n in runs if "--system" in n][:2] == [
+        "run scenarios/uav-smoke.yaml --system natscluster (repeat 1/2)",
+        "run scenarios/mmog-smoke.yaml --system natscluster (repeat 1/2)"]
+    assert not [t for t in paper.plan(paper.Options(repeats=1, systems=())) if "--system" in t.name]
     assert [n for n in runs if "hotspot" in n] == [  # the hot spot under the balance policies asked for
         f"run scenarios/hotspot-smoke.yaml --policy epulsar (repeat {r}/2)" for r in (1, 2)]
     assert names[-6:] == ["load balancing figures and table", "tracking figures", "handover figures",
