@@ -378,3 +378,29 @@ def ping_deadline_s(count: int, interval_s: float, timeout_s: float = 2.0) -> in
     RTTs for the rest (a reply a VM stall held back would count as lost); with a deadline it waits
     for every reply until the deadline (the last probe's send plus `timeout_s`)."""
     return math.ceil(count * interval_s + timeout_s) + 1
+
+
+CLONE_NEWNET = 0x40000000
+
+
+def setns_net(fd: int) -> None:
+    """The calling thread joins the network namespace open as `fd` (setns(2) moves only the calling
+    thread; a socket stays in the namespace it was made in). One home for the call: the harness
+    entering a node (`testbed.emulation.netns`) and a process serving many nodes (the client host,
+    the NC reporters) use it."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.setns(fd, CLONE_NEWNET) != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"setns: {os.strerror(error)}")
+
+
+def enter_netns(pid: int) -> None:
+    """The calling thread moves, for good, into the network namespace of process `pid` (a node)."""
+    fd = os.open(f"/proc/{int(pid)}/ns/net", os.O_RDONLY)
+    try:
+        setns_net(fd)
+    finally:
+        os.close(fd)
+

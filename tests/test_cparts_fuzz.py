@@ -164,7 +164,7 @@ def start_engine(tmp_path: Path) -> Child:
 
 def round_trip(child: Child, url: str, conn: int, req: int) -> None:
     """A fresh connection, a subscription to Python on it, and a publish that comes back."""
-    child.send(f"connect {req} {conn} {url} b 5000\n".encode())
+    child.send(f"connect {req} {conn} {url} b 5000 -\n".encode())
     child.wait_for(rb"(?m)^ok %d$" % req)
     child.send(f"sub {req + 1} {req + 1} {conn} t.back\n".encode())
     child.wait_for(rb"(?m)^ok %d$" % (req + 1))
@@ -180,7 +180,8 @@ def engine_templates(conn: int) -> list[bytes]:
         f"flush 5 {conn}", "summary 7 1", "summary 7 2", "halt 3 2", "unsub 4 99", "route 5 2 -", "forget 10 3",
         f"publisher 6 2 t.f p1 s1 10.0 100 {future!r} 1.0 -", "subscriber 8 3 - run topic c site",
         "close 9 77 now", "close 9 78 drain", f"dsub 11 12 {conn} t.g 3", f"sub 12 13 {conn} t.h",
-        f"pub {conn} t.x 0", "connect 13 4000 nats://127.0.0.1:1 b 100", "exit now", "bogus 1 2 3")]
+        f"pub {conn} t.x 0", "connect 13 4000 nats://127.0.0.1:1 b 100 -", "connect 14 4001 nats://127.0.0.1:1 b 100 0",
+        f"pubr {conn} t.x _INBOX.1 0", "netns 15 0 /proc/1/ns/net", "exit now", "bogus 1 2 3")]
 
 
 def engine_keeps(line: bytes) -> bool:
@@ -319,7 +320,7 @@ def test_the_engine_survives_a_peer_sending_malformed_messages_and_huge_sequence
     child = start_engine(tmp_path)
     peer = Peer(server)
     try:
-        child.send(f"connect 1 1 {server} b 5000\n".encode())
+        child.send(f"connect 1 1 {server} b 5000 -\n".encode())
         child.wait_for(rb"(?m)^ok 1$")
         child.send(b"subscriber 2 1 trace.jsonl r t c s\ndsub 3 3 1 t.peer 1\nflush 4 1\n")
         child.wait_for(rb"(?m)^ok 4$")

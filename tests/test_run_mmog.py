@@ -99,7 +99,7 @@ class SlowSubscriber:
 def test_the_end_of_a_run_lets_a_group_change_under_way_finish_so_its_subscriptions_are_counted(tmp_path):
     """The run ends while a change is closing a subscription: the change completes, so what that
     subscription traced is in the player's count (a cancel halfway left rows uncounted in CI)."""
-    args = SimpleNamespace(node="p0", trace_dir=str(tmp_path), lookup="-", site="s", run_id="r", nc_period=1.0,
+    args = SimpleNamespace(node="p0", trace_dir=str(tmp_path), lookup="-", site="s", run_id="r", nc_period=1.0, netns_pid=None,
                            rate=10.0, size=100, durable="", track=False, handover=SimpleNamespace(enabled=False))
     plan = {"players": ["p0", "p1", "p2"], "servers": [], "groups": [0, 0, 1],
             "changes": [[0.0, 1, 0, 1], [60.0, 2, 1, 0]], "edges": []}

@@ -7,7 +7,6 @@ in, so: enter the node's namespace, connect, return to ours. No management netwo
 
 from __future__ import annotations
 
-import ctypes
 import os
 import socket
 import sys
@@ -15,8 +14,8 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-CLONE_NEWNET = 0x40000000
-_libc = ctypes.CDLL(None, use_errno=True)
+from testbed.procs import setns_net
+
 _lock = threading.Lock()
 _forbidden: str | None = None  # why nodes may not be entered from here (a run over other machines)
 
@@ -37,12 +36,6 @@ def _allowed(pid: int) -> None:
         raise LocalShortcut(f"node process {pid} entered through this machine's kernel: {_forbidden}")
 
 
-def _setns(fd: int) -> None:
-    if _libc.setns(fd, CLONE_NEWNET) != 0:
-        error = ctypes.get_errno()
-        raise OSError(error, f"setns: {os.strerror(error)}")
-
-
 @contextmanager
 def entered(pid: int):
     """The calling thread is in the network namespace of process `pid` for the block."""
@@ -51,11 +44,11 @@ def entered(pid: int):
     try:
         target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
         try:
-            _setns(target)
+            setns_net(target)
             try:
                 yield
             finally:
-                _setns(home)
+                setns_net(home)
         finally:
             os.close(target)
     finally:

@@ -385,6 +385,13 @@ class Network:
         """The Python that runs the project inside nodes: the harness's own, or the image's venv."""
         return self.backend.python
 
+    @property
+    def namespaces_here(self) -> bool:
+        """Is every node a network namespace of this machine's kernel (namespaces, no other server)?
+        Then one process can serve many nodes, each socket made inside its node's namespace (the
+        client host, the NC reporters); Docker hosts keep a process in each container."""
+        return self.backend.name == "mininet" and not self.elsewhere
+
     def connector(self, node: str) -> Callable[..., socket.socket]:
         """How the harness opens a TCP connection to a service that listens only inside `node`:
         `connect((ip, port), timeout)`. On this machine's kernel it enters the node's namespace

@@ -10,7 +10,9 @@ the configured RTTs under the same criterion, so the run's E(t) is in its events
 
 from __future__ import annotations
 
+import json
 import subprocess
+import sys
 import time
 
 from testbed import plugin
@@ -84,13 +86,23 @@ class Coordinates(Role):
         if not self.proxies:
             return
         period = self.scenario.control.nc_report_period
-        for node in self.topology.nodes.values():
-            if not node.mobile:
-                continue
+        mobile = [node for node in self.topology.nodes.values() if node.mobile]
+        if mobile and self.network.namespaces_here:  # one process, a thread in each node's namespace
+            nodes = self.log_dir / "nc-reporters.json"
+            nodes.write_text(json.dumps([{"node": n.name, "pid": self.network.nodes[n.name].pid,
+                                          "out": str(self.log_dir / f"nc-{n.name}.jsonl")} for n in mobile]))
+            log = (self.log_dir / "nc-reporters.log").open("ab")
+            process = subprocess.Popen([sys.executable, "-m", "testbed.nc.reporter", "--nodes", str(nodes), "--period",
+                                        f"{period:g}"], stdout=log, stderr=subprocess.STDOUT, env=self.network.env)
+            log.close()
+            self.reporters = {n.name: process for n in mobile}
+        for node in mobile if not self.reporters else []:
             argv = [*self.python(), "testbed.nc.reporter", "--node", node.name, "--period", f"{period:g}"]
             out = (self.log_dir / f"nc-{node.name}.jsonl").open("ab")
             self.reporters[node.name] = self.network.popen(node.name, argv, stdout=out, stderr=subprocess.STDOUT)
-        self.say(f"nc reporters: {len(self.reporters)} mobile clients ask their zone's proxy every {period:g}s")
+        processes = len({id(p) for p in self.reporters.values()})
+        self.say(f"nc reporters: {len(self.reporters)} mobile clients ask their zone's proxy every {period:g}s"
+                 + (" (one process)" if processes == 1 < len(self.reporters) else ""))
 
     def snapshot(self) -> dict | None:
         if not self.agents:
@@ -148,6 +160,7 @@ class Coordinates(Role):
         if getattr(self, "_stopped", False):
             return
         self._stopped = True
-        stop_group([*self.reporters.values(), *self.proxies.values()], 3)
+        reporters = list({id(p): p for p in self.reporters.values()}.values())  # one may serve every node
+        stop_group([*reporters, *self.proxies.values()], 3)
         if self.agents:
             self.agents.stop()

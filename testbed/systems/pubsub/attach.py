@@ -47,20 +47,22 @@ class AttachPlan:
         raise LookupError(f"attach plan ({self.mode}): no broker for proxy {proxy!r} nor site {site!r}")
 
 
-async def answering_proxy(timeout: float = 2.0) -> str | None:
-    """The NC proxy that answers this node now (its zone's), or None when none does."""
+async def answering_proxy(timeout: float = 2.0, netns: int | None = None) -> str | None:
+    """The NC proxy that answers this node now (its zone's), or None when none does (`netns`: in a
+    client host, the node's process, whose network namespace the query leaves from)."""
     from testbed.nc import proxy
+    from testbed.systems.pubsub.client import in_node
 
     try:
-        return (await asyncio.to_thread(proxy.query, timeout=timeout))["proxy"]
+        return (await asyncio.to_thread(in_node(lambda: proxy.query(timeout=timeout), netns)))["proxy"]
     except (TimeoutError, OSError, ValueError, KeyError):
         return None
 
 
-async def first_broker(plan: AttachPlan, site: str, mobile: bool) -> tuple[str, str]:
+async def first_broker(plan: AttachPlan, site: str, mobile: bool, netns: int | None = None) -> tuple[str, str]:
     """Where a node's clients attach at their start: a mobile node's by the proxy answering it,
     a fixed node's (or one no proxy answers) by its site."""
-    proxy = await answering_proxy() if mobile else None
+    proxy = await answering_proxy(netns=netns) if mobile else None
     return plan.for_proxy(proxy or "", site)
 
 
@@ -68,14 +70,15 @@ class AttachWatch:
     """A mobile node's clients follow it: every `plan.poll_s` the zone's NC proxy is asked who it is;
     when the broker it maps to is not the one in use, every client moves there (make before break)."""
 
-    def __init__(self, node: str, clients: list, plan: AttachPlan, site: str, events):
+    def __init__(self, node: str, clients: list, plan: AttachPlan, site: str, events, netns: int | None = None):
         self.node, self.clients, self.plan, self.site, self.events = node, clients, plan, site, events
+        self.netns = netns
         self.moves = 0
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.plan.poll_s)
-            proxy = await answering_proxy()
+            proxy = await answering_proxy(netns=self.netns)
             if proxy is None:
                 continue
             broker, address = self.plan.for_proxy(proxy, self.site)

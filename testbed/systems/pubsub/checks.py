@@ -27,6 +27,9 @@ def client_engine(scenario, report) -> None:
     carries plain messages only: message tracking's ids and durable topics' acknowledgements are the
     Python client's features."""
     if scenario.workload.client_engine != "compiled":
+        if scenario.workload.client_processes == "per-machine":
+            report(("workload", "client_processes"), "one client host per machine runs the compiled engine's "
+                   "clients: set client_engine: compiled (or client_processes: auto)")
         return
     where = ("workload", "client_engine")
     if scenario.tracking.strategy != "none":

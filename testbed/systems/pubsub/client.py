@@ -154,18 +154,22 @@ class LookupLink:
     against its ~1,700 deliveries. Each client still records its own `lookup_dropped`/`lookup_back`;
     the connection closes with the last client's `leave`."""
 
-    _links: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {url: LookupLink}
+    _links: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {(url, node): LookupLink}
 
-    def __init__(self, url: str):
-        self.url = url
+    def __init__(self, url: str, key: tuple, connect):
+        self.url, self.key, self._connect = url, key, connect
         self.clients: set[TopicClient] = set()
         self.nc = None
         self._connecting: asyncio.Future | None = None
 
     @classmethod
     def join(cls, url: str, client: "TopicClient") -> "LookupLink":
+        """The link of `client`'s node (`TopicClient._lookup_connector`: a client host serves many
+        nodes in one loop, each with its own connection through its own access link)."""
+        node, connect = client._lookup_connector()
         links = cls._links.setdefault(asyncio.get_running_loop(), {})
-        link = links.get(url) or links.setdefault(url, cls(url))
+        key = (url, node)
+        link = links.get(key) or links.setdefault(key, cls(url, key, connect))
         link.clients.add(client)
         return link
 
@@ -174,8 +178,7 @@ class LookupLink:
         a failed connect raises to every one of them and is tried again by the next."""
         if self.nc is None:
             if self._connecting is None:
-                self._connecting = asyncio.ensure_future(
-                    connect_nats(self.url, disconnected_cb=self._dropped, reconnected_cb=self._back))
+                self._connecting = asyncio.ensure_future(self._connect(self.url, self._dropped, self._back))
             connecting = self._connecting
             try:
                 self.nc = await asyncio.shield(connecting)
@@ -189,8 +192,8 @@ class LookupLink:
         if self.clients:
             return
         links = self._links.get(asyncio.get_running_loop(), {})
-        if links.get(self.url) is self:
-            del links[self.url]
+        if links.get(self.key) is self:
+            del links[self.key]
         if self._connecting is not None:
             self._connecting.cancel()
         nc, self.nc = self.nc, None
@@ -342,6 +345,14 @@ class TopicClient:
         `engine.EngineClient`): `dropped` is awaited each time it is lost."""
         return await connect_nats(address, timeout=timeout, disconnected_cb=dropped)
 
+    def _lookup_connector(self):
+        """(node, connect): the lookup connection this client shares with the other clients of its
+        node, and how it is made, `connect(url, dropped, back)` (nats-py here; `engine.EngineClient`'s
+        own inside the node's namespace when one process serves many nodes)."""
+        async def connect(url: str, dropped, back):
+            return await connect_nats(url, disconnected_cb=dropped, reconnected_cb=back)
+        return None, connect
+
     async def _on_attach(self, ep: Endpoint) -> None:
         """Subclasses subscribe to data here."""
 
@@ -364,6 +375,9 @@ class TopicClient:
             await close_quietly(ep.nc)
 
     def _spawn(self, coro) -> None:
+        if self._closing:  # a closed client starts nothing (close cancelled what it had)
+            coro.close()
+            return
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -444,7 +458,7 @@ class TopicClient:
             self._use(None)
             self._spawn(self._detach(old))
             pause = 0.2
-            while True:
+            while not self._closing:  # a client closed meanwhile (an MMOG group change) stops looking
                 broker, address = await self._lookup(lost=old.broker if lost else None)
                 try:  # a broker that is up accepts at once; a dead one is tried again after the next lookup
                     if address == old.address:  # still the broker we lost: is it back?
@@ -456,6 +470,8 @@ class TopicClient:
                                     error=f"{type(error).__name__}: {error}")
                     await asyncio.sleep(pause)
                     pause = min(RELOOKUP_PAUSE_MAX_S, pause * 2)
+            else:
+                return
             await self._switch(old, new)
             self.events.add("relinked", topic=self.topic, client=self.name, role=self.role, frm=old.broker, to=broker)
 
@@ -833,6 +849,20 @@ class Subscriber(TopicClient):
 
 
 # -- coordinates for NC reports --------------------------------------------------------------------
+def in_node(fetch, netns: int | None):
+    """`fetch` with its thread inside the network namespace of node process `netns` while it runs
+    (a client host serves many nodes from the machine's namespace: a query to the zone's NC proxy or
+    the node's own Serf agent must leave through the node's own link). None: `fetch` itself."""
+    if netns is None:
+        return fetch
+    from testbed.emulation.netns import entered
+
+    def inside():
+        with entered(netns):
+            return fetch()
+    return inside
+
+
 def shared_query(fetch, max_age_s: float = 0.0):
     """An async coordinate source for every client of one process: one blocking `fetch` at a time (in
     a thread); callers that ask while it runs share its answer (and, with `max_age_s` > 0, callers
@@ -860,8 +890,9 @@ def shared_query(fetch, max_age_s: float = 0.0):
     return get
 
 
-def coordinate_source(spec: str, node: str):
-    """none | serf (this node's agent) | proxy (the zone's NC proxy) | json:{...} (a fixed coordinate)."""
+def coordinate_source(spec: str, node: str, netns: int | None = None):
+    """none | serf (this node's agent) | proxy (the zone's NC proxy) | json:{...} (a fixed coordinate);
+    `netns`: asked from inside that node process's namespace (`in_node`)."""
     if spec == "none":
         return None
     if spec.startswith("json:"):
@@ -874,11 +905,11 @@ def coordinate_source(spec: str, node: str):
             with SerfRPC(timeout=1.0) as rpc:
                 return rpc.coordinate(node)
 
-        return shared_query(serf)
+        return shared_query(in_node(serf, netns))
     if spec == "proxy":
         from testbed.nc import proxy
 
-        return shared_query(lambda: proxy.query()["coordinate"])
+        return shared_query(in_node(lambda: proxy.query()["coordinate"], netns))
     raise ValueError(f"--coord: {spec!r} is not none, serf, proxy or json:{{...}}")
 
 

@@ -21,12 +21,16 @@
  * the engine woke.
  *
  * Commands, one per line on stdin (names, subjects and addresses contain no spaces; Python checks):
- *   connect REQ CONN URL BROKER TIMEOUT_MS  -> "ok REQ" once connected | "err REQ why"
+ *   netns REQ NSID PATH                      a node's network namespace (/proc/PID/ns/net), opened once
+ *   connect REQ CONN URL BROKER TIMEOUT_MS NSID|-  -> "ok REQ" once connected | "err REQ why"; with NSID
+ *                                            the socket is made inside that namespace, and so is every
+ *                                            reconnect's: its packets leave through the node's own link
  *   sub REQ SID CONN SUBJECT                 a subscription whose messages go to Python: "msg SID LEN\n<data>"
  *   dsub REQ SID CONN SUBJECT SUBSCRIBER     a data subscription of subscriber SUBSCRIBER (trace, stats);
  *                                            its first message is told: "first SID RECEIVED_S"
  *   unsub REQ SID
  *   pub CONN SUBJECT LEN\n<data>             a message from Python (no answer)
+ *   pubr CONN SUBJECT REPLY LEN\n<data>      the same with a reply subject (a request: a lookup)
  *   flush REQ CONN                           -> "ok REQ" once the server has everything sent before
  *   close REQ CONN drain|now                 drain: after a flush round trip (messages in flight arrive)
  *   subscriber REQ IDX TRACE RUN TOPIC CONSUMER SITE
@@ -44,8 +48,8 @@
  * is refused, never run: "err REQ why", REQ 0 when the line names none. A pub's LEN is at most
  * --max-payload (engine.py passes nats-server's limit); a refused pub's data is read as lines.
  * Told without asking: "done IDX SENT" (a publisher reached its duration), "lost CONN" (a connection
- * dropped: libnats reconnects), "back CONN", "closed CONN", "counts IDX RECEIVED BYTES" once a second
- * per subscriber (for NC reports' rates).
+ * dropped: libnats reconnects), "back CONN", "closed CONN", "gone CONN" (its slot is free: Python may
+ * use the id again), "counts IDX RECEIVED BYTES" once a second per subscriber (for NC reports' rates).
  *
  * Exit codes: 0 after "exit" or at the end of stdin, 1 on an unexpected error, 2 on bad arguments.
  */
@@ -72,12 +76,13 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #define MAX_CONNS   4096
 #define MAX_SUBS    8192
-#define MAX_CLIENTS 4096
+#define MAX_CLIENTS 8192
 #define LINE_MAX_   4096
 /* The guard's lateness buckets (testbed/health.py BUCKETS_MS), one more for "above". */
 static const double BUCKETS_MS[] = {0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000,
@@ -420,7 +425,29 @@ typedef struct {
     int64_t req;
     char url[256];
     int timeout_ms;
+    int netns;                    /* index in netns_fds, or -1: the engine's own namespace */
 } connect_job_t;
+
+/* The namespaces of the nodes whose clients this engine serves (one engine for every client node of a
+ * machine: testbed/systems/pubsub/clienthost.py). setns(2) moves only the calling thread, and a socket
+ * stays in the namespace it was made in: a connect thread enters the node's namespace before libnats
+ * makes the socket. Slots are written once, by the loop, before any connect names them. */
+#define MAX_NETNS 4096
+static int netns_fds[MAX_NETNS];
+static int netns_count;
+
+static int enter_netns(int index) {
+    return index < 0 ? 0 : setns(netns_fds[index], CLONE_NEWNET);
+}
+
+/* libnats reconnects in a thread of its own, made anew for each outage, and asks this before every
+ * attempt (one server per connection): the thread enters the node's namespace first. The wait is
+ * libnats's own default (200 ms and up to 100 ms of jitter, as the other connections' options). */
+static int64_t reconnect_wait(natsConnection *nc, int attempts, void *closure) {
+    (void)nc, (void)attempts;
+    if (enter_netns((int)(intptr_t)closure - 1)) perror("engine: setns before a reconnect");
+    return 200 + rand() % 100;
+}
 
 /* A connect blocks for a round trip (or its timeout, for a broker that is gone): it runs in a
  * thread of its own, so the other clients of the node keep publishing meanwhile. */
@@ -442,6 +469,16 @@ static void *connect_thread(void *arg) {
     if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(opts, on_lost, ID_CLOSURE(job->conn->id));
     if (s == NATS_OK) s = natsOptions_SetReconnectedCB(opts, on_back, ID_CLOSURE(job->conn->id));
     if (s == NATS_OK) s = natsOptions_SetClosedCB(opts, on_closed, ID_CLOSURE(job->conn->id));
+    if (s == NATS_OK && job->netns >= 0)
+        s = natsOptions_SetCustomReconnectDelay(opts, reconnect_wait, ID_CLOSURE(job->netns + 1));
+    if (s == NATS_OK && enter_netns(job->netns)) {
+        char why[512];
+        snprintf(why, sizeof why, "%s: setns: %s", job->url, strerror(errno));
+        post(2, job->conn->id, job->req, why);
+        natsOptions_Destroy(opts);
+        free(job);
+        return NULL;
+    }
     if (s == NATS_OK) s = natsConnection_Connect(&nc, opts);
     if (s == NATS_OK) {
         job->conn->nc = nc;
@@ -525,6 +562,15 @@ static void send_marker(conn_t *c, int64_t req, int close_after) {
 
 static void conn_closed(conn_t *c);
 
+/* The connection's slot is free (its memory once no epoll event of this wake can name it); Python may
+ * give its id to a new connection: ids stay below MAX_CONNS, and the loops' bounds stay small, with
+ * one engine for every client node of a machine opening thousands over a run. */
+static void conn_freed(conn_t *c) {
+    conns[c->id % MAX_CONNS] = NULL;
+    graveyard[ngraves++] = c;
+    say("gone %d", c->id);
+}
+
 static void conn_close(conn_t *c) {
     for (int i = 0; i < subs_hi; i++)
         if (subs[i].used && subs[i].conn == c) {
@@ -539,8 +585,7 @@ static void conn_close(conn_t *c) {
     if (c->marker) natsSubscription_Destroy(c->marker);
     c->marker = NULL;
     if (!c->nc) {
-        conns[c->id % MAX_CONNS] = NULL;
-        graveyard[ngraves++] = c;
+        conn_freed(c);
         return;
     }
     /* libnats's Close flushes with a ping round trip first, whose answer this loop must read: the
@@ -556,8 +601,7 @@ static void conn_close(conn_t *c) {
 static void conn_closed(conn_t *c) {
     natsConnection_Destroy(c->nc);
     c->nc = NULL;
-    conns[c->id % MAX_CONNS] = NULL;
-    graveyard[ngraves++] = c;
+    conn_freed(c);
 }
 
 /* -- subscribers ----------------------------------------------------------------------------------- */
@@ -981,10 +1025,11 @@ static void summary(int64_t req, int idx) {
  * Each command's words after its name, one letter a word: r a request id (1..INT64_MAX), i an id
  * (0..INT_MAX), I an id or "-" (-1), n a payload's length (0..max_payload), d a finite number, m
  * "drain" or "now", s any word. A line that does not match its command's words is refused whole. */
-enum { OP_EXIT, OP_PUB, OP_CONNECT, OP_SUB, OP_DSUB, OP_UNSUB, OP_FLUSH, OP_CLOSE, OP_SUBSCRIBER,
+enum { OP_EXIT, OP_PUB, OP_PUBR, OP_NETNS, OP_CONNECT, OP_SUB, OP_DSUB, OP_UNSUB, OP_FLUSH, OP_CLOSE, OP_SUBSCRIBER,
        OP_PUBLISHER, OP_ROUTE, OP_HALT, OP_SUMMARY, OP_FORGET, NOPS };
 static const struct { const char *name, *words; } OPS[NOPS] = {
-    [OP_EXIT] = {"exit", ""}, [OP_PUB] = {"pub", "isn"}, [OP_CONNECT] = {"connect", "rissi"},
+    [OP_EXIT] = {"exit", ""}, [OP_PUB] = {"pub", "isn"}, [OP_PUBR] = {"pubr", "issn"},
+    [OP_NETNS] = {"netns", "ris"}, [OP_CONNECT] = {"connect", "rissiI"},
     [OP_SUB] = {"sub", "riis"}, [OP_DSUB] = {"dsub", "riisi"}, [OP_UNSUB] = {"unsub", "ri"},
     [OP_FLUSH] = {"flush", "ri"}, [OP_CLOSE] = {"close", "rim"}, [OP_SUBSCRIBER] = {"subscriber", "risssss"},
     [OP_PUBLISHER] = {"publisher", "risssdiddI"}, [OP_ROUTE] = {"route", "riI"}, [OP_HALT] = {"halt", "ri"},
@@ -1084,11 +1129,42 @@ static int command(cmd_t *cmd, char *data, size_t dlen) {
         if (nc) natsConnection_Publish(nc, argv[2], data, (int)dlen);
         return 0;
     }
+    case OP_PUBR: {
+        conn_t *c = conn_get((int)n[1]);
+        natsConnection *nc = c ? c->nc : NULL;
+        if (nc) natsConnection_PublishRequest(nc, argv[2], argv[3], data, (int)dlen);
+        return 0;
+    }
+    case OP_NETNS: {
+        int index = (int)n[2];
+        if (index != netns_count || index >= MAX_NETNS) {
+            refuse(req, "namespace %d: the next is %d (at most %d)", index, netns_count, MAX_NETNS);
+            return 0;
+        }
+        /* only a process's network namespace: /proc/PID/ns/net (any other file could block the open) */
+        const char *digits = argv[3] + strlen("/proc/");
+        size_t ndigits = strspn(digits, "0123456789");
+        if (strncmp(argv[3], "/proc/", 6) || !ndigits || ndigits > 10 || strcmp(digits + ndigits, "/ns/net")) {
+            refuse(req, "namespace %.200s: not /proc/PID/ns/net", argv[3]);
+            return 0;
+        }
+        int fd = open(argv[3], O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st)) {
+            refuse(req, "namespace %.200s: %s", argv[3], strerror(errno));
+            if (fd >= 0) close(fd);
+            return 0;
+        }
+        netns_fds[netns_count++] = fd;
+        say("ok %" PRId64, req);
+        return 0;
+    }
     case OP_CONNECT: {
         int id = (int)n[2];
-        /* ids only grow (engine.py's counter); a slot is the id modulo MAX_CONNS, busy only while a
-         * connection outlives 4096 newer ones */
+        /* engine.py gives an id again only once told it is "gone" (or refused), so ids stay below the
+         * number of connections open at once; a slot is the id modulo MAX_CONNS */
         if (conns[id % MAX_CONNS]) { refuse(req, "connection %d: its slot is in use", id); return 0; }
+        if (n[6] >= netns_count) { refuse(req, "connection %d: no namespace %" PRId64, id, n[6]); return 0; }
         conn_t *c = calloc(1, sizeof *c);
         connect_job_t *job = calloc(1, sizeof *job);
         if (!c || !job) abort();
@@ -1097,7 +1173,7 @@ static int command(cmd_t *cmd, char *data, size_t dlen) {
         snprintf(c->inbox, sizeof c->inbox, "_EF.%d.%d.%" PRIu64, getpid(), id, ++seq_marker);
         conns[id % MAX_CONNS] = c;
         if (id % MAX_CONNS >= conns_hi) conns_hi = id % MAX_CONNS + 1;
-        job->conn = c, job->req = req, job->timeout_ms = (int)n[5];
+        job->conn = c, job->req = req, job->timeout_ms = (int)n[5], job->netns = (int)n[6];
         snprintf(job->url, sizeof job->url, "%s", argv[3]);
         pthread_t t;
         pthread_attr_t attr;
@@ -1244,6 +1320,14 @@ static int command(cmd_t *cmd, char *data, size_t dlen) {
         if (idx < MAX_CLIENTS && subscribers[idx].used) {
             subscriber_t *s = &subscribers[idx];
             int answered_later = s->trace.buf != NULL;
+            /* its data subscriptions end with it: the slot may be another subscriber's next (engine.py
+             * gives it again), which must not receive through a connection this one still had */
+            for (int i = 0; i < subs_hi; i++)
+                if (subs[i].used && subs[i].kind == 1 && subs[i].subscriber == idx) {
+                    natsSubscription_Unsubscribe(subs[i].sub);
+                    natsSubscription_Destroy(subs[i].sub);
+                    subs[i].used = 0;
+                }
             out_close(&s->trace, req);       /* answered by the writer once the trace is complete */
             for (size_t i = 0; i < s->nproducers; i++) free(s->producers[i].gaps);
             free(s->producers);
@@ -1266,7 +1350,7 @@ static void refuse_long(const char *head, size_t have) {
     start[k] = 0;
     char *save = NULL, *op = strtok_r(start, BLANKS, &save), *second = op ? strtok_r(NULL, BLANKS, &save) : NULL;
     int64_t req = 0;
-    if (!op || !second || !strcmp(op, "pub") || parse_i64(second, 1, INT64_MAX, &req)) req = 0;
+    if (!op || !second || !strcmp(op, "pub") || !strcmp(op, "pubr") || parse_i64(second, 1, INT64_MAX, &req)) req = 0;
     refuse(req, "a line over %d bytes: dropped", LINE_MAX_ - 1);
 }
 
@@ -1300,7 +1384,8 @@ static int read_commands(void) {
         line[llen] = 0;
         cmd_t cmd;
         int parsed = parse_command(line, llen, max_payload, &cmd, why, sizeof why);
-        size_t dlen = parsed == 0 && cmd.op == OP_PUB ? (size_t)cmd.n[3] : 0;
+        size_t dlen = parsed == 0 && cmd.op == OP_PUB ? (size_t)cmd.n[3]
+                      : parsed == 0 && cmd.op == OP_PUBR ? (size_t)cmd.n[4] : 0;
         if (have - llen - 1 < dlen) break;            /* the data is not all here yet (it fits) */
         off = (nl + 1 - stdin_buf) + dlen;
         if (parsed < 0) refuse(cmd.req, "%s", why);
@@ -1454,6 +1539,14 @@ int main(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &term, NULL);   /* libnats's threads inherit it: SIGTERM reaches the loop */
     int sfd = signalfd(-1, &term, SFD_NONBLOCK | SFD_CLOEXEC);
     main_thread = pthread_self();
+    /* an engine serving every client node of a machine holds a connection per client (a few thousand at
+     * MMOG's paper size) and a trace file per subscriber: the soft limit of 1,024 descriptors is raised
+     * to the hard one */
+    struct rlimit files;
+    if (!getrlimit(RLIMIT_NOFILE, &files) && files.rlim_cur < files.rlim_max) {
+        files.rlim_cur = files.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &files);
+    }
     if (nats_Open(-1) != NATS_OK) { fprintf(stderr, "engine: nats_Open failed\n"); return 1; }
     setvbuf(stdout, NULL, _IOFBF, 1 << 16);
     epfd = epoll_create1(EPOLL_CLOEXEC);

@@ -18,6 +18,7 @@ wakeup costs ~30 us, more than a message's own work.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import itertools
 import json
 import re
@@ -96,10 +97,18 @@ class Engine:
         # one counter per kind of id: requests are many (every flush, route, subscribe), and the engine
         # keeps clients in a table of 4096 and connections in 4096 slots (id modulo 4096)
         self._requests, self._connections, self._clients = itertools.count(1), itertools.count(1), itertools.count(1)
+        # ids the engine has freed, given again lowest first: one engine serving every client node of a
+        # machine opens thousands of connections and subscriptions over a run (moves, group changes)
+        self._free_connections: list[int] = []
+        self._free_clients: list[int] = []
+        self._open: dict[int, "EngineConnection"] = {}
         self._waiting: dict[int, asyncio.Future] = {}
         self._subs: dict[int, tuple[str, object]] = {}  # sid -> (subject, callback)
         self._firsts: dict[int, object] = {}             # data sid -> callback on its first message
         self._lost: dict[int, object] = {}               # connection -> callback
+        self._back: dict[int, object] = {}               # connection -> callback once reconnected
+        self._namespaces: dict[int, int] = {}            # node pid -> the engine's index of its namespace
+        self._of_node: dict[int, tuple[set, set]] = {}   # node pid -> (its connections, its publishers)
         self._done: dict[int, asyncio.Future] = {}       # publisher -> future of messages sent
         self.counts: dict[int, tuple[int, int]] = {}      # subscriber -> (received, bytes)
         self.closed_connections: set[int] = set()
@@ -125,8 +134,13 @@ class Engine:
         return next(self._requests)
 
     def next_client(self) -> int:
-        """A publisher's or subscriber's slot in the engine (at most 4096 per engine process)."""
-        return next(self._clients)
+        """A publisher's or subscriber's slot in the engine (at most 8192 at once per engine process)."""
+        return heapq.heappop(self._free_clients) if self._free_clients else next(self._clients)
+
+    def release_client(self, idx: int) -> None:
+        """A forgotten subscriber's slot, free in the engine: its id may be given again."""
+        self.counts.pop(idx, None)
+        heapq.heappush(self._free_clients, idx)
 
     # -- the pipe -------------------------------------------------------------------------------------
     def send(self, line: str, data: bytes = b"") -> None:
@@ -181,8 +195,14 @@ class Engine:
                     callback = self._lost.get(int(rest))
                     if callback is not None:
                         asyncio.get_running_loop().create_task(callback())
+                elif op == "back":
+                    callback = self._back.get(int(rest))
+                    if callback is not None:
+                        asyncio.get_running_loop().create_task(callback())
                 elif op == "closed":
                     self.closed_connections.add(int(rest))
+                elif op == "gone":  # the engine freed the connection's slot
+                    heapq.heappush(self._free_connections, int(rest))
         finally:
             code = await self.process.wait()
             self.failure = self.failure or f"the client engine exited with status {code}"
@@ -191,16 +211,59 @@ class Engine:
                     future.set_exception(EngineError(self.failure))
 
     # -- what the clients ask -------------------------------------------------------------------------
-    async def connect(self, broker: str, address: str, timeout: float, dropped) -> "EngineConnection":
-        conn = next(self._connections)
+    async def namespace(self, pid: int) -> int:
+        """The engine's index of the network namespace of node process `pid`, opened on first use."""
+        if pid not in self._namespaces:
+            index = len(self._namespaces)
+            self._namespaces[pid] = index
+            try:
+                await self.request(["netns", index, f"/proc/{int(pid)}/ns/net"], timeout=10)
+            except BaseException:
+                del self._namespaces[pid]
+                raise
+        return self._namespaces[pid]
+
+    async def connect(self, broker: str, address: str, timeout: float, dropped, netns: int | None = None,
+                      back=None) -> "EngineConnection":
+        """A connection to `address`; with `netns` (a node's pid) its socket lives in that node's network
+        namespace (a client host serving many nodes: `clienthost`). `dropped` and `back` are awaited
+        when it is lost and when libnats has reconnected it."""
+        space = "-" if netns is None else await self.namespace(netns)
+        conn = heapq.heappop(self._free_connections) if self._free_connections else next(self._connections)
+        self.closed_connections.discard(conn)
         self._lost[conn] = dropped
+        if back is not None:
+            self._back[conn] = back
         try:
             await self.request(["connect", conn, _token(address, "address"), _token(broker, "broker"),
-                                int(timeout * 1000)], timeout=timeout + 5)
-        except BaseException:
+                                int(timeout * 1000), space], timeout=timeout + 5)
+        except BaseException as error:
             self._lost.pop(conn, None)
+            self._back.pop(conn, None)
+            if isinstance(error, EngineError) and self.failure is None:
+                heapq.heappush(self._free_connections, conn)  # refused: the engine holds no slot for it
             raise
-        return EngineConnection(self, conn)
+        if netns is not None:
+            self.of_node(netns)[0].add(conn)
+        connection = self._open[conn] = EngineConnection(self, conn)
+        return connection
+
+    def of_node(self, pid: int) -> tuple[set, set]:
+        """(connections, publishers) of the node whose namespace is process `pid`'s."""
+        return self._of_node.setdefault(pid, (set(), set()))
+
+    async def crash(self, pid: int) -> None:
+        """The node of process `pid` fails (a scenario fault in a client host): its publishers stop
+        producing and its connections close at once, as its own process's would when killed."""
+        connections, publishers = self._of_node.pop(pid, (set(), set()))
+        for idx in publishers:
+            self.send(f"halt {self.next_id()} {idx}")
+        for conn in connections:
+            connection = self._open.get(conn)
+            if connection is not None and not connection.ended:
+                connection.end()
+                self.send(f"close {self.next_id()} {conn} now")
+        await self.process.stdin.drain()
 
     async def stop(self) -> None:
         """Traces and health flushed, the process ended (killed if it does not end in 10 s)."""
@@ -224,39 +287,83 @@ class EngineConnection:
 
     def __init__(self, engine: Engine, conn: int):
         self.engine, self.id = engine, conn
+        self._replies = itertools.count(1)
+        self.ended = False  # closed or drained by us: the engine may give its id to another connection
 
     @property
     def is_closed(self) -> bool:
-        return self.id in self.engine.closed_connections
+        return self.ended or self.id in self.engine.closed_connections
+
+    def end(self) -> None:
+        """From now on this object sends nothing under its id (a new connection may get it once gone)."""
+        self.ended = True
+        self.engine._lost.pop(self.id, None)
+        self.engine._back.pop(self.id, None)
+        if self.engine._open.get(self.id) is self:
+            del self.engine._open[self.id]
+
+    def _check(self) -> None:
+        if self.ended:
+            raise EngineError(f"connection {self.id} is closed")
 
     async def subscribe(self, subject: str, cb) -> "EngineSubscription":
+        self._check()
         sid = self.engine.next_id()
         self.engine._subs[sid] = (subject, cb)
         await self.engine.request(["sub", sid, self.id, _token(subject, "subject")])
         return EngineSubscription(self.engine, sid)
 
     async def data_subscribe(self, subject: str, subscriber: int, on_first) -> "EngineSubscription":
+        self._check()
         sid = self.engine.next_id()
         self.engine._firsts[sid] = on_first
         await self.engine.request(["dsub", sid, self.id, _token(subject, "subject"), subscriber])
         return EngineSubscription(self.engine, sid)
 
     async def publish(self, subject: str, payload: bytes) -> None:
+        self._check()
         if len(payload) > MAX_PAYLOAD:
             raise ValueError(f"a payload of {len(payload)} B is over the engine's limit of {MAX_PAYLOAD} B")
         self.engine.send(f"pub {self.id} {_token(subject, 'subject')} {len(payload)}", payload)
 
+    async def request(self, subject: str, payload: bytes, timeout: float = 10.0) -> Message:
+        """A request and its one answer (a lookup): a subscription to a fresh inbox, the request with
+        that inbox as its reply subject, the subscription ended with the answer (asyncio.TimeoutError
+        without one). The engine passes a subscription's messages up under its subject, so each request
+        has one of its own."""
+        inbox = f"_INBOX.E{self.engine.process.pid}.{self.id}.{next(self._replies)}"
+        answer = asyncio.get_running_loop().create_future()
+
+        async def answered(msg: Message) -> None:
+            if not answer.done():
+                answer.set_result(msg)
+        subscription = await self.subscribe(inbox, answered)
+        try:
+            if len(payload) > MAX_PAYLOAD:
+                raise ValueError(f"a payload of {len(payload)} B is over the engine's limit of {MAX_PAYLOAD} B")
+            self._check()
+            self.engine.send(f"pubr {self.id} {_token(subject, 'subject')} {inbox} {len(payload)}", payload)
+            return await asyncio.wait_for(answer, timeout)
+        finally:
+            if self.engine.failure is None:
+                await subscription.unsubscribe()
+
     async def flush(self, timeout: float = 30.0) -> None:
+        self._check()
         await self.engine.request(["flush", self.id], timeout=timeout)
 
     async def drain(self) -> None:
+        if self.ended:
+            return
+        self.end()
         await self.engine.request(["close", self.id, "drain"], timeout=None)
-        self.engine._lost.pop(self.id, None)
 
     async def close(self) -> None:
+        if self.ended:
+            return
+        self.end()
         if self.engine.failure is None and self.engine.process.returncode is None:
             await self.engine.request(["close", self.id, "now"], timeout=10)
-        self.engine._lost.pop(self.id, None)
 
 
 class EngineSubscription:
@@ -270,12 +377,24 @@ class EngineSubscription:
 
 
 class EngineClient:
-    """What both engine clients change in the library: connections come from the node's engine."""
+    """What both engine clients change in the library: connections come from the node's engine. In a
+    client host (`netns`: the node's pid) they are made inside the node's network namespace, and so is
+    the lookup connection, which then goes through the engine too."""
 
     engine: Engine
+    netns: int | None = None
 
     async def _connect(self, broker: str, address: str, timeout: float, dropped):
-        return await self.engine.connect(broker, address, timeout, dropped)
+        return await self.engine.connect(broker, address, timeout, dropped, netns=self.netns)
+
+    def _lookup_connector(self):
+        if self.netns is None:
+            return super()._lookup_connector()
+        engine, netns = self.engine, self.netns
+
+        async def connect(url: str, dropped, back):
+            return await engine.connect("lookup", url, 10.0, dropped, netns=netns, back=back)
+        return netns, connect
 
 
 class EnginePublisher(EngineClient, Publisher):
@@ -289,6 +408,7 @@ class EnginePublisher(EngineClient, Publisher):
         kwargs.pop("health", None)  # the engine measures its own lateness (its health file)
         if kwargs.get("features"):
             raise ValueError("topic features (durable topics, message tracking) need the Python client")
+        self.netns = kwargs.pop("netns", None)
         super().__init__(topic, name, rate, size, **kwargs)
         self.engine, self.idx, self._registered = engine, engine.next_client(), False
         _token(name, "client name"), _token(self.site or "-", "site")
@@ -304,6 +424,8 @@ class EnginePublisher(EngineClient, Publisher):
                                    repr(float(self.rate_value)), int(self.size), repr(float(start)),
                                    repr(float(duration if duration is not None else 1e12)), route])
         self._registered = True
+        if self.netns is not None:
+            self.engine.of_node(self.netns)[1].add(self.idx)
         try:
             self.sent = await future
         except asyncio.CancelledError:
@@ -340,6 +462,7 @@ class EngineSubscriber(EngineClient, Subscriber):
         kwargs.pop("keep_latencies", None)
         if kwargs.get("features"):
             raise ValueError("topic features (durable topics, message tracking) need the Python client")
+        self.netns = kwargs.pop("netns", None)
         super().__init__(topic, name, trace=None, keep_latencies=False, **kwargs)
         self.engine, self.idx, self.trace_path = engine, engine.next_client(), trace
         self._final: dict | None = None
@@ -352,10 +475,14 @@ class EngineSubscriber(EngineClient, Subscriber):
         await super().start()
 
     async def _on_attach(self, ep: Endpoint) -> None:
+        if self._forgotten:  # closed meanwhile (a move under way): its slot may be another subscriber's
+            raise EngineError(f"subscriber {self.name} of {self.topic} is closed")
         ep.subs.append(await ep.nc.data_subscribe(f"t.{self.topic}", self.idx, lambda at: self._through(ep, at)))
 
     @property
     def received(self) -> int:
+        if self._forgotten:  # its slot may be another subscriber's now
+            return self._final["received"] if self._final else 0
         return self.engine.counts.get(self.idx, (0, 0))[0]
 
     @received.setter
@@ -364,6 +491,8 @@ class EngineSubscriber(EngineClient, Subscriber):
 
     @property
     def received_bytes(self) -> int:
+        if self._forgotten:
+            return self._final["bytes"] if self._final else 0
         return self.engine.counts.get(self.idx, (0, 0))[1]
 
     @received_bytes.setter
@@ -382,6 +511,8 @@ class EngineSubscriber(EngineClient, Subscriber):
         await self.settle()
         if self.engine.failure is None and not self._forgotten:
             await self.engine.request(["forget", self.idx], timeout=10)
+            self._forgotten = True
+            self.engine.release_client(self.idx)
         self._forgotten = True
 
     def summary(self) -> dict:

@@ -42,7 +42,10 @@ SYSTEM = System(
     workload_fields={"avatars": (Annotated[int, Field(ge=1, le=100_000)], 1),  # the MMOG's avatars, one per player
                      "groups": (Annotated[int, Field(ge=1, le=10_000)], 1),  # and the groups they play in
                      # the clients' data plane: nats-py, or the node's compiled engine (engine.py)
-                     "client_engine": (Literal["python", "compiled"], "python")},
+                     "client_engine": (Literal["python", "compiled"], "python"),
+                     # with the compiled engine: one client host for every client node of a machine
+                     # (clienthost.py), or a process and an engine per node; auto: per machine where it can
+                     "client_processes": (Literal["auto", "per-machine", "per-node"], "auto")},
     roles=("role:PubSubRole", "workload_role:PubSubWorkload"),
     control={"handover_trigger": (HandoverTrigger, HandoverTrigger(),
                                   "beyond the paper: early reports and rounds on handovers (testbed.policies.handover)")},

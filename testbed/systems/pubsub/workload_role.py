@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,6 +23,83 @@ from testbed.systems.pubsub.durable import classes_json
 #: rest of the way out on a busy machine).
 STOP_S = 30.0
 ATTACH_S = 180.0  # how long the clients have, together, to attach and say so
+
+
+class ClientHost:
+    """The harness's side of a client host (`clienthost`: every client node of this machine in one
+    process, one engine): its plan written, the process started, its lines read as they come (which
+    nodes are ready, failed or crashed; their summaries), a node crashed, everything stopped."""
+
+    def __init__(self, network, nodes: list[dict], out: Path):
+        plan = out / "client-host.json"
+        plan.write_text(json.dumps({"health": str(out / "logs" / "health-clients.jsonl"), "nodes": nodes}))
+        log = (out / "logs" / "client-host.log").open("ab")
+        # in this machine's namespace: the host enters each node's for its sockets
+        self.process = subprocess.Popen([sys.executable, "-m", "testbed.systems.pubsub.clienthost", str(plan)],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True,
+                                        env=network.env)
+        log.close()
+        self.nodes = [n["node"] for n in nodes]
+        self.ready: set[str] = set()
+        self.failed: dict[str, str] = {}
+        self.crashed: set[str] = set()
+        self.summaries: list[dict] = []
+        self._said = threading.Condition()
+        self._reader = threading.Thread(target=self._read, name="client-host", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        for line in self.process.stdout:
+            try:
+                said = json.loads(line)
+            except ValueError:
+                continue
+            with self._said:
+                node = said.get("node")
+                if said.get("ready"):
+                    self.ready.add(node)
+                elif "failed" in said:
+                    self.failed[node] = said["failed"]
+                elif said.get("crashed"):
+                    self.crashed.add(node)
+                elif "sent" in said:
+                    self.summaries.append(said)
+                self._said.notify_all()
+        with self._said:
+            self._said.notify_all()
+
+    def wait_ready(self, timeout: float) -> list[str]:
+        """The nodes not ready after `timeout` s (or once one failed, or the host exited)."""
+        deadline = time.monotonic() + timeout
+        with self._said:
+            while (len(self.ready) < len(self.nodes) and not self.failed and self._reader.is_alive()
+                   and time.monotonic() < deadline):
+                self._said.wait(max(0.01, min(1.0, deadline - time.monotonic())))
+            return [n for n in self.nodes if n not in self.ready]
+
+    def crash(self, node: str) -> None:
+        self.process.stdin.write(f"crash {node}\n")
+        self.process.stdin.flush()
+
+    def gone(self) -> dict[str, int | str]:
+        """Nodes whose program ended badly: why (a failure), or the host's exit status (it died)."""
+        with self._said:
+            gone: dict[str, int | str] = dict(self.failed)
+        code = self.process.poll()
+        if code is not None and code != 0:
+            gone.update({n: code for n in self.nodes if n not in gone and n not in self.crashed})
+        return gone
+
+    def stop(self, timeout: float) -> None:
+        """Every node stopped (each says its summary on the way out); killed after `timeout` s."""
+        if self.process.poll() is None:
+            self.process.terminate()
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self._reader.join(5.0)
 
 
 def release_start(start_path: Path, network) -> None:
@@ -51,6 +130,8 @@ class PubSubWorkload(Role):
         self.network, self.topology, self.scenario = run.network, run.topology, run.scenario
         self.out, self.run_id, self.say = Path(run.out), run.run_id, run.say
         self.processes: dict[str, subprocess.Popen] = {}
+        self.hosted: list[dict] = []  # client nodes that run in the machine's client host (`ClientHost`)
+        self.host: ClientHost | None = None
         self.crashed: list[dict] = []  # client_killed events (scenario faults)
         self._reported: set[str] = set()  # processes whose exit supervise() has reported
         self.summaries: list[dict] = []
@@ -90,8 +171,9 @@ class PubSubWorkload(Role):
                 continue
             self._launch(node, "uav", ["--members", str(node.members)], rate)
         self._wait_attached()
-        self.say(f"workload: {len(self.processes)} swarm processes publishing at {rate:g} msg/s per UAV"
-                 + (" (compiled client engine)" if scenario.workload.client_engine == "compiled" else ""))
+        self.say(f"workload: {len(self.processes) + len(self.hosted)} swarms publishing at {rate:g} msg/s per UAV"
+                 + (" (compiled client engine)" if scenario.workload.client_engine == "compiled" else "")
+                 + self._processes_said())
 
     def _start_mmog(self) -> None:
         """One process per player and per game server (paper 5.8.2); they share a plan (each player's
@@ -121,7 +203,7 @@ class PubSubWorkload(Role):
         edges = len({e["edge"] for e in plan["edges"]})
         self.say(f"workload: {len(plan['players'])} players on {edges} edge sites ({len(plan['servers'])} game "
                  f"servers) in {scenario.workload.groups} groups publishing at {rate:g} msg/s each, "
-                 f"{len(plan['changes'])} group changes planned")
+                 f"{len(plan['changes'])} group changes planned" + self._processes_said())
 
     def _start_hotspot(self) -> None:
         """One process per static client node holding its publishers and subscribers of the shared
@@ -144,14 +226,31 @@ class PubSubWorkload(Role):
         spec, surge = scenario.workload.hotspot, scenario.workload.hotspot.surge
         self.say(f"workload: {spec.topics} topics (Zipf {spec.zipf:g}, rank 1 at {rate:g} msg/s), "
                  f"{spec.hot_topics()} at {spec.hot_site}, {len(plan['subscribers'])} subscribers on "
-                 f"{len(self.processes)} nodes"
-                 + (f"; surge at {surge.at:g}s: {surge.topics} topics x {surge.publishers} publishers" if surge else ""))
+                 f"{len(self.processes) + len(self.hosted)} nodes"
+                 + (f"; surge at {surge.at:g}s: {surge.topics} topics x {surge.publishers} publishers" if surge else "")
+                 + self._processes_said())
+
+    def per_machine(self) -> bool:
+        """Do the client nodes run in one client host (`ClientHost`)? With the compiled engine, on
+        namespaces of this machine (`workload.client_processes`: auto or per-machine; the scenario's
+        check refuses per-machine where it cannot be)."""
+        wanted = self.scenario.workload.client_processes
+        return (wanted != "per-node" and self.scenario.workload.client_engine == "compiled"
+                and self.network.backend.name == "mininet"
+                and all(self.network.server_of(n.name) is None or self.network.server_of(n.name).on_this_machine
+                        for n in self.topology.nodes.values()))
+
+    def _processes_said(self) -> str:
+        if not self.hosted:
+            return f"; {len(self.processes)} client processes"
+        return f"; one client host for {len(self.hosted)} nodes (2 processes)"
 
     def _launch(self, node, kind: str, own: list[str], rate: float) -> None:
-        """One workload process in `node` (`python -m testbed.systems.pubsub.workloads <kind>`): its
-        own arguments, then what every workload process takes (rate, lookup, traces, events, health)."""
+        """One workload process in `node` (`python -m testbed.systems.pubsub.workloads <kind>`), or the
+        node's place in the client host (`per_machine`): its own arguments, then what every workload
+        process takes (rate, lookup, traces, events, health)."""
         logs, trigger = self.out / "logs", self.scenario.control.handover_trigger
-        argv = [self.network.python, "-m", "testbed.systems.pubsub.workloads", kind, "--node", node.name, *own,
+        argv = [kind, "--node", node.name, *own,
                 "--rate", f"{rate:g}", "--size", f"{self.scenario.workload.message_size:.0f}",
                 *self.attach_args(node), "--trace-dir", str(self.out / "traces"),
                 "--events", str(logs / f"clients-{node.name}.jsonl"), "--run-id", self.run_id,
@@ -162,8 +261,13 @@ class PubSubWorkload(Role):
                 *(["--track"] if self.scenario.tracking.strategy != "none" else []),
                 "--durable", classes_json(self.scenario.workload.topics), "--distance", self.scenario.control.distance,
                 *(["--handover-trigger", trigger.config().to_json()] if trigger.enabled else [])]
+        if self.per_machine():
+            self.hosted.append({"node": node.name, "pid": self.network.nodes[node.name].pid, "argv": argv})
+            return
         log = (logs / f"workload-{node.name}.log").open("ab")
-        self.processes[node.name] = self.network.popen(node.name, argv, stdout=subprocess.PIPE, stderr=log, text=True)
+        self.processes[node.name] = self.network.popen(
+            node.name, [self.network.python, "-m", "testbed.systems.pubsub.workloads", *argv],
+            stdout=subprocess.PIPE, stderr=log, text=True)
 
     def attach_args(self, node) -> list[str]:
         """How `node`'s clients find their brokers: through the pub/sub role's lookup service. A
@@ -174,6 +278,15 @@ class PubSubWorkload(Role):
         """Every client says it is attached, within one deadline for all (they start together): on a
         machine far past its capacity they livelocked at their start, and a wait per client came to
         64 x 120 s."""
+        if self.hosted:
+            self.host = ClientHost(self.network, self.hosted, self.out)
+            missing = self.host.wait_ready(ATTACH_S)
+            if missing:
+                failed = "; ".join(f"{n}: {why}" for n, why in self.host.failed.items())
+                raise RuntimeError(f"client host: {len(missing)} of {len(self.hosted)} nodes did not attach "
+                                   f"({', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''})"
+                                   + (f"; {failed}" if failed else "") + " (see logs/client-host.log)")
+            return
         deadline = time.monotonic() + ATTACH_S
         for name, process in self.processes.items():
             if read_line(process, max(0.1, deadline - time.monotonic())) is None:
@@ -182,6 +295,12 @@ class PubSubWorkload(Role):
     def kill(self, node: str) -> list[dict]:
         """A scenario fault: the client node's workload process crashes (SIGKILL of everything in the
         node); not restarted. Its clients' traffic ends there; the others' must go on."""
+        if self.host is not None and node in self.host.nodes:
+            self._reported.add(node)
+            self.host.crash(node)
+            self.crashed.append({"type": "client_killed", "time": time.time(), "node": node,
+                                 "killed": [f"{node}'s clients in the client host"]})
+            return [self.crashed[-1]]
         if node not in self.processes:
             return []
         self._reported.add(node)  # the crash is this event, not also a `workload_died`
@@ -191,8 +310,15 @@ class PubSubWorkload(Role):
 
     def supervise(self) -> list[dict]:
         # exit 0 is a client process that finished its duration, not a crash
-        return [{"type": "workload_died", "time": time.time(), "node": name, "exit_code": code}
+        died = [{"type": "workload_died", "time": time.time(), "node": name, "exit_code": code}
                 for name, code in newly_dead(self.processes, self._reported) if code != 0]
+        if self.host is not None:
+            for name, why in self.host.gone().items():
+                if name not in self._reported:
+                    self._reported.add(name)
+                    died.append({"type": "workload_died", "time": time.time(), "node": name,
+                                 **({"exit_code": why} if isinstance(why, int) else {"error": why})})
+        return died
 
     def stop(self) -> None:
         """Stop the clients; each prints its summary line (sent, received, expected) on the way out.
@@ -211,6 +337,9 @@ class PubSubWorkload(Role):
                 process.kill()
                 process.communicate()  # reaped, its pipe closed
         self.processes = {}
+        if self.host is not None:
+            self.host.stop(STOP_S)
+            self.summaries.extend(self.host.summaries)
 
     def events(self) -> list[dict]:
         """Client events (lookups, redirects, downtimes), and the clients killed by faults."""

@@ -42,7 +42,8 @@ from collections import Counter
 from pathlib import Path
 
 from testbed.policies.topics import topic_class
-from testbed.systems.pubsub.client import EventLog, Publisher, Subscriber, coordinate_source, run_precise, shared_query
+from testbed.systems.pubsub.client import (EventLog, Publisher, Subscriber, coordinate_source, in_node, run_precise,
+                                           shared_query)
 from testbed.systems.pubsub.attach import AttachPlan, AttachWatch, first_broker
 from testbed.systems.pubsub.clienthealth import ClientHealth
 from testbed.systems.pubsub.durable import ACKS_DIR, parse_classes
@@ -122,11 +123,36 @@ async def data_plane(args) -> tuple[Engine | None, ClientHealth]:
     return engine, ClientHealth(None if engine else args.health)
 
 
-def client_classes(engine: Engine | None, health: ClientHealth):
-    """(publisher, subscriber) constructors: the client library's, or its engine variants."""
+class NodeProcess:
+    """What one node's workload runs on: its data plane (engine and health probe), the stop it waits
+    for, and where its lines (ready, summary) go. A node's own process (`main`) has its own engine,
+    stops on SIGTERM and prints; in a client host (`clienthost`: every client node of a machine in one
+    process) the machine's engine, the node's stop and the host's output, tagged with the node."""
+
+    def __init__(self, engine: Engine | None, health: ClientHealth, stop: asyncio.Event, say, own_engine: bool):
+        self.engine, self.health, self.stop, self.say, self.own_engine = engine, health, stop, say, own_engine
+
+    @classmethod
+    async def standalone(cls, args) -> "NodeProcess":
+        engine, health = await data_plane(args)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        return cls(engine, health, stop, lambda line: print(json.dumps(line), flush=True), own_engine=True)
+
+    async def close(self) -> None:
+        if self.own_engine and self.engine is not None:
+            await self.engine.stop()
+
+
+def client_classes(engine: Engine | None, health: ClientHealth, netns: int | None = None):
+    """(publisher, subscriber) constructors: the client library's, or its engine variants (`netns`:
+    the node's pid, when one engine serves many nodes)."""
     if engine is None:
         return functools.partial(Publisher, health=health), Subscriber
-    return functools.partial(EnginePublisher, engine=engine), functools.partial(EngineSubscriber, engine=engine)
+    return (functools.partial(EnginePublisher, engine=engine, netns=netns),
+            functools.partial(EngineSubscriber, engine=engine, netns=netns))
 
 
 def uav_clients(args, events: EventLog, health: ClientHealth | None = None, engine: Engine | None = None,
@@ -135,8 +161,9 @@ def uav_clients(args, events: EventLog, health: ClientHealth | None = None, engi
     `owner` (broker, address), they attach there without a lookup (`--attach`, testbed.systems.pubsub.attach)."""
     swarm, trace_dir = args.node, Path(args.trace_dir)
     common = {"lookup_url": None if owner else args.lookup, "owner": owner, "site": args.site, "run_id": args.run_id,
-              "events": events, "coord": coordinate_source(args.coord, swarm), "nc_period": args.nc_period}
-    pub, sub = client_classes(engine, health)
+              "events": events, "coord": coordinate_source(args.coord, swarm, args.netns_pid),
+              "nc_period": args.nc_period}
+    pub, sub = client_classes(engine, health, args.netns_pid)
     leader, followers = f"{swarm}-u1", [f"{swarm}-u{i}" for i in range(2, args.members + 1)]
     follow, sensor = f"follow_leader-{swarm}", f"sensor_data-{swarm}"
     publishers = [pub(follow, leader, args.rate, args.size, precise_s=0.0, **common,
@@ -152,28 +179,25 @@ def uav_clients(args, events: EventLog, health: ClientHealth | None = None, engi
     return publishers, subscribers
 
 
-async def _main(args) -> int:
+async def run_uav(args, node: NodeProcess) -> int:
     Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     events = EventLog(args.events)
-    engine, health = await data_plane(args)
+    engine, health, stop = node.engine, node.health, node.stop
     plan = AttachPlan.read(args.attach) if args.attach else None
-    owner = await first_broker(plan, args.site, args.coord == "proxy") if plan else None
+    owner = await first_broker(plan, args.site, args.coord == "proxy", args.netns_pid) if plan else None
     publishers, subscribers = uav_clients(args, events, health, engine, owner)
     for client in subscribers + publishers:  # subscribers first: no message is sent before anyone listens
         await client.start()
     follow = None  # without a lookup service, the swarm's clients follow it to its new zone's broker
     if plan is not None and args.coord == "proxy":
-        follow = asyncio.create_task(AttachWatch(args.node, [*subscribers, *publishers], plan, args.site, events).run())
+        follow = asyncio.create_task(AttachWatch(args.node, [*subscribers, *publishers], plan, args.site, events,
+                                                 args.netns_pid).run())
     watch = None
     if args.handover.enabled:  # the swarm's clients report at once when it enters another zone
         watch = HandoverWatch(args.node, [*publishers, *subscribers], args.handover, get_distance(args.distance),
                               events)
         watch = asyncio.create_task(watch.run())
-    print(json.dumps({"ready": True, "publishers": len(publishers), "subscribers": len(subscribers)}), flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    node.say({"ready": True, "publishers": len(publishers), "subscribers": len(subscribers)})
     start = time.time() + 0.5
     gc.freeze()  # what start-up allocated is never garbage: keep it out of every later collection
     work = [asyncio.create_task(p.run(duration=args.duration, start=start + phase(i, len(publishers), args.rate)))
@@ -193,9 +217,8 @@ async def _main(args) -> int:
                "received": sum(s.received for s in subscribers), **durable_counts(publishers, subscribers)}
     for client in publishers:
         await client.close()
-    if engine is not None:
-        await engine.stop()
-    print(json.dumps(summary), flush=True)
+    await node.close()
+    node.say(summary)
     return 0
 
 
@@ -266,7 +289,7 @@ class MmogClient:
         """`engine`: the node's compiled engine carries its clients' data plane; `owner` (broker,
         address): every client attaches there without a lookup (`--attach`, testbed.systems.pubsub.attach)."""
         self.args, self.events, self.plan = args, events, plan
-        self.pub_class, self.sub_class = client_classes(engine, health)
+        self.pub_class, self.sub_class = client_classes(engine, health, args.netns_pid)
         self.node, self.trace_dir = args.node, Path(args.trace_dir)
         self.common = {"lookup_url": None if owner else args.lookup, "owner": owner, "site": args.site,
                        "run_id": args.run_id, "events": events, "coord": coord, "nc_period": args.nc_period}
@@ -351,8 +374,8 @@ def mmog_coordinate(args):
     if args.proxy_ip:
         from testbed.nc import proxy
 
-        return shared_query(lambda: proxy.query(args.proxy_ip)["coordinate"])
-    return coordinate_source(args.coord, args.node)
+        return shared_query(in_node(lambda: proxy.query(args.proxy_ip)["coordinate"], args.netns_pid))
+    return coordinate_source(args.coord, args.node, args.netns_pid)
 
 
 def mmog_owner(args, plan: dict) -> tuple[str, str] | None:
@@ -371,7 +394,7 @@ async def attach(args, events: EventLog, edge: dict) -> None:
     from testbed.nc import proxy
 
     try:
-        answer = await asyncio.to_thread(proxy.query, args.proxy_ip)
+        answer = await asyncio.to_thread(in_node(lambda: proxy.query(args.proxy_ip), args.netns_pid))
         events.add("player_attached", client=args.node, edge=edge["edge"], proxy=answer["proxy"],
                    access_s=answer["access_s"])
     except (TimeoutError, OSError, ValueError) as error:
@@ -389,24 +412,20 @@ async def wait_start(path: Path, stop: asyncio.Event, timeout: float = 300.0) ->
     return None
 
 
-async def _main_mmog(args) -> int:
+async def run_mmog(args, node: NodeProcess) -> int:
     Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     events = EventLog(args.events)
     plan = json.loads(Path(args.plan).read_text())
-    engine, health = await data_plane(args)
+    engine, health, stop = node.engine, node.health, node.stop
     client = MmogClient(args, events, plan, mmog_coordinate(args), health, engine, mmog_owner(args, plan))
     if args.proxy_ip:
         await attach(args, events, plan["edges"][client.avatar])
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     for avatar in sorted(client.wanted()):
         await client.subscribe(avatar)
     for publisher in client.publishers:
         await publisher.start()
-    print(json.dumps({"ready": True, "avatar": client.avatar, "publishers": len(client.publishers),
-                      "subscribers": len(client.subscribers)}), flush=True)
+    node.say({"ready": True, "avatar": client.avatar, "publishers": len(client.publishers),
+              "subscribers": len(client.subscribers)})
     client.start = await wait_start(Path(args.start_file), stop) if args.start_file else None
     if client.start is None:
         client.start = time.time() + 0.5
@@ -438,9 +457,8 @@ async def _main_mmog(args) -> int:
                "subscriptions": len(client.windows) + len(client.subscribers)}
     for c in client.publishers:
         await c.close()
-    if engine is not None:
-        await engine.stop()
-    print(json.dumps(summary), flush=True)
+    await node.close()
+    node.say(summary)
     return 0
 
 
@@ -510,14 +528,14 @@ async def _surge(publishers: list[tuple[Publisher, dict]], start: float, events:
     await asyncio.gather(*(publisher.run(start=start + spec["start_s"]) for publisher, spec in publishers))
 
 
-async def _main_hotspot(args) -> int:
+async def run_hotspot(args, node: NodeProcess) -> int:
     Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     events = EventLog(args.events)
     plan = json.loads(Path(args.plan).read_text())
-    engine, health = await data_plane(args)
-    pub_class, sub_class = client_classes(engine, health)
+    engine, health, stop = node.engine, node.health, node.stop
+    pub_class, sub_class = client_classes(engine, health, args.netns_pid)
     common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
-              "coord": coordinate_source(args.coord, args.node), "nc_period": args.nc_period}
+              "coord": coordinate_source(args.coord, args.node, args.netns_pid), "nc_period": args.nc_period}
     subscribers = [sub_class(s["topic"], s["client"], trace=Path(args.trace_dir) / f"{s['topic']}.{s['client']}.jsonl",
                              keep_latencies=False, **common, **client_features(args, s["topic"], s["client"]))
                    for s in plan["subscribers"] if s["node"] == args.node]
@@ -526,14 +544,9 @@ async def _main_hotspot(args) -> int:
                   for p in plan["publishers"] if p["node"] == args.node]
     first = [(pub, p) for pub, p in publishers if p["at"] <= 0]
     later = [(pub, p) for pub, p in publishers if p["at"] > 0]
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     for client in subscribers + [pub for pub, _ in first]:  # subscribers first, as everywhere
         await client.start()
-    print(json.dumps({"ready": True, "publishers": len(first), "surge": len(later),
-                      "subscribers": len(subscribers)}), flush=True)
+    node.say({"ready": True, "publishers": len(first), "surge": len(later), "subscribers": len(subscribers)})
     start = await wait_start(Path(args.start_file), stop) if args.start_file else None
     start = start or time.time() + 0.5
     gc.freeze()
@@ -554,13 +567,17 @@ async def _main_hotspot(args) -> int:
                **durable_counts([pub for pub, _ in publishers], subscribers)}
     for client in [pub for pub, _ in publishers]:
         await client.close()
-    if engine is not None:
-        await engine.stop()
-    print(json.dumps(summary), flush=True)
+    await node.close()
+    node.say(summary)
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+#: What each kind of client node runs (in its own process, or in a client host).
+PROGRAMS = {"uav": run_uav, "mmog": run_mmog, "hotspot": run_hotspot}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """A node's workload arguments (the same in its own process and in a client host)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("kind", choices=["uav", "mmog", "hotspot"])
     parser.add_argument("--node", required=True)
@@ -591,19 +608,24 @@ def main(argv: list[str] | None = None) -> int:
                         "testbed.policies.handover.HandoverTrigger as JSON (default: off)")
     parser.add_argument("--distance", default=DEFAULT_DISTANCE, choices=list(DISTANCES),
                         help="the run's reading of d (the handover trigger compares coordinates with it)")
+    parser.add_argument("--netns-pid", type=int, help="in a client host: the node's process, whose network "
+                        "namespace its sockets are made in")
     args = parser.parse_args(argv)
     args.handover = HandoverTrigger.from_json(args.handover_trigger)
     if not args.lookup and not (args.attach and args.kind in ("uav", "mmog")):
         parser.error("give --lookup (uav, mmog also: --attach)")
-    if args.kind == "mmog":
-        if not args.plan:
-            parser.error("mmog needs --plan")
-        return run_precise(_main_mmog(args))
-    if args.kind == "hotspot":
-        if not args.plan:
-            parser.error("hotspot needs --plan")
-        return run_precise(_main_hotspot(args))
-    return run_precise(_main(args))
+    if args.kind in ("mmog", "hotspot") and not args.plan:
+        parser.error(f"{args.kind} needs --plan")
+    return args
+
+
+async def run_alone(args) -> int:
+    """A node's workload in a process of its own."""
+    return await PROGRAMS[args.kind](args, await NodeProcess.standalone(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_precise(run_alone(parse_args(sys.argv[1:] if argv is None else argv)))
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ analysis.bench_figures.efficiency), and prints the table.
     python -m testbed.systems.pubsub.bench.efficiency [--quick] [--shapers shared,routed] [--repeats 1] [--loads 0.05,0.1]
     python -m testbed.systems.pubsub.bench.efficiency --shapers routed --clients python,compiled --loads 0.25,0.5
     python -m testbed.systems.pubsub.bench.efficiency --shapers routed --clients compiled --servers pypi,debian
+    python -m testbed.systems.pubsub.bench.efficiency --shapers routed --clients compiled/per-node,compiled --loads 1
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ PAPER_UAV_RATE = 200  # msg/s per swarm publisher at 8 swarms: scenarios/uav.yam
 UAV_LOADS = (0.05, 0.1, 0.25, 0.5, 1.0)
 QUICK_LOADS = (0.05, 0.1)
 MMOG_RATES = (10, 30)  # msg/s per game server, 2 per city (bench-capacity's MMOG axis)
+CLIENTS = ("python", "compiled", "compiled/per-node", "compiled/per-machine")  # --clients' values
 TARGET_US = 70.0  # the paper's load on two cores: the whole cost of a delivery must stay under this
 #: The classes must account for the machine's busy time within this share in every row (else the
 #: per-delivery figure is not what the machine spent, and the benchmark fails).
@@ -58,16 +60,20 @@ def points(loads: tuple[float, ...], mmog: bool) -> list[Point]:
 def scenario_copy(point: Point, shaper: str, duration: str, settle: str, directory: Path, clients: str = "python",
                   server: str = natsserver.DEFAULT) -> Path:
     """The base scenario at the point's size with `shaper`, the `clients`' data plane (nats-py or
-    the compiled engine) and the brokers' nats-`server` (testbed.natsserver), a short duration and settle."""
+    the compiled engine; `compiled/per-node`: an engine and a process per client node, not one client
+    host for all: `workload.client_processes`) and the brokers' nats-`server` (testbed.natsserver), a
+    short duration and settle."""
     data = yaml.safe_load(BASES[point.case].read_text())
-    name = f"eff-{'uav' if point.case == 'uav-swarm' else 'mmog'}-r{point.rate}-{shaper}-{clients}-{server}"
+    engine, _, processes = clients.partition("/")
+    name = f"eff-{'uav' if point.case == 'uav-swarm' else 'mmog'}-r{point.rate}-{shaper}-{engine}{processes}-{server}"
     data.update(name=name, duration=duration,
                 description=f"bench-efficiency point from {BASES[point.case].name} through the {shaper} shaper")
     data["control"]["settle"] = settle
     data["workload"]["rate"] = f"{point.rate}/s"
     data["nodes"]["clients"][0]["count"] = point.count
     data.setdefault("emulation", {})["shaper"] = shaper
-    data["workload"]["client_engine"] = clients
+    data["workload"]["client_engine"] = engine
+    data["workload"]["client_processes"] = processes or "auto"
     data["nodes"]["nats_server"] = server
     path = directory / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -221,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help=f"UAV at {QUICK_LOADS} of the paper's load, no MMOG")
     parser.add_argument("--shapers", default="shared,routed", help="the shapers compared, alternating")
     parser.add_argument("--clients", default="python",
-                        help="the clients' data planes compared (python, compiled: workload.client_engine), alternating")
+                        help="the clients' data planes compared (python, compiled: workload.client_engine; "
+                             "compiled/per-node: a process and an engine per client node), alternating")
     parser.add_argument("--servers", default=natsserver.DEFAULT,
                         help=f"the brokers' nats-servers compared ({', '.join(natsserver.CHOICES)}: nodes.nats_server), "
                              "alternating")
@@ -242,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"--shapers: {args.shapers!r}; known: {', '.join(SHAPERS)}")
         return 2
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
-    if not clients or any(c not in ("python", "compiled") for c in clients):
-        console.print(f"--clients: {args.clients!r}; known: python, compiled")
+    if not clients or any(c not in CLIENTS for c in clients):
+        console.print(f"--clients: {args.clients!r}; known: {', '.join(CLIENTS)}")
         return 2
     servers = [c.strip() for c in args.servers.split(",") if c.strip()]
     if not servers or any(c not in natsserver.CHOICES for c in servers):
