@@ -126,7 +126,8 @@ def with_intervals(pooled: list[dict], per_run: list[dict]) -> None:
             row[f"{column}_ci"] = mean_ci(values, bounds=limits).as_dict() if values else None
 
 
-def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str = "p95_s", say=print) -> dict:
+def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str = "p95_s", say=print,
+                 variant: str = "") -> dict:
     """Reduce the runs, write the per-policy tables and figures into `out`; returns what was drawn and the rows."""
     out = Path(out)
     usable, missing, panels = [], [], {kind: [] for kind in WORKLOAD_FIGURE}
@@ -208,13 +209,15 @@ def compare_runs(spark, runs: list[dict], out, bucket_s: float = 1.0, stat: str 
             continue
         if fig == "fig8":
             topic_class = next((p["topic_class"] for p in kind_panels if p.get("topic_class")), None)
-            drawn = figures.fig8_policies(kind_panels, out / "fig8.png", stat=stat, topic_class=topic_class)
+            drawn = figures.fig8_policies(kind_panels, out / "fig8.png", stat=stat, topic_class=topic_class,
+                                          variant=variant)
         else:
-            drawn = figures.fig9_policies(kind_panels, out / "fig9.png", stat=stat)
+            drawn = figures.fig9_policies(kind_panels, out / "fig9.png", stat=stat, variant=variant)
         result["figures"][fig] = drawn
         rows = [r for r in result["latency"] if r["scenario"] == scenario_of.get(kind)]
         if rows:
-            title = f"{SCENARIO_TITLES[kind]}: {figures.STAT_NAMES.get(stat, stat)} E2E latency per policy"
+            title = (f"{SCENARIO_TITLES[kind]}{figures.variant_title(variant)}: {figures.STAT_NAMES.get(stat, stat)} "
+                     "E2E latency per policy")
             result["figures"][f"{fig}-p95"] = figures.policy_over_time(rows, out / f"{fig}-p95.png", title, stat=stat)
     if result["violations"]:
         titles = {scenario_of[k]: SCENARIO_TITLES[k] for k in WORKLOAD_FIGURE if k in scenario_of}

@@ -467,26 +467,33 @@ def _panels(panels: list[dict], out, title: str, ylabel_for, draw, legend_title:
     return {"path": _save(fig, out), "title": title, "xlabel": xlabel, "ylabel": ylabel, "series": series}
 
 
-def fig8_policies(panels: list[dict], out, stat: str = "p95_s", topic_class: str | None = None) -> dict:
+def fig8_policies(panels: list[dict], out, stat: str = "p95_s", topic_class: str | None = None,
+                  variant: str = "") -> dict:
     """Fig. 8 once per policy (one row each): panels are {policy, e2e, relinks, migrations, threshold_s, note,
-    missing}."""
+    missing}; `variant` names a sibling of the paper's figure in its title ("Fig. 8 (measured jitter)")."""
     def draw(ax, panel):
         return _draw_e2e(ax, panel.get("e2e"), panel.get("relinks"), panel.get("threshold_s"), stat, topic_class,
                          panel.get("saturated"), panel.get("faults"), panel.get("migrations"))
 
-    title = "Fig. 8: E2E latency of each swarm's representative topic, per broker selection policy"
+    title = f"Fig. 8{variant_title(variant)}: E2E latency of each swarm's representative topic, per broker selection policy"
     return _panels(sorted(panels, key=lambda p: policy_key(p["policy"])), out, title,
                    lambda bucket: f"E2E latency, {STAT_NAMES.get(stat, stat)}\nper {bucket:g} s (ms)", draw)
 
 
-def fig9_policies(panels: list[dict], out, stat: str = "p95_s") -> dict:
-    """Fig. 9 once per policy (one row each): panels are {policy, aoi, marks, threshold_s, note, missing}."""
+def variant_title(variant: str) -> str:
+    """What a sibling of the paper's figure adds to its number: " (measured jitter)"."""
+    return f" ({variant})" if variant else ""
+
+
+def fig9_policies(panels: list[dict], out, stat: str = "p95_s", variant: str = "") -> dict:
+    """Fig. 9 once per policy (one row each): panels are {policy, aoi, marks, threshold_s, note, missing};
+    `variant` as in fig8_policies."""
     def draw(ax, panel):
         labels, bucket, _consumer = _draw_aoi(ax, panel.get("aoi"), panel.get("threshold_s"), stat,
                                               panel.get("saturated"), panel.get("marks"), panel.get("faults"))
         return labels, bucket
 
-    title = "Fig. 9: E2E area-of-interest latency of one player, per broker selection policy"
+    title = f"Fig. 9{variant_title(variant)}: E2E area-of-interest latency of one player, per broker selection policy"
     return _panels(sorted(panels, key=lambda p: policy_key(p["policy"])), out, title,
                    lambda bucket: f"E2E AoI latency, {STAT_NAMES.get(stat, stat)}\nper {bucket:g} s (ms)", draw,
                    legend_title="player")

@@ -53,11 +53,12 @@ def _fail_input(error: Exception) -> typer.Exit:
 
 
 def _load(path: Path, scale: Optional[float] = None, seed: Optional[int] = None,
-          system: Optional[str] = None) -> tuple[Scenario, topo_mod.Topology]:
+          jitter: Optional[str] = None, system: Optional[str] = None) -> tuple[Scenario, topo_mod.Topology]:
     """Load and validate, including the checks that need the data (zones vs towers, site names);
     the topology those checks built comes along, so a run builds it (and its k-means) once. A seed
-    given here replaces the file's before the topology is built (zones and placements follow it);
-    a system (--system) replaces the file's system under test, checked as the file's would be."""
+    or a cities' jitter given here replaces the file's before the topology is built (zones,
+    placements and links follow them); a system (--system) replaces the file's system under test,
+    checked as the file's would be."""
     from testbed import topology as topo_mod
     from testbed.scenario.loader import ScenarioError, load
 
@@ -65,9 +66,23 @@ def _load(path: Path, scale: Optional[float] = None, seed: Optional[int] = None,
         scenario = with_system(at_scale(load(path), scale, path), system, path)
         if seed is not None:
             scenario = scenario.model_copy(update={"seed": seed})
+        if jitter is not None:
+            scenario = with_jitter(scenario, jitter, path)
         return scenario, topo_mod.checked(scenario, str(path))
-    except ScenarioError as error:
+    except (ScenarioError, ValueError) as error:
         raise _fail_input(error) from None
+
+
+def with_jitter(scenario: Scenario, jitter: str, path: Path) -> Scenario:
+    """The scenario with infrastructure.cities.jitter replaced: the same cities, their links constant
+    ("none") or varying as WonderProxy's pings between them did ("measured"). Only a scenario built on
+    cities has measured links to vary; another is refused rather than silently run unchanged."""
+    cities = scenario.infrastructure.cities
+    if cities is None:
+        raise ValueError(f"{path}: --jitter: the scenario has no infrastructure.cities (only links between "
+                         f"WonderProxy's cities have a measured spread)")
+    infrastructure = scenario.infrastructure.model_copy(update={"cities": cities.model_copy(update={"jitter": jitter})})
+    return scenario.model_copy(update={"infrastructure": infrastructure})
 
 
 @app.command("list")
@@ -383,6 +398,9 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
                                                help=f"Override control.distance: {' | '.join(DISTANCES)}."),
         seed: Optional[int] = typer.Option(None, callback=checked_as("Scenario", "seed"),
                                            help="Override the scenario's seed (mobility, zones, link jitter): a repeat."),
+        jitter: Optional[str] = typer.Option(None, callback=checked_as("Cities", "jitter"),
+                                             help="Override infrastructure.cities.jitter: none | measured (each "
+                                             "inter-city link varies as WonderProxy's pings between its cities did)."),
         results: Path = typer.Option(Path("results"), help="Directory for run results."),
         strict: bool = typer.Option(False, "--strict", help="Refuse (exit 2) a load beyond the measured capacity."),
         over_capacity: bool = typer.Option(False, "--over-capacity",
@@ -410,7 +428,7 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
 
     if hold and interactive:
         raise _fail_input(ValueError("--hold: not with --interactive (the Mininet CLI already holds the network)"))
-    scenario, topology = _load(path, scale, seed, system)
+    scenario, topology = _load(path, scale, seed, jitter, system)
     view_socket = _view_socket(view_address, view_port) if view else None
     if policy is not None:
         try:
@@ -878,6 +896,7 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
     Example: testbed paper --check         (do the index's numbers still describe this code?)
     """
     from testbed import paper as paper_mod
+    from testbed import paper_figures
 
     if check:
         from testbed import paper_check
@@ -885,8 +904,8 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
         raise typer.Exit(paper_check.check(out))
     import click
 
-    if scale not in paper_mod.SCALES:
-        raise typer.BadParameter(f"{scale!r}; allowed: {', '.join(paper_mod.SCALES)}", click.get_current_context(),
+    if scale not in paper_figures.SCALES:
+        raise typer.BadParameter(f"{scale!r}; allowed: {', '.join(paper_figures.SCALES)}", click.get_current_context(),
                                  param_hint="'--scale'")
     chosen = tuple(p.strip() for p in policies.split(",") if p.strip())
     unknown = [p for p in chosen if p not in POLICY_CHOICES]
@@ -901,15 +920,15 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
                                  f"{', '.join(s.name for s in plugin.systems())}", click.get_current_context(),
                                  param_hint="'--systems'")
     chosen_entries = tuple(e.strip() for e in (only or "").split(",") if e.strip())
-    known = paper_mod.depends(paper_mod.Options(scale=scale, policies=chosen, asides=asides, systems=other))
+    known = paper_figures.depends(paper_figures.Options(scale=scale, policies=chosen, asides=asides, systems=other))
     if only is not None and (not chosen_entries or any(e not in known for e in chosen_entries)):
         raise typer.BadParameter(f"{', '.join(e for e in chosen_entries if e not in known) or 'none given'}; "
                                  f"allowed: {', '.join(known)}", click.get_current_context(), param_hint="'--only'")
     command = "testbed paper" + "".join(f" {a}" for a in sys.argv[2:]) if sys.argv[1:2] == ["paper"] else \
         "testbed figures --paper"
-    options = paper_mod.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
-                                policies=chosen, systems=other, repeats=repeats, asides=asides, master=master,
-                                command=command, resume=resume, only=chosen_entries)
+    options = paper_figures.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
+                                    policies=chosen, systems=other, repeats=repeats, asides=asides, master=master,
+                                    command=command, resume=resume, only=chosen_entries)
     raise typer.Exit(paper_mod.main(options))
 
 
@@ -937,17 +956,17 @@ def bench_command(ctx: typer.Context,
     benches = plugin.benchmarks()
     if name is None:
         for bench_name, (system, bench) in benches.items():
-            print(f"{bench_name:<12} {system.name:<9} ~{bench.minutes:g} min  {bench.about}")
+            print(f"{bench_name:<{max(map(len, benches))}} {system.name:<9} ~{bench.minutes:g} min  {bench.about}")
         return
     if name not in benches:
         raise _fail_input(ValueError(f"no system brings a benchmark {name!r}; known: {', '.join(benches)} "
                                      "(the harness's own: make bench-emulation, bench-capacity, ...)"))
     system, bench = benches[name]
     from testbed import provenance
-    from testbed.paper import BENCH_DIR
+    from testbed.paper_figures import BENCH_DIR
 
     provenance.mark(_bench_out(ctx.args) or BENCH_DIR / f"{name}.json")  # which code makes its JSON: the paper reads it
-    argv = [sys.executable, "-m", f"{system.package}.{bench.program}", *ctx.args]
+    argv = [sys.executable, "-m", f"{system.package}.{bench.program}", *bench.args, *ctx.args]
     os.execv(argv[0], argv)  # its own process: its exit code, its Ctrl-C, its output straight through
 
 

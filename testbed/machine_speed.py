@@ -109,12 +109,19 @@ async def _deliver(pid: int, port: int, seconds: float) -> float:
     return cpu * 1e6 / received
 
 
+async def _quiet(error: Exception) -> None:
+    pass
+
+
 async def _connect(nats, port: int):
     """A connection once the server listens (it starts in a few ms; 5 s is a dead server)."""
     deadline = time.monotonic() + 5.0
     while True:
         try:
-            return await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=1, max_reconnect_attempts=0)
+            # a refused try is expected while the server starts: nats-py's own error callback printed
+            # each one's traceback before a run's workload
+            return await nats.connect(f"nats://127.0.0.1:{port}", connect_timeout=1, max_reconnect_attempts=0,
+                                      error_cb=_quiet)
         except Exception:
             if time.monotonic() > deadline:
                 raise

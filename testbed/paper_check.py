@@ -1,7 +1,7 @@
 """`testbed paper --check`: does each entry of the paper's index still describe the code beside it?
 
 Every entry of results/paper/index.json names the commits its data was made at and the paths it
-depends on (testbed.paper.depends: the harness, its system's folder, its scenarios). An entry is
+depends on (testbed.paper_figures.depends: the harness, its system's folder, its scenarios). An entry is
 
   current   no file under those paths differs between its commits and the checkout, and it ran on a
             tree without uncommitted changes there
@@ -20,7 +20,7 @@ from pathlib import Path
 from testbed import paper_record, provenance
 
 SHOWN_FILES = 6  # changed files listed per entry; the rest are counted
-SHOWN_PROBLEMS = 2  # what a missing entry lacks, first things first (testbed.paper's order: failed, missing)
+SHOWN_PROBLEMS = 2  # what a missing entry lacks, first things first (testbed.paper_entries's order: failed, missing)
 
 
 def judge(entry: dict, repo: Path = provenance.REPO) -> dict:

@@ -6,7 +6,7 @@
     expected_s(previous, name, guess)   how long a step should take: its last timing, else the plan's guess
     made(figure, steps)                 an entry's commits, date, runs, guard verdict and time
 
-A step record is Step's fields (testbed.paper): name, status, seconds, detail, figures, and who made
+A step record is Step's fields (testbed.paper_steps): name, status, seconds, detail, figures, and who made
 its data: commit (None: not known), dirty (files with uncommitted changes then), date, runs (run
 folders), source_time (a benchmark JSON's "time"), elsewhere (the data was made before this paper
 ran: reused or resumed), resumed, planned (its name in the plan). `earlier` holds records at the same

@@ -96,6 +96,7 @@ class Benchmark:
     paper_runs: bool = False  # `make paper` runs it (quick enough); else reads its JSON when present
     quick: tuple[str, ...] = ("--quick",)  # its flags under `paper --quick`
     redraw: str = "--figures-only"  # its flag for "figures only, from the JSON"
+    args: tuple[str, ...] = ()  # flags its program always gets: a variant of another benchmark's program
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from testbed.systems.bad.bench import live_figures as bad_live, sweep as bad_sweep
-from testbed import paper
+from testbed import paper, paper_entries, paper_figures, paper_steps
 
 
 def run(cov_first, cov_last, p50, p95, migrations=0, shuffles=0, saturated=0, run_dir=None):
@@ -70,20 +70,20 @@ def test_figures_are_drawn(tmp_path):
 
 
 def test_paper_plans_both_bad_steps_and_draws_and_notes_the_live_sweep(tmp_path, monkeypatch):
-    names = [todo.name for todo in paper.plan(paper.Options(repeats=1, asides=False))]
+    names = [todo.name for todo in paper.plan(paper_figures.Options(repeats=1, asides=False))]
     assert "bench bad" in names and "bad-live figures" in names  # drawn from what make bench-bad-live left
-    assert next(b for b in paper.run_benches() if b.name == "bad").redraw == "--figures-only"
-    monkeypatch.setattr(paper, "BENCH_DIR", tmp_path)
-    state = paper.State(paper.Options(out=tmp_path / "paper"))
+    assert next(b for b in paper_figures.run_benches() if b.name == "bad").redraw == "--figures-only"
+    monkeypatch.setattr(paper_figures, "BENCH_DIR", tmp_path)
+    state = paper_steps.State(paper_figures.Options(out=tmp_path / "paper"))
     state.options.out.mkdir()
-    live = next(b for b in paper.system_benches() if b.bench.name == "bad-live")
-    assert paper.read_bench_step(live, state).status == "skipped"  # make bench-bad-live not run: never run from here
+    live = next(b for b in paper_figures.system_benches() if b.bench.name == "bad-live")
+    assert paper_steps.read_bench_step(live, state).status == "skipped"  # make bench-bad-live not run: never run from here
     data = sweep(**{"nr+ldm": run(0.9, 0.13, 28.0, 33.0, 28, run_dir=write_run(tmp_path / "r"))})
     (tmp_path / "bad-live.json").write_text(json.dumps(data))
-    step = paper.read_bench_step(live, state)
+    step = paper_steps.read_bench_step(live, state)
     assert step.status == "ok" and step.detail == "; ".join(
         f"wrote {state.options.out / name}" for name in ("bad-live.png", "bad-live-load.png", "bad-live-latency.png"))
-    entry = {e.figure: e for e in paper.entries(state)}["bad-live"]
+    entry = {e.figure: e for e in paper_entries.entries(state)}["bad-live"]
     assert entry.images == ["bad-live.png", "bad-live-load.png", "bad-live-latency.png"]
     assert all((state.options.out / name).stat().st_size > 10_000 for name in entry.images)
     assert entry.notes and entry.notes[0].startswith("latency vs load") and "nr+ldm vs NR alone" in entry.notes[0]

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from analysis import experiment_headlines, headlines, traces
 from analysis.paper_index import Entry, write_index
-from testbed import paper
+from testbed import paper, paper_entries, paper_figures, paper_steps
 from testbed.systems.pubsub import claims
 from testbed.systems.pubsub.bench import figures as micro
 from testbed.cli import app, with_policy
@@ -226,7 +226,7 @@ def test_pooled_violations_rule_passes_fails_and_is_not_testable():
 
 def test_every_figure_has_a_rule_and_a_claim():
     assert set(headlines.AGREEMENT_RULES) == set(headlines.PAPER)
-    for bench in paper.system_benches():  # a system's benchmark brings its own
+    for bench in paper_figures.system_benches():  # a system's benchmark brings its own
         for figure in bench.bench.shows:
             assert figure.entry not in headlines.PAPER and figure.rule and figure.paper and figure.section
     assert "95 %" in headlines.AGREEMENT_RULES["fig8"] and "10 points" in claims.FIG4.rule
@@ -273,14 +273,14 @@ def test_index_says_not_testable_and_why(tmp_path):
 
 
 def test_entries_mark_absent_bench_json_as_missing(tmp_path, monkeypatch):
-    monkeypatch.setattr(paper, "BENCH_DIR", tmp_path)
+    monkeypatch.setattr(paper_figures, "BENCH_DIR", tmp_path)
     (tmp_path / "nc.json").write_text(json.dumps(nc_json()))
     (tmp_path / "migration.json").write_text(json.dumps({"time": 1.0, "rows": []}))
-    state = paper.State(paper.Options(out=tmp_path / "paper"))
-    state.steps.append(paper.Step("bench monitoring (fig6)", "failed", detail="exit 1", figures=("fig6",)))
-    by_fig = {e.figure: e for e in paper.entries(state)}
-    assert list(by_fig) == ["fig3b", "fig4", "fig5", "fig6", "fig7a", "fig7b", "bad-sim", "fig8-smoke", "fig9", "fig8",
-                            "fig9-one_way", "violations", "load-balancing", "tracking", "handover", "durable",
+    state = paper_steps.State(paper_figures.Options(out=tmp_path / "paper"))
+    state.steps.append(paper_steps.Step("bench monitoring (fig6)", "failed", detail="exit 1", figures=("fig6",)))
+    by_fig = {e.figure: e for e in paper_entries.entries(state)}
+    assert list(by_fig) == ["fig3b", "fig4", "fig5", "fig4-jitter", "fig6", "fig7a", "fig7b", "bad-sim", "fig8-smoke", "fig9", "fig8",
+                            "fig9-one_way", "fig9-jitter", "violations", "load-balancing", "tracking", "handover", "durable",
                             "bad-live", "autotune"]  # the systems' long benchmarks last, in registry order
     assert by_fig["bad-sim"].missing == [f"{tmp_path / 'bad.json'} (make bench-bad)"]
     assert by_fig["bad-live"].missing == [f"{tmp_path / 'bad-live.json'} (make bench-bad-live)"]
@@ -295,7 +295,7 @@ def test_entries_mark_absent_bench_json_as_missing(tmp_path, monkeypatch):
     assert by_fig["fig8-smoke"].scale.startswith("mechanism check, not comparable")
     assert by_fig["fig8"].images == ["fig8-comparable.png", "fig8-comparable-p95.png"]
     assert by_fig["fig9-one_way"].images == ["fig9-one_way.png", "fig9-one_way-p95.png"]
-    alone = {e.figure: e for e in paper.entries(paper.State(paper.Options(out=tmp_path / "p2", asides=False)))}
+    alone = {e.figure: e for e in paper_entries.entries(paper_steps.State(paper_figures.Options(out=tmp_path / "p2", asides=False)))}
     assert "fig8-smoke" not in alone and alone["fig8"].images == ["fig8.png", "fig8-p95.png"]
 
 
@@ -316,38 +316,40 @@ def test_policy_override_is_validated_and_lands_in_the_run_metadata(tmp_path):
     assert traces.run_metadata(run_dir)["policy"] == "pulsar-hash"
     (run_dir / "traces").mkdir()
     (run_dir / "traces" / "t.jsonl").write_text("{}\n")
-    assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash") == run_dir
-    assert paper.reusable_run(tmp_path, "uav-smoke", "epulsar") is None
-    assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4) == run_dir
-    assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=3) is None  # another repeat
-    assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4, distance="one_way") == run_dir
-    assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4, distance="rtt") is None
+    assert paper_steps.reusable_run(tmp_path, "uav-smoke", "pulsar-hash") == run_dir
+    assert paper_steps.reusable_run(tmp_path, "uav-smoke", "epulsar") is None
+    assert paper_steps.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4) == run_dir
+    assert paper_steps.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=3) is None  # another repeat
+    assert paper_steps.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4, distance="one_way") == run_dir
+    assert paper_steps.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4, distance="rtt") is None
     # the same flights on another system under test (--system) are not a run of the policy
     other = changed.model_copy(update={"system": "natscluster"})
     (run_dir / "scenario.yaml").write_text(yaml.safe_dump(other.model_dump(mode="json"), sort_keys=False))
-    assert paper.reusable_run(tmp_path, "uav-smoke", "pulsar-hash") is None
+    assert paper_steps.reusable_run(tmp_path, "uav-smoke", "pulsar-hash") is None
 
 
 def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat(monkeypatch, tmp_path):
     from testbed import load
 
     monkeypatch.setattr(load, "capacity_file", lambda *_: tmp_path / "capacity-compiled.json")  # not measured
-    names = [todo.name for todo in paper.plan(paper.Options(repeats=2, policies=("epulsar", "allpairs")))]
+    names = [todo.name for todo in paper.plan(paper_figures.Options(repeats=2, policies=("epulsar", "allpairs")))]
     runs = [n for n in names if "(repeat" in n]
     assert len(runs) == 2 * (2 * 2 + 2 + 1) and all("(repeat 1/2)" in n for n in runs[:7])
     # the other systems that run a workload fly the same experiment, a series beside the policies
     assert [n for n in runs if "--system" in n][:2] == [
         "run scenarios/uav-smoke.yaml --system natscluster (repeat 1/2)",
         "run scenarios/mmog-smoke.yaml --system natscluster (repeat 1/2)"]
-    assert not [t for t in paper.plan(paper.Options(repeats=1, systems=())) if "--system" in t.name]
+    assert not [t for t in paper.plan(paper_figures.Options(repeats=1, systems=())) if "--system" in t.name]
     assert [n for n in runs if "hotspot" in n] == [  # the hot spot under the balance policies asked for
         f"run scenarios/hotspot-smoke.yaml --policy epulsar (repeat {r}/2)" for r in (1, 2)]
     assert names[-6:] == ["load balancing figures and table", "tracking figures", "handover figures",
                           "durable figures", "bad-live figures", "autotune figures"]  # long benchmarks, read when present
-    assert names[-10:-6] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run",
+    assert names[-12:-6] == ["run scenarios/uav-comparable.yaml --policy epulsar", "PySpark comparison of the comparable run",
                           "run scenarios/mmog-smoke.yaml --policy epulsar --distance one_way",
-                          "PySpark comparison of the one_way run"]
-    assert "uav-comparable" not in " ".join(t.name for t in paper.plan(paper.Options(repeats=1, asides=False)))
+                          "PySpark comparison of the one_way run",
+                          "run scenarios/mmog-smoke.yaml --policy epulsar --jitter measured",
+                          "PySpark comparison of the jitter run"]
+    assert "uav-comparable" not in " ".join(t.name for t in paper.plan(paper_figures.Options(repeats=1, asides=False)))
 
 
 def test_run_seed_overrides_the_scenario_and_its_topology():
@@ -374,7 +376,7 @@ def test_figures_paper_is_the_paper_command(monkeypatch):
     assert runner.invoke(app, ["figures", "--paper"]).exit_code == 0
     assert runner.invoke(app, ["paper", "--reuse", "--policies", "epulsar,pulsar-hash"]).exit_code == 0
     alias, direct = seen
-    assert alias.out == Path("results/paper") and alias.policies == paper.POLICIES and not alias.reuse
+    assert alias.out == Path("results/paper") and alias.policies == paper_figures.POLICIES and not alias.reuse
     assert direct.reuse and direct.policies == ("epulsar", "pulsar-hash") and direct.scale == "smoke"
 
 
@@ -458,8 +460,8 @@ def test_fig8_runs_the_papers_own_size_where_the_capacity_through_the_engine_hol
     if steady is not None:
         capacity.write_text(json.dumps({"knee": {"uav-swarm": {"deliveries_per_s": 2_800, "paper_deliveries_per_s": 22_400,
                                                                "steady": {"deliveries_per_s": steady}}}}))
-    aside = paper.fig8_aside(capacity)
+    aside = paper_figures.fig8_aside(capacity)
     assert (aside.name, aside.figure, aside.scenario) == ("comparable", "fig8", scenario)
     assert said in aside.note
-    if scenario == paper.PAPER_UAV:  # the paper's load is only carried through the engine
-        assert yaml.safe_load((paper.REPO / scenario).read_text())["workload"]["client_engine"] == "compiled"
+    if scenario == paper_figures.PAPER_UAV:  # the paper's load is only carried through the engine
+        assert yaml.safe_load((paper_figures.REPO / scenario).read_text())["workload"]["client_engine"] == "compiled"

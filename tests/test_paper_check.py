@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from testbed import paper, paper_check, paper_record, provenance
+from testbed import paper, paper_check, paper_entries, paper_figures, paper_record, paper_steps, provenance
 from testbed.cli import app
 
 GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
@@ -60,7 +60,7 @@ SYSTEMS = ("pubsub", "bad")
 
 
 def entry(figure: str, commits, system: str = "pubsub", status: str = "ok", dirty=(), problems=()) -> dict:
-    """As testbed.paper.depends declares them: the harness without the other systems, then its own scenario."""
+    """As testbed.paper_figures.depends declares them: the harness without the other systems, then its own scenario."""
     others = [f":(exclude)testbed/systems/{s}" for s in SYSTEMS if s != system]
     return {"figure": figure, "status": status, "problems": list(problems), "commits": list(commits),
             "dirty": list(dirty), "date": "2026-11-28 10:00", "depends": HARNESS + others + ["scenarios/uav.yaml"]}
@@ -163,7 +163,7 @@ def test_check_against_an_older_commit_of_this_project(tmp_path, project_head):
         pytest.skip("a clone of one commit (shallow): no older commit of this project to check against")
     out = tmp_path / "paper"
     made = {"figure": "fig8", "status": "ok", "problems": [], "commits": [first], "dirty": [], "date": "",
-            "depends": paper.depends(paper.Options())["fig8-smoke"]}
+            "depends": paper_figures.depends(paper_figures.Options())["fig8-smoke"]}
     write_record(out, [made])
     result = CliRunner().invoke(app, ["paper", "--check", "--out", str(out)])
     assert result.exit_code == 1 and "  stale    fig8  made at " + first[:7] in result.output
@@ -192,7 +192,7 @@ def test_expected_durations_come_from_the_last_timing_else_the_guess():
             "run r": {"status": "ok", "seconds": 95.0, "elsewhere": True, "resumed": True}}
     assert [paper_record.expected_s(done, n, 100.0) for n in ("run x", "run y", "run z", "run r", "run new")] == [
         93, 100, 100, 95, 100]  # a redraw of data made elsewhere says nothing of a run's time; a resumed one does
-    guesses = {t.name: t.guess_s for t in paper.plan(paper.Options(repeats=1, asides=False))}
+    guesses = {t.name: t.guess_s for t in paper.plan(paper_figures.Options(repeats=1, asides=False))}
     assert guesses["run scenarios/uav-smoke.yaml --policy epulsar (repeat 1/1)"] == 60 + paper.RUN_OVERHEAD_S
 
 
@@ -221,20 +221,20 @@ def test_an_entry_records_its_commits_runs_guard_and_time(tmp_path):
 
 def test_run_step_resumes_a_run_made_at_this_commit_and_reruns_one_made_at_another(tmp_path, monkeypatch, project_head):
     started = []
-    monkeypatch.setattr(paper, "_subprocess", lambda argv: started.append(argv) or 1)  # a run that makes nothing
+    monkeypatch.setattr(paper_steps, "_subprocess", lambda argv: started.append(argv) or 1)  # a run that makes nothing
     out = tmp_path / "paper"
     name = run_dir(out / "runs", "uav-smoke-abc123", 60, 3)
     head = project_head
     record = {"status": "ok", "commit": head["commit"], "dirty": head["dirty"], "date": "2026-11-28 10:00",
               "seconds": 95.0, "runs": [str(out / "runs" / name)], "source_time": None}
     step_name = "run scenarios/uav-smoke.yaml --policy epulsar --seed 3"
-    state = paper.State(paper.Options(out=out, resume=True), previous={step_name: record}, head=head)
-    step = paper.run_step("uav-swarm", "scenarios/uav-smoke.yaml", "epulsar", state)
+    state = paper_steps.State(paper_figures.Options(out=out, resume=True), previous={step_name: record}, head=head)
+    step = paper_steps.run_step("uav-swarm", "scenarios/uav-smoke.yaml", "epulsar", state)
     assert started == [] and step.status == "ok" and step.elsewhere and step.seconds == 95.0
     assert state.runs[0]["dir"] == str(out / "runs" / name) and step.runs == [str(out / "runs" / name)]
-    moved = paper.State(paper.Options(out=out, resume=True), previous={step_name: {**record, "commit": "f" * 40}},
+    moved = paper_steps.State(paper_figures.Options(out=out, resume=True), previous={step_name: {**record, "commit": "f" * 40}},
                         head=head)
-    assert paper.run_step("uav-swarm", "scenarios/uav-smoke.yaml", "epulsar", moved).status == "failed"
+    assert paper_steps.run_step("uav-swarm", "scenarios/uav-smoke.yaml", "epulsar", moved).status == "failed"
     assert len(started) == 1 and started[0][3:5] == ["run", "scenarios/uav-smoke.yaml"]
 
 
@@ -243,12 +243,12 @@ def test_main_records_every_step_and_entry_and_its_total_time(tmp_path, monkeypa
     from analysis.paper_index import Entry
 
     def step(state):
-        return paper.Step("bench nc (fig3b)", "ok", detail="measured", figures=("fig3b",))
+        return paper_steps.Step("bench nc (fig3b)", "ok", detail="measured", figures=("fig3b",))
 
     monkeypatch.setattr(paper, "plan", lambda options: [paper.Todo("bench nc", step, 90.0),
                                                         paper.Todo("bench later", step, 30.0)])
-    def entries(state):  # as paper.entries makes them: each with who made it
-        steps = [paper._step_record(s) for s in state.steps]
+    def entries(state):  # as paper_entries.entries makes them: each with who made it
+        steps = [paper_steps.step_record(s) for s in state.steps]
         return [Entry("fig3b", ["fig3b.png"], Headline("1.9 ms", True, "2-8 nodes"), made=paper_record.made("fig3b", steps)),
                 Entry("tracking", missing=["tracking.json"], made=paper_record.made("tracking", steps))]
 
@@ -257,7 +257,7 @@ def test_main_records_every_step_and_entry_and_its_total_time(tmp_path, monkeypa
     out = tmp_path / "paper"
     out.mkdir()
     (out / "fig3b.png").write_bytes(b"\x89PNG\r\n\x1a\n")
-    assert paper.main(paper.Options(out=out), say=said.append) == 0
+    assert paper.main(paper_figures.Options(out=out), say=said.append) == 0
     text = "\n".join(said)
     assert "~2.0 min left with this one" in text and "~0.5 min left with this one" in text
     assert said[-1].startswith("paper: took ") and said[-1].endswith(" min in all")
@@ -281,11 +281,11 @@ def test_a_benchmark_json_names_the_commit_testbed_bench_marked_before_writing_i
     assert provenance.marked(result, None) is None
 
     result.write_text(json.dumps({"time": mark["started"] + 5}))
-    step, state = paper.Step("tracking figures", figures=("tracking",)), paper.State(paper.Options(out=tmp_path))
-    paper._made_elsewhere(step, result, state)
+    step, state = paper_steps.Step("tracking figures", figures=("tracking",)), paper_steps.State(paper_figures.Options(out=tmp_path))
+    paper_steps._made_elsewhere(step, result, state)
     assert step.elsewhere and step.commit == mark["commit"] and step.source_time == mark["started"] + 5
     result.write_text(json.dumps({"time": mark["started"] - 5}))
-    paper._made_elsewhere(step, result, state)
+    paper_steps._made_elsewhere(step, result, state)
     assert step.commit is None and step.date  # the date it was measured, the commit not known
 
     second = commit(repo, {"README.md": "r2\n"}, "second")
@@ -298,7 +298,7 @@ def test_only_plans_the_steps_feeding_the_entries_named(tmp_path, monkeypatch):
     from testbed import load
 
     monkeypatch.setattr(load, "capacity_file", lambda *_: tmp_path / "capacity-compiled.json")  # not measured
-    names = lambda **kw: [t.name for t in paper.plan(paper.Options(policies=("epulsar",), repeats=1, **kw))]  # noqa: E731
+    names = lambda **kw: [t.name for t in paper.plan(paper_figures.Options(policies=("epulsar",), repeats=1, **kw))]  # noqa: E731
     assert names(only=("fig9",)) == ["run scenarios/mmog-smoke.yaml --policy epulsar (repeat 1/1)",
                                      "run scenarios/mmog-smoke.yaml --system natscluster (repeat 1/1)", "PySpark comparison"]
     assert names(only=("fig9",), systems=()) == ["run scenarios/mmog-smoke.yaml --policy epulsar (repeat 1/1)",
@@ -307,8 +307,8 @@ def test_only_plans_the_steps_feeding_the_entries_named(tmp_path, monkeypatch):
     assert names(only=("fig8",)) == ["run scenarios/uav-comparable.yaml --policy epulsar",
                                      "PySpark comparison of the comparable run"]
     assert len(names()) > 15
-    state = paper.State(paper.Options(out=tmp_path, only=("fig9",)))
-    by_fig = {e.figure: e for e in paper.entries(state)}
+    state = paper_steps.State(paper_figures.Options(out=tmp_path, only=("fig9",)))
+    by_fig = {e.figure: e for e in paper_entries.entries(state)}
     assert by_fig["fig3b"].missing[0] == "not run (--only fig9)" and by_fig["fig9"].missing[0] != "not run (--only fig9)"
     result = CliRunner().invoke(app, ["paper", "--only", "fig9,fig99"])
     assert result.exit_code == 2 and "paper: Invalid value for '--only': fig99; allowed: fig3b," in result.output
@@ -316,15 +316,15 @@ def test_only_plans_the_steps_feeding_the_entries_named(tmp_path, monkeypatch):
 
 def test_a_paper_that_redoes_part_keeps_the_records_of_the_rest_at_this_commit(tmp_path, monkeypatch, project_head):
     def step(name):
-        return lambda state: paper.Step(name, "ok", detail="measured", figures=("fig3b",))
+        return lambda state: paper_steps.Step(name, "ok", detail="measured", figures=("fig3b",))
 
     out = tmp_path / "paper"
     monkeypatch.setattr(paper, "entries", lambda state: [])
     monkeypatch.setattr(paper, "plan", lambda options: [paper.Todo("a", step("bench a"), 1.0),
                                                         paper.Todo("b", step("bench b"), 1.0)])
-    assert paper.main(paper.Options(out=out), say=lambda _: None) == 0
+    assert paper.main(paper_figures.Options(out=out), say=lambda _: None) == 0
     monkeypatch.setattr(paper, "plan", lambda options: [paper.Todo("a", step("bench a"), 1.0)])  # as --only would
-    assert paper.main(paper.Options(out=out), say=lambda _: None) == 0
+    assert paper.main(paper_figures.Options(out=out), say=lambda _: None) == 0
     record = paper_record.read(out)
     assert [s["name"] for s in record["steps"]] == ["bench a"] and [s["name"] for s in record["earlier"]] == ["bench b"]
     assert set(paper_record.steps_by_name(record)) == {"bench a", "bench b"}
@@ -332,7 +332,7 @@ def test_a_paper_that_redoes_part_keeps_the_records_of_the_rest_at_this_commit(t
     for s in record["steps"] + record["earlier"]:
         s["commit"] = "f" * 40
     paper_record.write(out, record)
-    assert paper.main(paper.Options(out=out), say=lambda _: None) == 0
+    assert paper.main(paper_figures.Options(out=out), say=lambda _: None) == 0
     assert paper_record.read(out)["earlier"] == []
 
 
@@ -349,21 +349,21 @@ def test_check_says_when_the_index_is_unfinished_or_older_than_index_json(tmp_pa
 def test_bench_step_redraws_a_benchmark_done_at_this_commit_and_runs_one_whose_json_changed(tmp_path, monkeypatch,
                                                                                             project_head):
     argvs = []
-    monkeypatch.setattr(paper, "_subprocess", lambda argv: argvs.append(argv) or 0)
-    monkeypatch.setattr(paper, "BENCH_DIR", tmp_path)
-    bench = paper.Microbenchmark("nc", "testbed.bench.nc", ("fig3b",), ("fig3b.png",), "--figures-only")
+    monkeypatch.setattr(paper_steps, "_subprocess", lambda argv: argvs.append(argv) or 0)
+    monkeypatch.setattr(paper_figures, "BENCH_DIR", tmp_path)
+    bench = paper_figures.Microbenchmark("nc", "testbed.bench.nc", ("fig3b",), ("fig3b.png",), "--figures-only")
     (tmp_path / "nc.json").write_text(json.dumps({"time": 100.0}))
     head = project_head
     record = {"status": "ok", "commit": head["commit"], "dirty": head["dirty"], "date": "2026-11-28 10:00",
               "seconds": 400.0, "source_time": 100.0, "runs": []}
-    state = paper.State(paper.Options(out=tmp_path / "paper", resume=True),
+    state = paper_steps.State(paper_figures.Options(out=tmp_path / "paper", resume=True),
                         previous={"bench nc (fig3b)": record}, head=head)
     (tmp_path / "paper").mkdir()
-    step = paper.bench_step(bench, state)
+    step = paper_steps.bench_step(bench, state)
     assert argvs[-1][-1] == "--figures-only" and step.resumed and step.seconds == 400.0 and step.commit == head["commit"]
     assert not (tmp_path / "nc.made.json").exists()  # a redraw makes nothing new
     (tmp_path / "nc.json").write_text(json.dumps({"time": 200.0}))  # measured again since (make bench-nc)
-    step = paper.bench_step(bench, state)
+    step = paper_steps.bench_step(bench, state)
     assert argvs[-1][-1] == "testbed.bench.nc" and not step.resumed and step.source_time == 200.0
     assert json.loads((tmp_path / "nc.made.json").read_text())[-1]["commit"] == head["commit"]
 
@@ -372,12 +372,12 @@ def test_a_reused_run_names_the_commit_and_uncommitted_files_its_run_json_record
     (tmp_path / "uav-smoke-r1").mkdir()
     (tmp_path / "uav-smoke-r1" / "run.json").write_text(json.dumps(
         {"git_commit": "abc1234", "git_dirty": ["testbed/experiment.py"], "started": 1795879567.0}))
-    step = paper.Step("run x")
-    paper._made_by_run(step, tmp_path / "uav-smoke-r1")
+    step = paper_steps.Step("run x")
+    paper_steps._made_by_run(step, tmp_path / "uav-smoke-r1")
     assert (step.commit, step.dirty, step.elsewhere) == ("abc1234", ["testbed/experiment.py"], True)
     assert step.runs == [str(tmp_path / "uav-smoke-r1")] and step.date.startswith("2026-11-")
     (tmp_path / "uav-smoke-r1" / "run.json").write_text(json.dumps({"git_commit": "unknown"}))  # made outside git
-    paper._made_by_run(step, tmp_path / "uav-smoke-r1")
+    paper_steps._made_by_run(step, tmp_path / "uav-smoke-r1")
     assert step.commit is None and step.dirty == [] and step.date == ""
 
 

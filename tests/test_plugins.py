@@ -231,7 +231,7 @@ def test_a_new_system_is_one_folder_and_one_registry_line(toy_system):
 
 
 def test_a_toy_system_brings_a_benchmark_that_bench_runs_and_the_paper_judges(toy_system, monkeypatch):
-    from testbed import paper
+    from testbed import paper, paper_entries, paper_figures, paper_steps
 
     listed = _toy_cli(toy_system, "bench")
     assert listed.returncode == 0 and "echo-fanout" in listed.stdout and "readers reached" in listed.stdout
@@ -242,10 +242,10 @@ def test_a_toy_system_brings_a_benchmark_that_bench_runs_and_the_paper_judges(to
     assert unknown.returncode == 2 and "known:" in unknown.stderr and "echo-fanout" in unknown.stderr
     monkeypatch.setenv(plugin.EXTRA_SYSTEMS_ENV, "toyecho")
     monkeypatch.syspath_prepend(str(toy_system))
-    monkeypatch.setattr(paper, "BENCH_DIR", toy_system)
-    options = paper.Options(out=toy_system / "paper", repeats=1, asides=False)
+    monkeypatch.setattr(paper_figures, "BENCH_DIR", toy_system)
+    options = paper_figures.Options(out=toy_system / "paper", repeats=1, asides=False)
     assert "echo-fanout figures" in [todo.name for todo in paper.plan(options)]  # read, as it is not quick
-    entry = {e.figure: e for e in paper.entries(paper.State(options))}["echo"]
+    entry = {e.figure: e for e in paper_entries.entries(paper_steps.State(options))}["echo"]
     assert entry.headline.verdict == "no" and entry.claim.section == "Echo, 1" and entry.rule == "fanout >= 3"
     assert entry.table[-1] == "| 2 |" and entry.source.startswith(str(out))
 
@@ -253,16 +253,16 @@ def test_a_toy_system_brings_a_benchmark_that_bench_runs_and_the_paper_judges(to
 def test_every_experiment_s_scenarios_exist_and_run_its_kind():
     import yaml
 
-    from testbed import paper
+    from testbed import paper_figures
 
     assert plugin.experiments(), "make paper would compare nothing"
     for kind, experiment in plugin.experiments().items():
-        assert set(experiment.scenarios) == set(paper.SCALE_NAMES), kind
+        assert set(experiment.scenarios) == set(paper_figures.SCALE_NAMES), kind
         for path in experiment.scenarios.values():
             assert yaml.safe_load((ROOT / path).read_text())["workload"]["kind"] == kind, path
     assert sum(e.balance for e in plugin.experiments().values()) <= 1  # make paper runs one balance experiment
-    for aside in paper.asides():  # an aside redraws a compared kind's figure
-        assert aside.kind in paper.SCALES["smoke"], aside.name
+    for aside in paper_figures.asides():  # an aside redraws a compared kind's figure
+        assert aside.kind in paper_figures.SCALES["smoke"], aside.name
 
 
 def test_every_system_benchmark_is_a_make_target_with_modules_that_resolve():

@@ -10,7 +10,7 @@ from dataclasses import asdict, astuple, fields
 
 import pytest
 
-from testbed import cli, paper
+from testbed import cli, paper_figures
 from testbed.systems.pubsub.bench import assessment
 from testbed.policies import (DEFAULT_DISTANCE, DEFAULT_INITIAL_PLACEMENT, DEFAULT_POLICY, DISTANCES, FAMILIES,
                               INITIAL_PLACEMENTS, ONE_WAY, POLICIES, Overload, Policy, get_policy,
@@ -35,7 +35,7 @@ def test_each_family_is_one_module_named_after_it():
 
 def test_every_list_of_names_is_the_registry(capsys):
     names = tuple(POLICIES)
-    assert cli.POLICY_CHOICES == names and paper.POLICIES == names and paper.Options().policies == names
+    assert cli.POLICY_CHOICES == names and paper_figures.POLICIES == names and paper_figures.Options().policies == names
     assert sorted(assessment.POLICY_NAMES) == sorted(names)
     with pytest.raises(SystemExit):
         manager.main(["--help"])

@@ -1,7 +1,7 @@
 """The one list of broker selection policies, by name.
 
 Every other list is derived from `POLICIES`: the scenario schema's `control.policy`, the CLI's
-`--policy` and `paper --policies`, `testbed.paper.POLICIES`, the topic manager's `--policy` and the
+`--policy` and `paper --policies`, `testbed.paper_figures.POLICIES`, the topic manager's `--policy` and the
 assessment's policies (paper 5.5). Adding a family (Pulsar's load manager, BAD's multistage
 balancing, ...) is one module with a class implementing `Policy` (testbed.policies.base), one entry
 in `FAMILIES` and its test; nothing else lists names.

@@ -22,6 +22,13 @@ FIG4 = Figure(
     f"hash's mean violation ratio >= ePulsar's + {100 * WELL_ABOVE_POINTS:g} points and >= {WELL_ABOVE_FACTOR:g}x "
     f"ePulsar's, and ePulsar's within {100 * CLOSE_POINTS:g} points of AllPairs' (coordinates' estimate; per "
     "distance reading)")
+# Fig. 4 again, the coordinates estimated over links that vary as WonderProxy's pings did: the same rule.
+FIG4_JITTER = Figure(
+    "fig4-jitter", ("fig4-jitter.png", "fig4-jitter_configured.png"), "5.5.2",
+    "Broker selection policies, MMOG, with measured jitter on every inter-city link (cities.jitter: measured)",
+    "no such figure: the paper's links are its testbed's; Fig. 4's claim again with each inter-city link varying "
+    "as WonderProxy's pings between its cities did, beside the constant links of Fig. 4",
+    FIG4.rule)
 FIG5 = Figure(
     "fig5", ("fig5.png", "fig5_configured.png"), "5.5.3",
     "Broker selection policies, UAV swarms (worst-case E2E latency, violation ratio)",

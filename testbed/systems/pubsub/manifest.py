@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from testbed.plugin import Benchmark, Experiment, Figure, System, WorkloadKind
-from testbed.systems.pubsub.claims import FIG4, FIG5, FIG6, FIG7A, FIG7B
+from testbed.systems.pubsub.claims import FIG4, FIG4_JITTER, FIG5, FIG6, FIG7A, FIG7B
 from testbed.systems.pubsub.schema import HandoverTrigger, Hotspot, hotspot_topics, needs_rate_and_topics
 
 PUBSUB_FEATURES = ("durable", "tracking")
@@ -55,6 +55,11 @@ SYSTEM = System(
                   about="broker selection policies over 1000 random placements (paper 5.5) -> results/bench/"
                         "placement.json, fig4/fig5.png (--quick: 200 placements)",
                   shows=(FIG4, FIG5)),
+        Benchmark("placement-jitter", program="bench.placement", figures="bench.figures", minutes=6, paper_runs=True,
+                  args=("--jitter", "measured"),
+                  about="Fig. 4 again with every inter-city link varying as WonderProxy's pings did (cities.jitter: "
+                        "measured) -> results/bench/placement-jitter.json, fig4-jitter.png (--quick: 200 placements)",
+                  shows=(FIG4_JITTER,)),
         Benchmark("monitoring", program="bench.monitoring", figures="bench.figures", minutes=10, paper_runs=True,
                   about="monitoring traffic of one broker to ZooKeeper, ePulsar vs AllPairs (paper 5.6) -> "
                         "results/bench/monitoring.json, fig6.png",

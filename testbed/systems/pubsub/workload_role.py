@@ -232,13 +232,14 @@ class PubSubWorkload(Role):
 
     def per_machine(self) -> bool:
         """Do the client nodes run in one client host (`ClientHost`)? With the compiled engine, on
-        namespaces of this machine (`workload.client_processes`: auto or per-machine; the scenario's
-        check refuses per-machine where it cannot be)."""
+        namespaces of this machine (`workload.client_processes`: auto, or per-machine, which is an
+        error elsewhere rather than quietly per node)."""
         wanted = self.scenario.workload.client_processes
+        if wanted == "per-machine" and not self.network.namespaces_here:
+            raise RuntimeError("workload.client_processes: per-machine needs every node to be a namespace of this "
+                               "machine (mininet, no other server); use auto or per-node here")
         return (wanted != "per-node" and self.scenario.workload.client_engine == "compiled"
-                and self.network.backend.name == "mininet"
-                and all(self.network.server_of(n.name) is None or self.network.server_of(n.name).on_this_machine
-                        for n in self.topology.nodes.values()))
+                and self.network.namespaces_here)
 
     def _processes_said(self) -> str:
         if not self.hosted:

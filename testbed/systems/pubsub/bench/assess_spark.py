@@ -128,12 +128,14 @@ def read_summary(path: str | Path) -> list[dict]:
     return rows
 
 
-def figures(rows: list[dict], directory: Path) -> list[Path]:
+def figures(rows: list[dict], directory: Path, suffix: str = "", variant: str = "") -> list[Path]:
+    """fig4{suffix}.png and fig5{suffix}.png (the coordinates' estimate), each with its _configured twin;
+    `variant` titles a sibling of the paper's figure ("Fig. 4 (measured jitter)")."""
     drawn = []
     for kind, name in (("mmog", "fig4"), ("uav", "fig5")):
         if any(r["kind"] == kind for r in rows):
-            drawn.append(micro.placement(rows, kind, directory / f"{name}.png", "estimate"))
-            drawn.append(micro.placement(rows, kind, directory / f"{name}_configured.png", "configured"))
+            drawn.append(micro.placement(rows, kind, directory / f"{name}{suffix}.png", "estimate", variant))
+            drawn.append(micro.placement(rows, kind, directory / f"{name}{suffix}_configured.png", "configured", variant))
     return drawn
 
 

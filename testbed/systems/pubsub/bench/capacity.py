@@ -74,7 +74,7 @@ class Point:
 
 FULL = ([Point("uav-swarm", "rate", 8, r) for r in (5, 25, 50, 100, 200, 300)]
         + [Point("uav-swarm", "swarms", n, 200) for n in (1, 2, 4, 8, 12)]
-        + [Point("mmog", "rate", 2, r) for r in (3, 10, 30, 100, 300, 450)])
+        + [Point("mmog", "rate", 2, r) for r in (3, 10, 20, 30, 100, 300, 450)])
 QUICK = ([Point("uav-swarm", "rate", 8, r) for r in (2, 10)] + [Point("uav-swarm", "swarms", n, 20) for n in (1, 4)]
          + [Point("mmog", "rate", 2, r) for r in (3, 10)])
 

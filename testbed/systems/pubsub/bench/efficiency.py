@@ -65,7 +65,8 @@ def scenario_copy(point: Point, shaper: str, duration: str, settle: str, directo
     short duration and settle."""
     data = yaml.safe_load(BASES[point.case].read_text())
     engine, _, processes = clients.partition("/")
-    name = f"eff-{'uav' if point.case == 'uav-swarm' else 'mmog'}-r{point.rate}-{shaper}-{engine}{processes}-{server}"
+    short = {"python": "py", "compiled": "c", "per-node": "-node", "per-machine": "-host", "": ""}  # names: <= 40 chars
+    name = f"eff-{'uav' if point.case == 'uav-swarm' else 'mmog'}-r{point.rate}-{shaper}-{short[engine]}{short[processes]}-{server}"
     data.update(name=name, duration=duration,
                 description=f"bench-efficiency point from {BASES[point.case].name} through the {shaper} shaper")
     data["control"]["settle"] = settle

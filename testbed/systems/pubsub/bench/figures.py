@@ -229,7 +229,8 @@ def ours_fig7b(migration: dict) -> Headline:
                     {"enhanced_s": {e: i.value for e, i in enhanced}, "baseline_s": baseline[0].value}, why)
 
 
-HEADLINES = {"fig4": lambda result, scale: ours_fig4(result), "fig5": lambda result, scale: ours_fig5(result),
+HEADLINES = {"fig4": lambda result, scale: ours_fig4(result), "fig4-jitter": lambda result, scale: ours_fig4(result),
+             "fig5": lambda result, scale: ours_fig5(result),
              "fig6": lambda result, scale: ours_fig6(result), "fig7a": lambda result, scale: ours_fig7a(result),
              "fig7b": lambda result, scale: ours_fig7b(result)}
 
@@ -239,7 +240,8 @@ def _row_reading(row: dict) -> str:
     return row.get("distance") or DEFAULT_DISTANCE  # rows from before readings were recorded
 
 
-def placement(summary: Iterable[dict], kind: str, path: str | Path, evaluated_on: str = "estimate") -> Path:
+def placement(summary: Iterable[dict], kind: str, path: str | Path, evaluated_on: str = "estimate",
+              variant: str = "") -> Path:
     """Per reading of d (one row of panels each, side by side: `one_way` and `rtt`), two panels: (a)
     worst-case E2E latency (p95 over placements, solid; max, dashed) and (b) mean violation ratio,
     against the number of cities (MMOG, Fig. 4) or MEC zones (UAV, Fig. 5), one line per policy,
@@ -283,7 +285,7 @@ def placement(summary: Iterable[dict], kind: str, path: str | Path, evaluated_on
             ax.grid(alpha=0.3)
             ax.set_xticks(ticks)
     where = "coordinate estimates" if evaluated_on == "estimate" else "configured latencies"
-    fig.suptitle(f"Fig. {4 if kind == 'mmog' else 5}: {'MMOG' if kind == 'mmog' else 'UAV swarms'}, broker selection policies ({where})")
+    fig.suptitle(f"Fig. {4 if kind == 'mmog' else 5}{f' ({variant})' if variant else ''}: {'MMOG' if kind == 'mmog' else 'UAV swarms'}, broker selection policies ({where})")
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -22,8 +22,14 @@ results/bench/placement/ (Spark's Parquet/CSV), results/bench/fig4.png, fig4_con
 fig5.png, fig5_configured.png (one row of panels per reading) and results/bench/placement.json;
 prints the tables.
 
+`--jitter measured` (`make bench-placement-jitter`) runs Fig. 4 again with every inter-city link
+varying as WonderProxy's pings between its cities did (`infrastructure.cities.jitter: measured`), so
+the coordinates are estimated over links that vary as the real paths do; the UAV's zones have no
+measured spread and are left out. It writes beside the constant-link files, never over them:
+placement-jitter.json, placement-jitter-inputs.json, fig4-jitter.png, fig4-jitter_configured.png.
+
     python -m testbed.systems.pubsub.bench.placement [--quick] [--seeds N] [--cities 3,5,8,12,16] [--zones 2,4,6,8]
-                                      [--max-wait S] [--reuse-inputs] [--figures-only]
+                                      [--max-wait S] [--reuse-inputs] [--figures-only] [--jitter measured]
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -48,9 +55,6 @@ from testbed.scenario.loader import load
 from testbed.scenario.model import Scenario
 
 OUT = Path("results/bench")
-INPUTS = OUT / "placement-inputs.json"
-SCENARIO_DIR = OUT / "placement-scenarios"
-SPARK_OUT = OUT / "placement"
 CITIES = (3, 5, 8, 12, 16)
 ZONES = (2, 4, 6, 8)
 CITY_ORDER = tuple(CITY_CODES)  # nyc first, as in the shipped mmog.yaml
@@ -60,17 +64,45 @@ MAX_WAIT_S = 300.0  # MMOG-16 never reached 6 % in 120 s; its 300 s snapshot is 
 console = screen.console()
 
 
+@dataclass(frozen=True)
+class Files:
+    """Where one variant writes: `placement*` with constant links, `placement-jitter*` with measured jitter."""
+
+    stem: str = "placement"
+    figure_suffix: str = ""
+    variant: str = ""  # what its figures' titles add to the paper's number
+
+    @property
+    def result(self) -> Path:
+        return OUT / f"{self.stem}.json"
+
+    @property
+    def inputs(self) -> Path:
+        return OUT / f"{self.stem}-inputs.json"
+
+    @property
+    def scenarios(self) -> Path:
+        return OUT / f"{self.stem}-scenarios"
+
+    @property
+    def spark(self) -> Path:
+        return OUT / self.stem
+
+
+FILES = {"none": Files(), "measured": Files("placement-jitter", "-jitter", "measured jitter")}  # by infrastructure.cities.jitter
+
+
 def _validated(scenario: Scenario) -> Scenario:
     """model_copy does not validate: round-trip through the model so names and checks still hold."""
     return Scenario.model_validate(scenario.model_dump(mode="json"))
 
 
-def mmog_scenario(cities: int, base: Scenario | None = None) -> Scenario:
+def mmog_scenario(cities: int, base: Scenario | None = None, jitter: str = "none") -> Scenario:
     base = base or load("scenarios/mmog.yaml")
     if not 1 <= cities <= len(CITY_ORDER):
         raise ValueError(f"cities must be 1..{len(CITY_ORDER)}")
     infra = base.infrastructure
-    city_cfg = infra.cities.model_copy(update={"names": list(CITY_ORDER[:cities]), "access": {}})
+    city_cfg = infra.cities.model_copy(update={"names": list(CITY_ORDER[:cities]), "access": {}, "jitter": jitter})
     gs = next(g for g in base.nodes.clients if g.role == "game-server")
     nodes = base.nodes.model_copy(update={
         "brokers_per_site": 1, "nc_proxies_per_site": 0,
@@ -157,27 +189,28 @@ def emulate(scenario: Scenario, log_dir: Path, max_wait_s: float, min_wait_s: fl
             "total_s": round(time.monotonic() - started_all, 1)}
 
 
-def _load_inputs_file() -> dict:
-    if INPUTS.exists():
-        return json.loads(INPUTS.read_text())
+def _load_inputs_file(files: Files) -> dict:
+    if files.inputs.exists():
+        return json.loads(files.inputs.read_text())
     return {"inputs": []}
 
 
-def _save_input(data: dict, kind: str, size: int, scenario: Scenario, result: dict) -> None:
+def _save_input(files: Files, data: dict, kind: str, size: int, scenario: Scenario, result: dict) -> None:
     """Write the scenario next to the inputs and record its snapshot (replacing an older one)."""
-    SCENARIO_DIR.mkdir(parents=True, exist_ok=True)
-    path = SCENARIO_DIR / f"{scenario.name}.yaml"
+    inputs = files.inputs
+    files.scenarios.mkdir(parents=True, exist_ok=True)
+    path = files.scenarios / f"{scenario.name}.yaml"
     path.write_text(yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False))
-    entry = {"scenario": str(path.relative_to(INPUTS.parent)), "kind": kind, "name": f"{kind}-{size}",
+    entry = {"scenario": str(path.relative_to(inputs.parent)), "kind": kind, "name": f"{kind}-{size}",
              "coordinates": result["coordinates"],
              "nc": {k: v for k, v in result.items() if k not in ("coordinates", "history")}}
     entry["nc"]["history"] = result["history"]
     data["inputs"] = [e for e in data["inputs"] if e.get("name") != entry["name"]] + [entry]
     data["inputs"].sort(key=lambda e: (e["kind"], int(e["name"].split("-")[1])))
-    INPUTS.parent.mkdir(parents=True, exist_ok=True)
-    tmp = INPUTS.with_suffix(".tmp")
+    inputs.parent.mkdir(parents=True, exist_ok=True)
+    tmp = inputs.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1))
-    tmp.replace(INPUTS)
+    tmp.replace(inputs)
 
 
 def claims(rows: list[dict]) -> dict:
@@ -254,19 +287,25 @@ def main(argv: list[str] | None = None) -> int:
                         help="skip the emulation of topologies with a converged snapshot in placement-inputs.json")
     parser.add_argument("--assess-only", action="store_true", help="no emulation: assess placement-inputs.json")
     parser.add_argument("--figures-only", action="store_true", help="redraw the figures from placement.json")
+    parser.add_argument("--jitter", choices=tuple(FILES), default="none",
+                        help="measured: every inter-city link varies as WonderProxy's pings did (Fig. 4 only; "
+                             "writes placement-jitter.json, fig4-jitter.png)")
     parser.add_argument("--master", default="local[*]")
     args = parser.parse_args(argv)
     from testbed.systems.pubsub.bench import assess_spark, assessment
 
+    files = FILES[args.jitter]
+    inputs = files.inputs
     if args.figures_only:
-        rows = json.loads((OUT / "placement.json").read_text())["summary"]
-        for path in assess_spark.figures(rows, OUT):
+        rows = json.loads(files.result.read_text())["summary"]
+        for path in assess_spark.figures(rows, OUT, files.figure_suffix, files.variant):
             console.print(f"wrote {path}")
         return 0
     seeds = args.seeds or (200 if args.quick else 1000)
     cities = [int(x) for x in args.cities.split(",") if x]
-    zones = [int(x) for x in args.zones.split(",") if x]
-    data = _load_inputs_file()
+    # The zones' links are configured, not measured: nothing to vary, so the jitter variant leaves them out.
+    zones = [int(x) for x in args.zones.split(",") if x] if args.jitter == "none" else []
+    data = _load_inputs_file(files)
     if not args.assess_only:
         if os.geteuid() != 0:
             console.print("bench-placement needs root (network namespaces)")
@@ -274,11 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         log_dir = Path(tempfile.mkdtemp(prefix="testbed-bench-placement-"))
         done = {e["name"] for e in data["inputs"] if e["nc"].get("converged")} if args.reuse_inputs else set()
         mmog_base, uav_base = load("scenarios/mmog.yaml"), load("scenarios/uav.yaml")
-        todo = [("mmog", n, mmog_scenario(n, mmog_base)) for n in cities] + \
+        todo = [("mmog", n, mmog_scenario(n, mmog_base, args.jitter)) for n in cities] + \
                [("uav", z, uav_scenario(z, uav_base)) for z in zones]
         for kind, size, scenario in todo:
             if f"{kind}-{size}" in done:
-                console.print(f"{kind}-{size}: reusing the converged snapshot in {INPUTS}")
+                console.print(f"{kind}-{size}: reusing the converged snapshot in {inputs}")
                 continue
             console.print(f"{kind}-{size}: emulating {scenario.name} ...")
             result = emulate(scenario, log_dir, args.max_wait, args.min_wait)
@@ -286,16 +325,16 @@ def main(argv: list[str] | None = None) -> int:
                           f"{result['convergence_s']} s (waited {result['waited_s']} s), median error "
                           f"{result['median_error_ms']} ms = {100 * (result['median_relative'] or 0):.2f} %, "
                           f"same-site pairs {result['same_site_median_error_ms']} ms")
-            _save_input(data, kind, size, scenario, result)
+            _save_input(files, data, kind, size, scenario, result)
     if args.no_assess:
         return 0
     wanted = {f"mmog-{n}" for n in cities} | {f"uav-{z}" for z in zones}
     entries = [e for e in data["inputs"] if e["name"] in wanted]
     missing = sorted(wanted - {e["name"] for e in entries})
     if missing:
-        console.print(f"no snapshot for {', '.join(missing)} in {INPUTS}")
+        console.print(f"no snapshot for {', '.join(missing)} in {inputs}")
         return 1
-    selected = OUT / "placement-inputs.selected.json"
+    selected = OUT / f"{files.stem}-inputs.selected.json"
     selected.write_text(json.dumps({"inputs": [{k: v for k, v in e.items() if k != "nc"} for e in entries]}))
     infras = assessment.load_inputs(selected)
     selected.unlink()
@@ -303,20 +342,21 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     spark = assess_spark.spark_session(args.master)
     try:
-        rows = assess_spark.run(spark, infras, seeds, SPARK_OUT)
+        rows = assess_spark.run(spark, infras, seeds, files.spark)
     finally:
         spark.stop()
     assess_s = time.monotonic() - started
-    figures = [str(p) for p in assess_spark.figures(rows, OUT)]
+    figures = [str(p) for p in assess_spark.figures(rows, OUT, files.figure_suffix, files.variant)]
     nc = [{"name": e["name"], **{k: v for k, v in e["nc"].items() if k != "history"}} for e in entries]
     checks = claims(rows)
     result = {"time": time.time(), "machine": os.uname().nodename, "seeds": seeds, "assess_s": round(assess_s, 1),
-              "summary": rows, "nc": nc, "paper_claims": checks, "figures": figures, "inputs": str(INPUTS)}
-    (OUT / "placement.json").write_text(json.dumps(result, indent=2))
+              "summary": rows, "nc": nc, "paper_claims": checks, "figures": figures, "inputs": str(inputs),
+              "jitter": args.jitter}
+    files.result.write_text(json.dumps(result, indent=2))
     print_table(rows, nc)
     console.print(json.dumps(checks, indent=1))
     console.print(f"{seeds} placements x {len(infras)} topologies assessed in {assess_s:.0f} s; wrote "
-                  f"{OUT / 'placement.json'}, {', '.join(figures)}")
+                  f"{files.result}, {', '.join(figures)}")
     return 0
 
 
