@@ -70,10 +70,20 @@ def rows(spark, run_dirs: list[Path]) -> list[dict]:
         for topic_class, threshold_s in (run.get("thresholds") or {}).items():
             found = reduced.get((run["run_id"], topic_class), {})
             out.append({"run": run_dir.name, "run_dir": str(run_dir), "scenario": run.get("scenario"),
-                        "policy": run.get("policy"), "topic_class": topic_class, "threshold_s": threshold_s,
+                        "policy": run.get("policy"), "system": run.get("system"), "label": label(run),
+                        "topic_class": topic_class, "threshold_s": threshold_s,
                         **{k: found.get(k) for k in ("messages", "p50_s", "p95_s", "p99_s", "violation_ratio")},
                         **own})
     return out
+
+
+def label(run: dict) -> str:
+    """What a run is beside others: its system under test and the system's variant, `epulsar/pulsar-hash`,
+    `natscluster/home` (a run before systems were recorded: its policy)."""
+    system, policy = run.get("system"), run.get("policy")
+    if not system:
+        return policy or "-"
+    return policy if policy and policy.startswith(f"{system}/") else f"{system}/{policy}" if policy else system
 
 
 def _ms(seconds) -> str:
@@ -88,12 +98,13 @@ def table(found: list[dict]):
     """The rows as a table (testbed.screen: long names fold, never cut)."""
     from testbed.screen import Table
 
-    out = Table("run", "scenario", "policy", "validity", "topic class", "messages", "p50 ms", "p95 ms", "p99 ms",
+    out = Table("run", "scenario", "system / policy", "validity", "topic class", "messages", "p50 ms", "p95 ms", "p99 ms",
                 "threshold ms", "violations", "migrations", "downtime p50 / max ms", "delivered",
                 title="Runs side by side: E2E latency on the messages outside saturated seconds (as make paper)")
     out.columns[0].no_wrap = True  # a run's name stays whole (it is what one types next); the others fold
+    out.columns[2].no_wrap = True  # and so does its label (natscluster/home), which names the series
     for r in found:
-        out.add_row(r["run"], r["scenario"] or "-", r["policy"] or "-", r["validity"], r["topic_class"],
+        out.add_row(r["run"], r["scenario"] or "-", r.get("label") or label(r), r["validity"], r["topic_class"],
                     "-" if r["messages"] is None else str(r["messages"]), _ms(r["p50_s"]), _ms(r["p95_s"]),
                     _ms(r["p99_s"]), _ms(r["threshold_s"]), _share(r["violation_ratio"]),
                     "-" if r["migrations"] is None else str(r["migrations"]),
@@ -118,19 +129,20 @@ def figure(found: list[dict], out: Path) -> dict:
     for col, topic_class in enumerate(classes):
         top, bottom = axes[0, col], axes[1, col]
         mine = {r["run"]: r for r in found if r["topic_class"] == topic_class}
-        for q, (column, label) in enumerate(QUANTILES):
+        for q, (column, name) in enumerate(QUANTILES):
             heights = [(mine[n][column] or 0.0) * 1e3 if n in mine else 0.0 for n in names]
-            top.bar([i - 0.4 + width * (q + 0.5) for i in range(len(names))], heights, width, label=label)
+            top.bar([i - 0.4 + width * (q + 0.5) for i in range(len(names))], heights, width, label=name)
         figures._threshold_line(top, next((r["threshold_s"] for r in mine.values() if r["threshold_s"]), None))
         bottom.bar(range(len(names)), [(mine[n]["violation_ratio"] or 0.0) * 100 if n in mine else 0.0 for n in names],
                    0.6, color="tab:red")
         for i, name in enumerate(names):  # an empty place is said, not drawn as zero latency
             if not (mine.get(name) or {}).get("messages"):
                 top.annotate("no messages", (i, 0), ha="center", va="bottom", fontsize=8, color="grey")
-        ticks = [f"{n}\n{mine[n]['policy'] or '-'}\n{mine[n]['validity']}" if n in mine else n for n in names]
+        ticks = [f"{n}\n{mine[n].get('label') or label(mine[n])}\n{mine[n]['validity']}" if n in mine else n
+                 for n in names]
         for ax in (top, bottom):
             ax.set_xticks(range(len(names)), ticks, fontsize=7)
-            ax.set_xlabel("run (policy, harness validity)")
+            ax.set_xlabel("run (system / policy, harness validity)")
             ax.grid(True, axis="y", alpha=0.3)
         top.set_title(f"{topic_class}: E2E latency", fontsize=10)
         top.set_ylabel("E2E latency (ms)")
@@ -141,7 +153,7 @@ def figure(found: list[dict], out: Path) -> dict:
         bottom.set_ylim(bottom=0, top=max(5.0, bottom.get_ylim()[1]))
     title = "Runs side by side (messages outside saturated seconds)"
     fig.suptitle(title)
-    return figures.save(fig, out, title, "run (policy, harness validity)",
+    return figures.save(fig, out, title, "run (system / policy, harness validity)",
                         "E2E latency (ms); violation ratio (% of messages)", names)
 
 

@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from testbed import health
 from testbed.systems.pubsub import trace_schema
 
-FORMAT_VERSION = "4"  # 2: the sites at send and receive time; 3: track_id; 4: harness_validity
+FORMAT_VERSION = "5"  # 2: the sites at send and receive time; 3: track_id; 4: harness_validity; 5: system
 CHUNK_BYTES = 64 << 20
 
 # The writer's columns (testbed.systems.pubsub.trace_schema), required ones not null.
@@ -128,7 +128,8 @@ RUN_SCHEMA = pa.schema([
     pa.field("harness_validity", pa.string()),    # "valid N of M s" (testbed.health.validity): every place's wording
     pa.field("faults", pa.string()),              # JSON [{kind, target, from_s, to_s}]: the scenario's faults
     pa.field("workload", pa.string()),
-    pa.field("policy", pa.string()),
+    pa.field("policy", pa.string()),              # the run's series: its policy, or another system's label
+    pa.field("system", pa.string()),              # the system under test (scenario.yaml's system)
     pa.field("workflow", pa.string()),
     pa.field("executors", pa.int64()),
     pa.field("wan_one_way_s", pa.float64()),
@@ -215,6 +216,19 @@ def _duration(value) -> float | None:
             return None
 
 
+def series(meta: dict, kind: str | None, policy: str | None) -> str | None:
+    """What names a run beside others of its workload (the `policy` column every figure and table
+    groups by): the placement policy for a run of the system that declares the workload, as the
+    paper's series are; for another system under test its label (run.json, e.g. `natscluster/home`),
+    so the runs of two systems on one workload are two series."""
+    from testbed import plugin
+
+    system = meta.get("system")
+    if not system or not kind or kind not in plugin.workload_kinds() or system == plugin.default_system(kind):
+        return policy
+    return meta.get("label") or system
+
+
 def run_metadata(run_dir: str | os.PathLike) -> dict:
     """run.json plus facts from scenario.yaml (policy, workflow, thresholds ...), before conversion."""
     root = Path(run_dir)
@@ -244,7 +258,8 @@ def run_metadata(run_dir: str | os.PathLike) -> dict:
         migration = control.get("migration") or {}
         cloud = (scenario.get("infrastructure") or {}).get("cloud") or {}
         meta["workload"] = workload.get("kind")
-        meta["policy"] = control.get("policy")
+        meta["system"] = scenario.get("system")
+        meta["policy"] = series(meta, workload.get("kind"), control.get("policy"))
         meta["workflow"] = migration.get("workflow")
         meta["executors"] = migration.get("executors")
         meta["wan_one_way_s"] = _duration(cloud.get("one_way"))

@@ -19,7 +19,7 @@ from testbed.emulation.shaping import SHAPERS
 from testbed.load import CAPACITY_FILE
 from testbed.policies import DISTANCES, POLICIES
 from testbed.units import format_bandwidth, format_duration
-from testbed.options import OneLineErrors, at_scale, checked_as, plain_help, view_address, view_port
+from testbed.options import OneLineErrors, at_scale, checked_as, plain_help, view_address, view_port, with_system
 from testbed.screen import Table
 from testbed.view.server import LOOPBACK
 
@@ -53,16 +53,17 @@ def _fail_input(error: Exception) -> typer.Exit:
 
 
 def _load(path: Path, scale: Optional[float] = None, seed: Optional[int] = None,
-          jitter: Optional[str] = None) -> tuple[Scenario, topo_mod.Topology]:
+          jitter: Optional[str] = None, system: Optional[str] = None) -> tuple[Scenario, topo_mod.Topology]:
     """Load and validate, including the checks that need the data (zones vs towers, site names);
     the topology those checks built comes along, so a run builds it (and its k-means) once. A seed
     or a cities' jitter given here replaces the file's before the topology is built (zones,
-    placements and links follow them)."""
+    placements and links follow them); a system (--system) replaces the file's system under test,
+    checked as the file's would be."""
     from testbed import topology as topo_mod
     from testbed.scenario.loader import ScenarioError, load
 
     try:
-        scenario = at_scale(load(path), scale, path)
+        scenario = with_system(at_scale(load(path), scale, path), system, path)
         if seed is not None:
             scenario = scenario.model_copy(update={"seed": seed})
         if jitter is not None:
@@ -113,7 +114,9 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
              scale: Optional[float] = typer.Option(None, callback=checked_as("Scenario", "scale"),
                                                    help="Check at this scale (multiplies counts and rates)."),
              capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity): "
-                                           "a load past what it can carry at all is an error.")) -> None:
+                                           "a load past what it can carry at all is an error."),
+             system: Optional[str] = typer.Option(None, help="Check under this system under test (e.g. natscluster): "
+                                                  "refused when it does not run the scenario's workload kind.")) -> None:
     """Validate scenario files; each error names file, line and field.
 
     Example: testbed validate scenarios/*.yaml
@@ -124,7 +127,7 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
     failed = False
     for path in paths:
         try:
-            scenario = at_scale(load(path), scale, path)
+            scenario = with_system(at_scale(load(path), scale, path), system, path)
             topology = topo_mod.checked(scenario, str(path))
             judged_by = load_mod.capacity_file(scenario.workload.client_engine, capacity)
             for refusal in (_thin_access(path, scenario, topology),
@@ -165,25 +168,31 @@ def show(path: Path = typer.Argument(..., help="Scenario file."),
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
          scale: Optional[float] = typer.Option(None, callback=checked_as("Scenario", "scale"),
                                               help="Multiply counts and rates."),
-         capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity).")
+         capacity: Path = typer.Option(CAPACITY_FILE, help="This machine's measured capacity (make bench-capacity)."),
+         system: Optional[str] = typer.Option(None, help="The system under test (default: the scenario's `system:`, "
+                                              "else the one declaring its workload kind), e.g. natscluster."),
          ) -> None:
     """Print the topology: nodes, links with parameters, configured RTT between every pair of sites,
     and the load the scenario offers against this machine's measured capacity.
 
     Example: testbed show scenarios/mmog.yaml
     """
-    from testbed import mobility
+    from testbed import mobility, plugin
 
-    scenario, topology = _load(path, scale)
+    scenario, topology = _load(path, scale, system=system)
     est, verdict = _offered_load(scenario, topology, capacity)
     handovers = mobility.plan(scenario, topology)
     if as_json:
         data = topology_dict(topology)
         data["handovers"] = [vars(h) for h in handovers]
         data["load"] = load_mod.as_dict(est, verdict)
+        data["workload"], data["system"] = scenario.workload.kind, scenario.system
         print(json.dumps(data, indent=2))
         return
     console.print(f"[bold]{scenario.name}[/bold]: {scenario.description}")
+    if scenario.system:  # the two axes: what is offered, and what runs it
+        console.print(f"workload {scenario.workload.kind} on system under test {plugin.label(scenario)}",
+                      highlight=False, markup=False)
     nodes = Table("node", "role", "site", "address", "access delay", "jitter", "loss", "bandwidth", title="Nodes")
     for n in topology.nodes.values():
         nodes.add_row(n.name + (" (mobile)" if n.mobile else ""), n.role, n.site, n.ip, *_shaping_text(n.access))
@@ -381,6 +390,8 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         settle: Optional[str] = typer.Option(None, callback=checked_as("Control", "settle"),
                                              help="Override control.settle: the longest wait for the "
                                              "coordinates before the workload, e.g. 5s (0s: none)."),
+        system: Optional[str] = typer.Option(None, help="The system under test (default: the scenario's `system:`, "
+                                             "else the one declaring its workload kind), e.g. natscluster."),
         policy: Optional[str] = typer.Option(None, callback=checked_as("Control", "policy"),
                                              help=f"Override control.policy: {' | '.join(POLICIES)}."),
         distance: Optional[str] = typer.Option(None, callback=checked_as("Control", "distance"),
@@ -404,7 +415,8 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         ) -> None:
     """Build the emulated network for a scenario, run it, collect results, tear down.
 
-    The policy in effect is written to the run's scenario.yaml (control.policy), which the analysis reads.
+    The system and policy in effect are written to the run's scenario.yaml (system, control.policy) and
+    the system to run.json, which the analysis reads.
     The offered load is printed first and compared with this machine's measured capacity: a warning
     when beyond it, a refusal with --strict; a load past what the machine can carry at all (more
     deliveries than any measured run delivered, more frames than the delay line moves) is refused
@@ -416,7 +428,7 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
 
     if hold and interactive:
         raise _fail_input(ValueError("--hold: not with --interactive (the Mininet CLI already holds the network)"))
-    scenario, topology = _load(path, scale, seed, jitter)
+    scenario, topology = _load(path, scale, seed, jitter, system)
     view_socket = _view_socket(view_address, view_port) if view else None
     if policy is not None:
         try:
@@ -810,7 +822,7 @@ def figures(runs: Optional[list[Path]] = typer.Argument(None, help="Run director
     """
     if paper:
         paper_command(out=Path("results/paper"), reuse=False, reuse_runs=False, scale="smoke", quick=False,
-                      policies=",".join(POLICY_CHOICES), repeats=2, asides=True, master=master,
+                      policies=",".join(POLICY_CHOICES), systems=None, repeats=2, asides=True, master=master,
                       resume=False, only=None, check=False)
     if not runs:
         runs = sorted(p.parent for p in results.glob("*/run.json"))
@@ -832,6 +844,9 @@ def compare(run_dirs: list[Path] = typer.Argument(..., help="Two or more runs' r
     violation ratio per topic class (the paper comparison's reduction), migrations, client downtime
     and the share of deliveries, as a table and a figure.
 
+    Runs of different systems on the same workload sit side by side, each named by its system and policy
+    or mode (epulsar/pulsar-hash, natscluster/home).
+
     Example: testbed compare results/uav-smoke-ab12cd results/uav-smoke-cd34ef --out results/figures/compare.png
     """
     from analysis import side_by_side
@@ -852,6 +867,9 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
                                             "(uav.yaml, mmog.yaml: 10 min each)"),
                   quick: bool = typer.Option(False, "--quick", help="Microbenchmarks that run use their --quick sweep."),
                   policies: str = typer.Option(",".join(POLICY_CHOICES), help="Comma-separated policies to run."),
+                  systems: Optional[str] = typer.Option(None, help="Comma-separated other systems under test run on "
+                                                        "the same experiments, a series each (default: every system "
+                                                        "that runs the workload; '' none)."),
                   repeats: int = typer.Option(2, min=1, max=20, help="Runs per scenario and policy, each with its own "
                                               "seed; the index gives 95 % intervals over them."),
                   asides: bool = typer.Option(True, "--asides/--no-asides", help="Also run ePulsar once as the paper "
@@ -894,15 +912,22 @@ def paper_command(out: Path = typer.Option(Path("results/paper"), help="Where th
     if unknown or not chosen:
         raise typer.BadParameter(f"{', '.join(unknown) or 'none given'}; allowed: {', '.join(POLICY_CHOICES)}",
                                  click.get_current_context(), param_hint="'--policies'")
+    from testbed import plugin
+
+    other = None if systems is None else tuple(s.strip() for s in systems.split(",") if s.strip())
+    if other and any(plugin.system_named(s) is None for s in other):
+        raise typer.BadParameter(f"{', '.join(s for s in other if plugin.system_named(s) is None)}; registered: "
+                                 f"{', '.join(s.name for s in plugin.systems())}", click.get_current_context(),
+                                 param_hint="'--systems'")
     chosen_entries = tuple(e.strip() for e in (only or "").split(",") if e.strip())
-    known = paper_figures.depends(paper_figures.Options(scale=scale, policies=chosen, asides=asides))
+    known = paper_figures.depends(paper_figures.Options(scale=scale, policies=chosen, asides=asides, systems=other))
     if only is not None and (not chosen_entries or any(e not in known for e in chosen_entries)):
         raise typer.BadParameter(f"{', '.join(e for e in chosen_entries if e not in known) or 'none given'}; "
                                  f"allowed: {', '.join(known)}", click.get_current_context(), param_hint="'--only'")
     command = "testbed paper" + "".join(f" {a}" for a in sys.argv[2:]) if sys.argv[1:2] == ["paper"] else \
         "testbed figures --paper"
     options = paper_figures.Options(out=out, reuse=reuse, reuse_runs=reuse_runs, scale=scale, quick=quick,
-                                    policies=chosen, repeats=repeats, asides=asides, master=master,
+                                    policies=chosen, systems=other, repeats=repeats, asides=asides, master=master,
                                     command=command, resume=resume, only=chosen_entries)
     raise typer.Exit(paper_mod.main(options))
 

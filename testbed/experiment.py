@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed import doctor, health, mobility, natsserver, provenance
+from testbed import doctor, health, mobility, natsserver, plugin, provenance
 from testbed import topology as topo_mod
 from testbed.emulation import choose, nodeexec, runstate
 from testbed.emulation.network import EmulationError, Network
@@ -220,6 +220,7 @@ def run(scenario: Scenario, path: Path, backend: str, shaper: str, interactive: 
             "backend": session.backend, "shaper": session.shaper,
             "nats_server": {"choice": scenario.nodes.nats_server,
                             "version": natsserver.version(natsserver.binary(scenario.nodes.nats_server, sys.executable))},
+            "system": scenario.system, "label": plugin.label(scenario),
             "machine": platform.node(), "kernel": platform.release(), "seed": scenario.seed, "scale": scenario.scale,
             "started": time.time(), "complete": False}
     if machine_today is not None:

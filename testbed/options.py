@@ -158,3 +158,22 @@ def view_port(value: int) -> int:
     except ViewAddressError as error:
         raise typer.BadParameter(str(error)) from None
     return value
+
+
+def with_system(scenario: Scenario, system: str | None, path: Path) -> Scenario:
+    """The scenario with another system under test (--system), validated again as a file naming it
+    would be: a system that does not run the workload's kind is refused with the systems that do. The
+    error names the file, the line of `workload.kind` (what the system cannot run) and the option."""
+    from pydantic import ValidationError
+
+    from testbed.scenario.loader import Problem, ScenarioError, line_of
+
+    if system is None:
+        return scenario
+    data = scenario.model_dump(mode="json", exclude_unset=True)
+    try:
+        return type(scenario).model_validate({**data, "system": system})
+    except ValidationError as error:
+        reason = "; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())
+        raise ScenarioError([Problem(str(path), line_of(str(path), ("workload", "kind")), "system",
+                                     f"--system {system}: {reason}")]) from None

@@ -52,7 +52,8 @@ from typing import Callable, NamedTuple
 from testbed import paper_record, provenance
 from testbed.paper_entries import entries
 from testbed.paper_figures import (REPO, SCALES, Options, asides, balance_aside, balance_policies, compare_figures,
-                                   machine, run_benches, run_figures, scale_statement, scenario_facts, system_benches)
+                                   machine, other_systems, run_benches, run_figures, scale_statement, scenario_facts,
+                                   system_benches)
 from testbed.paper_steps import State, Step, balance_step, bench_step, compare_step, read_bench_step, run_step, step_record
 
 # How long a step should take when no earlier paper timed it (testbed.paper_record.expected_s): a run
@@ -89,6 +90,11 @@ def plan(options: Options) -> list[Todo]:
                 todo.append(Todo(f"run {scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
                                  lambda state, k=kind, s=scenario, p=policy, r=repeat: run_step(k, s, p, state, r),
                                  _run_guess(scenario), run_figures(kind, policy, options)))
+            for system in other_systems(kind, options):  # the same runs on another system: a series beside them
+                todo.append(Todo(f"run {scenario} --system {system} (repeat {repeat + 1}/{options.repeats})",
+                                 lambda state, k=kind, s=scenario, y=system, r=repeat: run_step(k, s, y, state, r,
+                                                                                                 system=y),
+                                 _run_guess(scenario), run_figures(kind, system, options)))
         for policy in balance_policies(options):
             todo.append(Todo(f"run {balance.scenario} --policy {policy} (repeat {repeat + 1}/{options.repeats})",
                              lambda state, p=policy, r=repeat: run_step(balance.kind, balance.scenario, p, state, r, balance),

@@ -197,12 +197,21 @@ class Options:
     scale: str = "smoke"
     quick: bool = False               # benchmarks that do run: their --quick sweep
     policies: tuple[str, ...] = POLICIES
+    # the other systems under test run on the same experiments (`--system`), each a series beside the
+    # policies; None: every registered system that runs the experiment's workload kind
+    systems: tuple[str, ...] | None = None
     repeats: int = 2                  # runs per scenario and policy, seeds file seed + 0..repeats-1
     asides: bool = True               # also run asides() (ePulsar, once each)
     master: str | None = None
     command: str = "testbed paper"
     resume: bool = False              # skip the runs and benchmarks index.json says were done at this commit
     only: tuple[str, ...] = ()        # run only the steps feeding these index entries (the others: listed as not run)
+
+
+def other_systems(kind: str, options: Options) -> list[str]:
+    """The systems besides the declaring one that `make paper` runs on `kind`'s experiment."""
+    running = plugin.systems_running(kind)[1:]
+    return running if options.systems is None else [s for s in running if s in options.systems]
 
 
 def machine() -> str:
@@ -309,7 +318,8 @@ def depends(options: Options) -> dict[str, list[str]]:
             own[fig] = ([sb.package], [BENCH_SCENARIOS])
     compared: tuple[list[str], list[str]] = ([], [])
     for kind, scenario in SCALES[options.scale].items():
-        mine = ([plugin.system_of(kind).package], [scenario])
+        mine = ([plugin.system_of(kind).package, *(plugin.system_named(s).package for s in other_systems(kind, options))],
+                [scenario])
         own[smoke_entry(kind, options)] = mine
         compared = (compared[0] + mine[0], compared[1] + mine[1])
     for aside in asides() if options.asides else ():

@@ -143,10 +143,34 @@ def _control_of(run_dir: Path) -> dict:
         return {}
 
 
+def _other_system(run_dir: Path) -> str | None:
+    """The system under test of a run, when it is not the one declaring its workload (`--system`):
+    such a run is never one of the paper's policy runs, whatever its scenario's control.policy says."""
+    from testbed import plugin
+
+    try:
+        scenario = yaml.safe_load((run_dir / "scenario.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    kind, system = (scenario.get("workload") or {}).get("kind"), scenario.get("system")
+    return system if system and kind in plugin.workload_kinds() and system != plugin.default_system(kind) else None
+
+
+def system_label(scenario: str, system: str) -> str:
+    """A run's series under another system (its label, `natscluster/home`), from the scenario it runs."""
+    from testbed import plugin
+    from testbed.scenario.loader import load
+
+    loaded = load(REPO / scenario)
+    data = loaded.model_dump(mode="json", exclude_unset=True)
+    return plugin.label(type(loaded).model_validate({**data, "system": system}))
+
+
 def reusable_run(runs_dir: Path, name: str, policy: str, seed: int | None = None,
-                 distance: str | None = None, jitter: str | None = None) -> Path | None:
+                 distance: str | None = None, jitter: str | None = None, system: str | None = None) -> Path | None:
     """The newest complete run of this scenario and policy (and seed, reading of d and cities' jitter,
-    when given) that has traces."""
+    when given) that has traces, made by the system declaring the workload; with `system`, by that
+    system (its policy not asked)."""
     from testbed.policies import DEFAULT_DISTANCE
 
     import json
@@ -164,14 +188,18 @@ def reusable_run(runs_dir: Path, name: str, policy: str, seed: int | None = None
             continue
         if jitter is not None and _jitter_of(run_dir) != jitter:
             continue
-        if meta.get("complete") and control.get("policy") == policy and any((run_dir / "traces").glob("*")):
+        if _other_system(run_dir) != system:
+            continue
+        if meta.get("complete") and (system or control.get("policy") == policy) and any((run_dir / "traces").glob("*")):
             found.append((meta.get("started") or 0, run_dir))
     return max(found)[1] if found else None
 
 
 
-def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 0, aside: Aside | None = None) -> Step:
-    """One `testbed run` of `scenario` under `policy`, the file's seed + `repeat`; its entry goes to
+def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 0, aside: Aside | None = None,
+             system: str | None = None) -> Step:
+    """One `testbed run` of `scenario` under `policy` (or, with `system`, under that system under
+    test: its entry's policy is the system's label), the file's seed + `repeat`; its entry goes to
     the smoke comparison's runs, or to `aside`'s."""
     options = state.options
     runs_dir = options.out / "runs"
@@ -181,7 +209,9 @@ def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 
     distance = aside.distance if aside and aside.distance else facts["distance"]
     jitter = aside.jitter if aside and aside.jitter else facts["jitter"]
     override = aside.overrides if aside else []
-    step = Step(f"run {scenario} --policy {policy} --seed {seed}" + "".join(f" {a}" for a in override),
+    chosen = ["--system", system] if system else ["--policy", policy]
+    policy = system_label(scenario, system) if system else policy
+    step = Step(f"run {scenario} {' '.join(chosen)} --seed {seed}" + "".join(f" {a}" for a in override),
                 figures=run_figures(kind, policy, options, aside))
     entry = {"workload": kind, "policy": policy, "repeat": repeat, "seed": seed, "distance": distance, "jitter": jitter,
              "dir": None}
@@ -191,14 +221,14 @@ def run_step(kind: str, scenario: str, policy: str, state: State, repeat: int = 
         entry["dir"] = str(REPO / done["runs"][0])
         return step.made(done, f"resumed: {done['runs'][0]}, done at {done['commit'][:7]} ({done['date']})")
     if options.reuse_runs:
-        found = reusable_run(runs_dir, name, policy, seed, distance, jitter)
+        found = reusable_run(runs_dir, name, policy, seed, distance, jitter, system)
         if found is not None:
             entry["dir"] = str(found)
             step.status, step.detail = "ok", f"reused {rel(found)}"
             _made_by_run(step, found)
             return step
     before = _run_dirs(runs_dir, name)
-    code = _subprocess([sys.executable, "-m", "testbed.cli", "run", scenario, "--policy", policy,
+    code = _subprocess([sys.executable, "-m", "testbed.cli", "run", scenario, *chosen,
                         "--seed", str(seed), *override, "--results", str(runs_dir)])
     new = sorted(_run_dirs(runs_dir, name) - before, key=lambda p: p.stat().st_mtime)
     if new:

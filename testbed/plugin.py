@@ -6,6 +6,12 @@ roles run it. A system is one folder under testbed/systems/ whose `manifest.py` 
 `testbed.systems.SYSTEMS` lists the folders, one line each, and `TESTBED_SYSTEMS` (packages,
 comma-separated) adds systems kept outside this repository, as pytest's `-p` adds a plugin.
 
+Two axes: a workload kind is declared once, by the system that defines its schema (`workloads`);
+any system may say it runs another's kind too (`runs`), as OpenMessaging Benchmark runs one workload
+file against every driver. A scenario names its kind (`workload.kind`) and, separately, the system
+under test (`system:`, by default the system that declares the kind); capacity and offered load stay
+the workload's.
+
 Hooks are written "module:attribute", relative to the system's package, and imported on first use:
 loading the registry imports only manifests and schema fragments, so a system's roles and checks can
 sit above the core layers that ask for them (OpenMessaging Benchmark's drivers, named in a YAML,
@@ -105,6 +111,9 @@ class System:
     workload_fields: dict[str, tuple] = field(default_factory=dict)  # more `workload.<key>`: (type, default)
     control: dict[str, tuple] = field(default_factory=dict)  # `control.<key>`: (model, default, description)
     roles: tuple[str, ...] = ()  # "module:Class" of its harness roles, in start order
+    runs: tuple[str, ...] = ()  # workload kinds another system declares that this one runs too
+    check: str | None = None  # "module:function"(scenario, topology, report): its own checks, after the kind's
+    settings: str | None = None  # "module:function"(scenario) -> str: its variant for a run's label ("home")
     benchmarks: tuple[Benchmark, ...] = ()  # `make bench-<name>`, and their entries in `make paper`'s index
     package: str = ""  # where it was loaded from (set by the registry)
 
@@ -139,6 +148,14 @@ def _load(names: tuple[str, ...]) -> tuple[System, ...]:
                 raise RuntimeError(f"benchmark {bench.name!r} of {system.name} is already {benches[bench.name]}'s")
             benches[bench.name] = system.name
         loaded.append(replace(system, package=package))
+    names_seen = [s.name for s in loaded]
+    for system in loaded:
+        if names_seen.count(system.name) > 1:
+            raise RuntimeError(f"system name {system.name!r} is registered twice")
+        unknown = [k for k in system.runs if k not in kinds]
+        if unknown:
+            raise RuntimeError(f"system {system.name} runs workload kind {unknown[0]!r}, which no system declares "
+                               f"(declared: {', '.join(kinds) or 'none'})")
     return tuple(loaded)
 
 
@@ -158,7 +175,29 @@ def workload_kind(name: str) -> WorkloadKind | None:
 
 
 def system_of(kind_name: str) -> System:
+    """The system that declares `kind_name` (its schema, checks and offered load): the default system
+    under test of a scenario of that kind."""
     return next(s for s in systems() if any(k.name == kind_name for k in s.workloads))
+
+
+def system_named(name: str) -> System | None:
+    """The registered system called `name` (a scenario's `system:`), or None."""
+    return next((s for s in systems() if s.name == name), None)
+
+
+def runs(system: System, kind_name: str) -> bool:
+    """Whether `system` runs workload kind `kind_name` (its own, or one it says it runs)."""
+    return kind_name in system.runs or any(k.name == kind_name for k in system.workloads)
+
+
+def systems_running(kind_name: str) -> list[str]:
+    """The names of the systems that run workload kind `kind_name`, the declaring one first."""
+    return [s.name for s in sorted(systems(), key=lambda s: kind_name in s.runs) if runs(s, kind_name)]
+
+
+def default_system(kind_name: str) -> str | None:
+    """A scenario's system when it names none: the one declaring its kind (None for `none`)."""
+    return system_of(kind_name).name if kind_name in workload_kinds() else None
 
 
 def hook(system: System, ref: str) -> Any:
@@ -173,9 +212,27 @@ def kind_hook(kind: WorkloadKind, name: str) -> Callable | None:
     return None if ref is None else hook(system_of(kind.name), ref)
 
 
-def role_classes() -> list[type]:
-    """Every system's harness roles, in registry order."""
-    return [hook(system, ref) for system in systems() for ref in system.roles]
+def role_classes(system_name: str | None = "") -> list[type]:
+    """Every system's harness roles, in registry order; with `system_name`, that system's only (a
+    run starts the roles of its system under test; None: no system)."""
+    return [hook(system, ref) for system in systems() for ref in system.roles
+            if system_name == "" or system.name == system_name]
+
+
+def system_check(system_name: str | None) -> Callable | None:
+    """The `check` a system adds to its kinds' own (None when it declares none)."""
+    system = system_named(system_name) if system_name else None
+    return hook(system, system.check) if system and system.check else None
+
+
+def label(scenario) -> str:
+    """What a run of `scenario` is called beside others: its system, and the system's setting
+    (`natscluster/home`) or, for the system that declares the kind, nothing more than its name."""
+    system = system_named(getattr(scenario, "system", None) or "")
+    if system is None:
+        return ""
+    variant = hook(system, system.settings)(scenario) if system.settings else ""
+    return f"{system.name}/{variant}" if variant else system.name
 
 
 def taking(feature: str) -> list[str]:

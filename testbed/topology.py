@@ -310,6 +310,9 @@ def checked(scenario: Scenario, path: str) -> Topology:
     check = kind and plugin.kind_hook(kind, "check")
     if check:
         check(scenario, built, report)
+    check = plugin.system_check(getattr(scenario, "system", None))  # what the system under test adds
+    if check:
+        check(scenario, built, report)
     _check_durable(scenario, built, report)
     brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
     clients = {n.name for n in built.nodes.values() if n.role in plugin.client_roles()}

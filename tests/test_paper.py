@@ -322,6 +322,10 @@ def test_policy_override_is_validated_and_lands_in_the_run_metadata(tmp_path):
     assert paper_steps.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=3) is None  # another repeat
     assert paper_steps.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4, distance="one_way") == run_dir
     assert paper_steps.reusable_run(tmp_path, "uav-smoke", "pulsar-hash", seed=4, distance="rtt") is None
+    # the same flights on another system under test (--system) are not a run of the policy
+    other = changed.model_copy(update={"system": "natscluster"})
+    (run_dir / "scenario.yaml").write_text(yaml.safe_dump(other.model_dump(mode="json"), sort_keys=False))
+    assert paper_steps.reusable_run(tmp_path, "uav-smoke", "pulsar-hash") is None
 
 
 def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat(monkeypatch, tmp_path):
@@ -330,7 +334,12 @@ def test_plan_runs_every_policy_once_per_repeat_before_the_next_repeat(monkeypat
     monkeypatch.setattr(load, "capacity_file", lambda *_: tmp_path / "capacity-compiled.json")  # not measured
     names = [todo.name for todo in paper.plan(paper_figures.Options(repeats=2, policies=("epulsar", "allpairs")))]
     runs = [n for n in names if "(repeat" in n]
-    assert len(runs) == 2 * (2 * 2 + 1) and all("(repeat 1/2)" in n for n in runs[:5])
+    assert len(runs) == 2 * (2 * 2 + 2 + 1) and all("(repeat 1/2)" in n for n in runs[:7])
+    # the other systems that run a workload fly the same experiment, a series beside the policies
+    assert [n for n in runs if "--system" in n][:2] == [
+        "run scenarios/uav-smoke.yaml --system natscluster (repeat 1/2)",
+        "run scenarios/mmog-smoke.yaml --system natscluster (repeat 1/2)"]
+    assert not [t for t in paper.plan(paper_figures.Options(repeats=1, systems=())) if "--system" in t.name]
     assert [n for n in runs if "hotspot" in n] == [  # the hot spot under the balance policies asked for
         f"run scenarios/hotspot-smoke.yaml --policy epulsar (repeat {r}/2)" for r in (1, 2)]
     assert names[-6:] == ["load balancing figures and table", "tracking figures", "handover figures",

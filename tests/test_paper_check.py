@@ -299,7 +299,10 @@ def test_only_plans_the_steps_feeding_the_entries_named(tmp_path, monkeypatch):
 
     monkeypatch.setattr(load, "capacity_file", lambda *_: tmp_path / "capacity-compiled.json")  # not measured
     names = lambda **kw: [t.name for t in paper.plan(paper_figures.Options(policies=("epulsar",), repeats=1, **kw))]  # noqa: E731
-    assert names(only=("fig9",)) == ["run scenarios/mmog-smoke.yaml --policy epulsar (repeat 1/1)", "PySpark comparison"]
+    assert names(only=("fig9",)) == ["run scenarios/mmog-smoke.yaml --policy epulsar (repeat 1/1)",
+                                     "run scenarios/mmog-smoke.yaml --system natscluster (repeat 1/1)", "PySpark comparison"]
+    assert names(only=("fig9",), systems=()) == ["run scenarios/mmog-smoke.yaml --policy epulsar (repeat 1/1)",
+                                                 "PySpark comparison"]
     assert names(only=("bad-sim", "tracking")) == ["bench bad", "tracking figures"]
     assert names(only=("fig8",)) == ["run scenarios/uav-comparable.yaml --policy epulsar",
                                      "PySpark comparison of the comparable run"]

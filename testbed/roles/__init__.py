@@ -1,8 +1,8 @@
 """The harness side of a run: what runs in each node, started, supervised and stopped.
 
 A role is one concern (`base.Role`). The core's own role, the coordinates, starts first (brokers and
-clients need their Serf agents); then each registered system's roles, in registry order and in the
-order its manifest lists them (a workload after the service it looks topics up in). Adding a system
+clients need their Serf agents); then the roles of the scenario's system under test (`system:`), in
+the order its manifest lists them (a workload after the service it looks topics up in). Adding a system
 means listing its roles in its manifest (testbed.plugin), not editing the experiment.
 """
 
@@ -21,7 +21,7 @@ def classes() -> list[type[Role]]:
 def for_run(run: RunContext) -> list[Role]:
     """The roles a run of `run.scenario` needs, in start order (stop them in reverse)."""
     roles: list[Role] = []
-    for cls in classes():
+    for cls in [Coordinates, *plugin.role_classes(getattr(run.scenario, "system", None))]:
         if cls.wanted(run.scenario):
             roles.append(cls(run, roles))
     return roles

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import fields as dataclass_fields
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, Field, StringConstraints, create_model, model_validator
+from pydantic import AfterValidator, Field, StringConstraints, ValidationInfo, create_model, field_validator, model_validator
 
 from testbed import natsserver, plugin
 from testbed.nc.snapshots import CONVERGED_RELATIVE_ERROR, SAME_SITE_ERROR_S
@@ -512,6 +512,9 @@ class Outputs(Strict):
     figures: list[str] = []
 
 
+SystemName = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
+
+
 class Scenario(Strict):
     name: Annotated[str, AfterValidator(check_scenario_name)]
     description: str = ""
@@ -521,12 +524,44 @@ class Scenario(Strict):
     infrastructure: Infrastructure
     nodes: Nodes = Nodes()
     workload: Workload = Workload(kind="none")
+    # the system under test (a registered system's name): by default the one that declares the
+    # workload's kind; any system that runs the kind (testbed.plugin.System.runs) may be named
+    system: SystemName | None = Field(None, description=(
+        "the system under test, a registered system that runs the workload's kind (`testbed run --system` "
+        "overrides it); default: the system that declares the kind (its schema, checks and offered load)"))
     mobility: Mobility = Mobility()
     control: Control = Control()
     faults: list[Fault] = []
     tracking: Tracking = Tracking()
     emulation: Emulation = Emulation()
     outputs: Outputs = Outputs()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_system(cls, data):
+        """No `system:`: the one declaring the workload's kind, written into the scenario as run."""
+        if isinstance(data, dict) and data.get("system") is None:
+            workload = data.get("workload")
+            kind = workload.get("kind") if isinstance(workload, dict) else getattr(workload, "kind", None)
+            if isinstance(kind, str) and kind in plugin.workload_kinds():
+                data = {**data, "system": plugin.default_system(kind)}
+        return data
+
+    @field_validator("system")
+    @classmethod
+    def _system_runs_the_workload(cls, system: str | None, info: ValidationInfo) -> str | None:
+        workload = info.data.get("workload")
+        if system is None or workload is None:
+            return system
+        registered = plugin.system_named(system)
+        if registered is None:
+            raise ValueError(f"no system {system!r}; registered: {', '.join(s.name for s in plugin.systems())}")
+        if workload.kind == plugin.NO_WORKLOAD:
+            raise ValueError(f"workload kind {plugin.NO_WORKLOAD!r} runs no system: leave out system")
+        if not plugin.runs(registered, workload.kind):
+            raise ValueError(f"system {system!r} does not run workload kind {workload.kind!r}; the systems that do: "
+                             f"{', '.join(plugin.systems_running(workload.kind))}")
+        return system
 
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:

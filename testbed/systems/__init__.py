@@ -9,4 +9,5 @@ SYSTEMS = (
     "testbed.systems.pubsub",  # ePulsar's edge-aware pub/sub with its UAV, MMOG and hot-spot workloads
     "testbed.systems.bad",  # BAD Pub/Sub's multistage balancing (Nguyen et al., DEBS '19)
     "testbed.systems.autotune",  # the auto-tuned batching publisher (Balasubramanian et al.)
+    "testbed.systems.natscluster",  # NATS's own route cluster over every broker node (a baseline)
 )

@@ -433,6 +433,21 @@ class TopicClient:
             self._spawn(self._detach(old))
             self.events.add("relinked", topic=self.topic, client=self.name, role=self.role, frm=old.broker, to=broker)
 
+    async def move_to(self, broker: str, address: str, reason: str = "handover") -> None:
+        """Move this client to `broker` at `address` (public: a system without a lookup service
+        decides where its clients attach, testbed.systems.pubsub.attach). Make before break, as a
+        redirect: the downtime opened here (`reason`) closes with the first message through the new
+        broker. Nothing happens when the client already uses that address or is closing."""
+        if self._closing or self.current is None or self.current.address == address:
+            return
+        self._open_downtime(reason, self.current, broker)
+        await self._move(broker, address)
+
+    @property
+    def attached_to(self) -> tuple[str, str] | None:
+        """(broker, address) of the connection in use, or None between brokers."""
+        return (self.current.broker, self.current.address) if self.current is not None else None
+
     async def _relookup(self, old: Endpoint, lost: bool = False) -> None:
         """Baseline: the broker dropped us; find the topic's new owner through the topic manager.
         `lost`: the connection dropped (not a disconnect order): the lookups say so, and the topic

@@ -13,7 +13,7 @@ from testbed.systems.pubsub.schema import HandoverTrigger, Hotspot, hotspot_topi
 PUBSUB_FEATURES = ("durable", "tracking")
 
 SYSTEM = System(
-    name="pubsub",
+    name="epulsar",  # the system under test a scenario names (`system: epulsar`); its folder is pubsub/
     title="ePulsar's edge-aware topic placement on network coordinates, its baselines and Pulsar's load manager",
     workloads=(
         WorkloadKind("uav-swarm", validate=needs_rate_and_topics, check="checks:uav", offered="load:uav",

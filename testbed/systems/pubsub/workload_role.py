@@ -253,7 +253,7 @@ class PubSubWorkload(Role):
         logs, trigger = self.out / "logs", self.scenario.control.handover_trigger
         argv = [kind, "--node", node.name, *own,
                 "--rate", f"{rate:g}", "--size", f"{self.scenario.workload.message_size:.0f}",
-                "--lookup", self.system.lookup_url, "--trace-dir", str(self.out / "traces"),
+                *self.attach_args(node), "--trace-dir", str(self.out / "traces"),
                 "--events", str(logs / f"clients-{node.name}.jsonl"), "--run-id", self.run_id,
                 "--site", node.site, "--coord", "proxy" if node.mobile else "serf",
                 "--nc-period", f"{self.scenario.control.nc_report_period:g}",
@@ -269,6 +269,11 @@ class PubSubWorkload(Role):
         self.processes[node.name] = self.network.popen(
             node.name, [self.network.python, "-m", "testbed.systems.pubsub.workloads", *argv],
             stdout=subprocess.PIPE, stderr=log, text=True)
+
+    def attach_args(self, node) -> list[str]:
+        """How `node`'s clients find their brokers: through the pub/sub role's lookup service. A
+        system without one overrides this (`--attach PLAN.json`, testbed.systems.pubsub.attach)."""
+        return ["--lookup", self.system.lookup_url]
 
     def _wait_attached(self) -> None:
         """Every client says it is attached, within one deadline for all (they start together): on a

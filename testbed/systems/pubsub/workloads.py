@@ -44,6 +44,7 @@ from pathlib import Path
 from testbed.policies.topics import topic_class
 from testbed.systems.pubsub.client import (EventLog, Publisher, Subscriber, coordinate_source, in_node, run_precise,
                                            shared_query)
+from testbed.systems.pubsub.attach import AttachPlan, AttachWatch, first_broker
 from testbed.systems.pubsub.clienthealth import ClientHealth
 from testbed.systems.pubsub.durable import ACKS_DIR, parse_classes
 from testbed.systems.pubsub.engine import Engine, EnginePublisher, EngineSubscriber
@@ -154,12 +155,14 @@ def client_classes(engine: Engine | None, health: ClientHealth, netns: int | Non
             functools.partial(EngineSubscriber, engine=engine, netns=netns))
 
 
-def uav_clients(args, events: EventLog, health: ClientHealth | None = None,
-                engine: Engine | None = None) -> tuple[list[Publisher], list[Subscriber]]:
-    """The swarm's clients; with `engine`, their data plane is the node's compiled engine."""
+def uav_clients(args, events: EventLog, health: ClientHealth | None = None, engine: Engine | None = None,
+                owner: tuple[str, str] | None = None) -> tuple[list[Publisher], list[Subscriber]]:
+    """The swarm's clients; with `engine`, their data plane is the node's compiled engine; with
+    `owner` (broker, address), they attach there without a lookup (`--attach`, testbed.systems.pubsub.attach)."""
     swarm, trace_dir = args.node, Path(args.trace_dir)
-    common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
-              "coord": coordinate_source(args.coord, swarm, args.netns_pid), "nc_period": args.nc_period}
+    common = {"lookup_url": None if owner else args.lookup, "owner": owner, "site": args.site, "run_id": args.run_id,
+              "events": events, "coord": coordinate_source(args.coord, swarm, args.netns_pid),
+              "nc_period": args.nc_period}
     pub, sub = client_classes(engine, health, args.netns_pid)
     leader, followers = f"{swarm}-u1", [f"{swarm}-u{i}" for i in range(2, args.members + 1)]
     follow, sensor = f"follow_leader-{swarm}", f"sensor_data-{swarm}"
@@ -180,9 +183,15 @@ async def run_uav(args, node: NodeProcess) -> int:
     Path(args.trace_dir).mkdir(parents=True, exist_ok=True)
     events = EventLog(args.events)
     engine, health, stop = node.engine, node.health, node.stop
-    publishers, subscribers = uav_clients(args, events, health, engine)
+    plan = AttachPlan.read(args.attach) if args.attach else None
+    owner = await first_broker(plan, args.site, args.coord == "proxy", args.netns_pid) if plan else None
+    publishers, subscribers = uav_clients(args, events, health, engine, owner)
     for client in subscribers + publishers:  # subscribers first: no message is sent before anyone listens
         await client.start()
+    follow = None  # without a lookup service, the swarm's clients follow it to its new zone's broker
+    if plan is not None and args.coord == "proxy":
+        follow = asyncio.create_task(AttachWatch(args.node, [*subscribers, *publishers], plan, args.site, events,
+                                                 args.netns_pid).run())
     watch = None
     if args.handover.enabled:  # the swarm's clients report at once when it enters another zone
         watch = HandoverWatch(args.node, [*publishers, *subscribers], args.handover, get_distance(args.distance),
@@ -195,7 +204,7 @@ async def run_uav(args, node: NodeProcess) -> int:
             for i, p in enumerate(publishers)]
     waiter, probe = asyncio.create_task(stop.wait()), asyncio.create_task(health.run())
     await asyncio.wait({*work, waiter}, return_when=asyncio.FIRST_COMPLETED)
-    for task in [*work, waiter, probe, *([watch] if watch else [])]:
+    for task in [*work, waiter, probe, *([watch] if watch else []), *([follow] if follow else [])]:
         task.cancel()
     health.close()
     await drain(publishers, subscribers)
@@ -276,13 +285,14 @@ class MmogClient:
     subscribe to the new one's); a game server subscribes to the topics of its edge site's players."""
 
     def __init__(self, args, events: EventLog, plan: dict, coord, health: ClientHealth | None = None,
-                 engine: Engine | None = None):
-        """`engine`: the node's compiled engine carries its clients' data plane."""
+                 engine: Engine | None = None, owner: tuple[str, str] | None = None):
+        """`engine`: the node's compiled engine carries its clients' data plane; `owner` (broker,
+        address): every client attaches there without a lookup (`--attach`, testbed.systems.pubsub.attach)."""
         self.args, self.events, self.plan = args, events, plan
         self.pub_class, self.sub_class = client_classes(engine, health, args.netns_pid)
         self.node, self.trace_dir = args.node, Path(args.trace_dir)
-        self.common = {"lookup_url": args.lookup, "site": args.site, "run_id": args.run_id, "events": events,
-                       "coord": coord, "nc_period": args.nc_period}
+        self.common = {"lookup_url": None if owner else args.lookup, "owner": owner, "site": args.site,
+                       "run_id": args.run_id, "events": events, "coord": coord, "nc_period": args.nc_period}
         self.players = plan["players"]
         self.avatar = self.players.index(self.node) if self.node in self.players else None
         if self.avatar is None and self.node not in plan["servers"]:
@@ -368,6 +378,16 @@ def mmog_coordinate(args):
     return coordinate_source(args.coord, args.node, args.netns_pid)
 
 
+def mmog_owner(args, plan: dict) -> tuple[str, str] | None:
+    """With `--attach`: the broker of a player's edge-site proxy (its city's by default), or of a
+    game server's site; None: the clients look their topics up."""
+    if not args.attach:
+        return None
+    players = plan["players"]
+    proxy = plan["edges"][players.index(args.node)]["proxy"] if args.node in players else None
+    return AttachPlan.read(args.attach).for_proxy(proxy or "", args.site)
+
+
 async def attach(args, events: EventLog, edge: dict) -> None:
     """A player's first question to its edge site's NC proxy, as an event (`player_attached`: which
     proxy answered, the access latency it measured), so the run shows whom each player asked."""
@@ -397,7 +417,7 @@ async def run_mmog(args, node: NodeProcess) -> int:
     events = EventLog(args.events)
     plan = json.loads(Path(args.plan).read_text())
     engine, health, stop = node.engine, node.health, node.stop
-    client = MmogClient(args, events, plan, mmog_coordinate(args), health, engine)
+    client = MmogClient(args, events, plan, mmog_coordinate(args), health, engine, mmog_owner(args, plan))
     if args.proxy_ip:
         await attach(args, events, plan["edges"][client.avatar])
     for avatar in sorted(client.wanted()):
@@ -565,7 +585,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rate", type=float, required=True)
     parser.add_argument("--size", type=int, default=1000)
     parser.add_argument("--duration", type=float, default=None)
-    parser.add_argument("--lookup", required=True)
+    parser.add_argument("--lookup", help="the lookup service's nats:// address (or --attach)")
+    parser.add_argument("--attach", type=Path, help="uav, mmog: a broker attachment plan instead of a lookup, JSON "
+                        "(testbed.systems.pubsub.attach.AttachPlan)")
     parser.add_argument("--trace-dir", required=True)
     parser.add_argument("--events", type=Path)
     parser.add_argument("--run-id", default="")
@@ -590,6 +612,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "namespace its sockets are made in")
     args = parser.parse_args(argv)
     args.handover = HandoverTrigger.from_json(args.handover_trigger)
+    if not args.lookup and not (args.attach and args.kind in ("uav", "mmog")):
+        parser.error("give --lookup (uav, mmog also: --attach)")
     if args.kind in ("mmog", "hotspot") and not args.plan:
         parser.error(f"{args.kind} needs --plan")
     return args
