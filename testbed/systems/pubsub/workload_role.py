@@ -116,8 +116,9 @@ def release_start(start_path: Path, network) -> None:
 
 
 class PubSubWorkload(Role):
-    """The scenario's clients: one process per swarm (uav-swarm), player and game server (mmog) or static
-    client node (hotspot), publishing and subscribing through the pub/sub role's lookup service."""
+    """The scenario's clients: every swarm (uav-swarm), player and game server (mmog) or static client
+    node (hotspot) in this machine's one client host (`ClientHost`, the compiled engine's default), or
+    a process of its own per node, publishing and subscribing through the pub/sub role's lookup service."""
 
     name = "workload"
 
