@@ -9,7 +9,6 @@ Nothing here imports the rest of the testbed, so every layer may use it.
 
 from __future__ import annotations
 
-import errno
 import json
 import math
 import os
@@ -62,32 +61,6 @@ def stop_group(processes: Iterable[subprocess.Popen | None], timeout: float = 5.
         if process.poll() is None:
             process.terminate()
     wait_or_kill(group, timeout)
-
-
-def raise_priority(pid: int, nice: int) -> list[str]:
-    """Give process `pid` precedence over the default-priority processes: the nice value of its
-    autogroup (with kernel.sched_autogroup_enabled, the scheduler shares the CPU between sessions
-    first, and each process the emulator starts is its own session, so a thread's own nice counts
-    only inside it) and of each of its threads (what counts without autogroup; threads it starts
-    later inherit it). What could not be set, as readable reasons (none: all set)."""
-    failed = []
-    autogroup = Path(f"/proc/{pid}/autogroup")
-    if autogroup.exists():
-        try:
-            autogroup.write_text(str(nice))
-        except OSError as error:
-            failed.append(f"autogroup nice {nice}: {error.strerror}")
-    try:
-        threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-    except OSError as error:
-        return failed + [f"threads: {error.strerror}"]
-    for tid in threads:
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, nice)
-        except OSError as error:
-            if error.errno != errno.ESRCH:  # a thread that ended meanwhile needs nothing
-                failed.append(f"thread {tid} nice {nice}: {error.strerror}")
-    return failed
 
 
 # -- what children leave behind ---------------------------------------------------------------------

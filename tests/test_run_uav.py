@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from testbed import topology
-from testbed.roles.launch import BROKER_NICE
 from testbed.scenario.loader import load
 from tests import browser, uav_run
 from tests.needs import FULL_SYSTEM
@@ -78,9 +77,6 @@ def test_uav_smoke_runs_end_to_end(uav):
     assert meta["nats_server"]["choice"] == "pypi" and version.startswith("2.15.")
     for log in (out / "logs").glob("nats-b*.log"):
         assert f"Version:  {version}" in log.read_text(errors="replace"), log
-    # every broker's data plane ran ahead of the clients' control planes (its session's nice and its threads')
-    logs = sorted((out / "logs").glob("nats-*.log"))
-    assert len(logs) >= 2 and all(f"at nice {BROKER_NICE} (its session" in log.read_text(errors="replace") for log in logs)
     figures = subprocess.run([sys.executable, "-m", "testbed.cli", "figures", str(out), "--out",
                               str(uav.root / "figs")], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert figures.returncode == 0, figures.stderr[-2000:]

@@ -20,10 +20,9 @@ from pathlib import Path
 from kazoo.handlers.threading import SequentialThreadingHandler
 
 from testbed import natsserver, plugin
-from testbed.emulation.netns import running_in
 from testbed.nc.coordinate import Coordinate
 from testbed.nc.serf import RPC_PORT, SerfError, SerfRPC
-from testbed.procs import raise_priority, read_line, stop_group
+from testbed.procs import read_line, stop_group
 from testbed.systems.pubsub.broker import MONITOR_PORT, NATS_PORT, nats_url
 from testbed.systems.pubsub.metadata import ZK_PORT, Metadata, MetadataError
 
@@ -292,10 +291,6 @@ def start_zookeeper(network, node: str, log_dir: Path, heap: str = "256m") -> Zo
 
 
 # -- brokers -----------------------------------------------------------------------------------------
-#: nats-server's nice value (its session's and its threads'): see `prefer_broker`.
-BROKER_NICE = -10
-
-
 class BrokerError(RuntimeError):
     """nats-server or its broker agent did not start."""
 
@@ -324,31 +319,12 @@ def start_nats(network, node: str, log_dir: Path, timeout: float = 15.0, config:
         try:
             with network.connector(node)((ip, NATS_PORT), 1.0) as sock:
                 if sock.recv(4) == b"INFO":
-                    prefer_broker(network, node, argv, log)
                     return process
         except OSError:
             pass
         time.sleep(0.05)
     process.kill()
     raise BrokerError(f"nats-server in {node} did not accept connections within {timeout:g}s (see {log})")
-
-
-def prefer_broker(network, node: str, argv: list[str], log: Path) -> None:
-    """nats-server is the data plane under test, and in the paper each broker has a machine of its
-    own; here it shares the cores with every emulated client's control plane (a Python process and
-    session each). At a round of migrations those ~70 sessions woke at once and the broker waited its
-    turn among them (MMOG at 3 msg/s: overhead p99 7.6-17.8 ms; at nice -10 1.45-1.48 ms, no CPU
-    more, docs/results/2026-11-harness.md). So it gets BROKER_NICE, as the
-    clients' engines and the delay line get real-time priority (`make bench-capacity`). A broker on
-    another machine's server shares nothing with our clients. Its log says which it got."""
-    server = network.server_of(node)
-    if server is not None and not server.on_this_machine:
-        return
-    pids = running_in(network.nodes[node].pid, argv)
-    failed = [reason for pid in pids for reason in raise_priority(pid, BROKER_NICE)] if pids else ["its process was not found"]
-    with log.open("a") as handle:  # nats-server appends to it too (O_APPEND): whole lines
-        handle.write(f"testbed: nats-server in {node} " + (f"keeps the default priority: {'; '.join(failed)}\n" if failed else
-                     f"at nice {BROKER_NICE} (its session and its threads)\n"))
 
 
 def start_agent(network, node: str, zk_hosts: str, log_dir: Path, site: str = "", cloud: bool = False,
