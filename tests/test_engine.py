@@ -440,3 +440,22 @@ def test_the_engine_publishes_the_python_clients_message(server, name, size):
     for seq, data in enumerate(got):
         head = like.payload(seq, 0.0).split(b"\n", 1)[0].replace(b'"t":0.0,', f'"t":{start + seq / 200:.6f},'.encode())
         assert data == (head + b"\n").ljust(size, b"x"), (seq, data[:200])
+
+
+def test_bench_connections_runs_the_binaries_it_is_given_alternating(tmp_path):
+    """`make bench-connections` at a toy size: each binary given runs in turn, with its CPU and the
+    machine's steal beside it."""
+    from testbed.systems.pubsub.bench import connections
+    from testbed.systems.pubsub.engine import ensure_built
+
+    copy = tmp_path / "engine-copy"
+    copy.write_bytes(ensure_built().read_bytes())
+    copy.chmod(0o755)
+    out = tmp_path / "connections.json"
+    assert connections.main(["--binary", str(copy), "--binary", str(ensure_built()), "--topics", "2",
+                             "--subscribers", "6", "--rate", "20", "--window", "1", "--repeat", "1",
+                             "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert [r["binary"] for r in result["runs"]] == [str(copy), str(ensure_built())]
+    assert all(r["connections"] == 8 and r["deliveries_per_s"] == 120 and r["engine_cpu_ms_per_s"] > 0
+               and r["steal_ms_per_s"] >= 0 for r in result["runs"])

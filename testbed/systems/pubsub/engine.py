@@ -91,8 +91,10 @@ def health_path(health: Path) -> Path:
 class Engine:
     """One engine process and its pipe: requests answered in order of their ids, events dispatched."""
 
-    def __init__(self, health: Path | None = None, tick_us: int = TICK_US, read_holdoff_us: int = READ_HOLDOFF_US):
-        self.health, self.tick_us, self.read_holdoff_us = health, tick_us, read_holdoff_us
+    def __init__(self, health: Path | None = None, tick_us: int = TICK_US, read_holdoff_us: int = READ_HOLDOFF_US,
+                 binary: Path | None = None):
+        """`binary`: another build of the engine to run as it is (a benchmark's A/B); None: this tree's."""
+        self.health, self.tick_us, self.read_holdoff_us, self.binary = health, tick_us, read_holdoff_us, binary
         self.process: asyncio.subprocess.Process | None = None
         # one counter per kind of id: requests are many (every flush, route, subscribe), and the engine
         # keeps clients in a table of 4096 and connections in 4096 slots (id modulo 4096)
@@ -116,7 +118,7 @@ class Engine:
         self.failure: str | None = None
 
     async def start(self) -> "Engine":
-        binary = ensure_built()
+        binary = self.binary or ensure_built()
         argv = [str(binary), "--tick-us", str(int(self.tick_us)), "--read-holdoff-us", str(int(self.read_holdoff_us)),
                 "--nice", str(NICE), "--rt-prio", str(RT_PRIORITY), "--max-payload", str(MAX_PAYLOAD)]
         if self.health:

@@ -77,6 +77,10 @@ SYSTEM = System(
                   about="CPU-us per delivered message by process class at fractions of the paper's UAV load and MMOG "
                         "points, shapers (--shapers routed,shared,delayline) or client data planes alternating run by run -> "
                         "results/bench/efficiency.json, efficiency.png (--quick)"),
+        Benchmark("connections", program="bench.connections", minutes=2,
+                  about="the compiled engine's own CPU with MMOG's ~1,200 connections at 3 msg/s per publisher on "
+                        "loopback, engine binaries (--binary, repeatable) alternating run by run -> results/bench/"
+                        "connections.json"),
         Benchmark("repeat", program="bench.repeat", minutes=40,
                   about="the paper's UAV case (--scenario) run 3 times back to back (--runs, --duration 10m), each "
                         "valid >= 95 % of its seconds, no migration failed, >= 99.9 % delivered -> results/bench/"
