@@ -3,8 +3,10 @@ paper's UAV case must hold at its size not once but every time (issue "paper sca
 the control plane's bursts": its first round's migrations once took 12-18 s and half failed).
 
 A run passes when the guard held at least VALID_SHARE of its seconds, no migration failed and at
-least DELIVERED_SHARE of the messages due were delivered. Writes results/bench/repeat.json and
-exits 1 when any run did not pass.
+least DELIVERED_SHARE of the messages due were delivered. A run short of VALID_SHARE only because of
+the seconds the machine explains (the hypervisor's steal or a stalled VM, `health.explained_by_machine`)
+is not judged, not failed: the row says so with those seconds, and it must be run again. Writes
+results/bench/repeat.json and exits 1 unless every run passed.
 
     python -m testbed.systems.pubsub.bench.repeat [--scenario scenarios/uav.yaml] [--runs 3] [--duration 10m]
 """
@@ -48,8 +50,11 @@ def judge(run_dir: Path | None) -> dict:
     seconds, saturated = harness.get("seconds") or 0, harness.get("saturated_seconds") or 0
     ends = [e for e in json_lines(run_dir / "events.jsonl") if e.get("type") == "migration_end"]
     due, delivered = summary.get("expected_deliveries") or 0, summary.get("delivered") or 0
+    machine = harness.get("machine_seconds") or 0
     row = {"run_dir": str(run_dir), "validity": harness.get("validity"),
            "valid_share": (seconds - saturated) / seconds if seconds else 0.0,
+           "valid_share_but_machine": (seconds - saturated + machine) / seconds if seconds else 0.0,
+           "machine_seconds": machine,
            "migration_s": [round(e.get("migration_s") or 0.0, 3) for e in ends],
            "migrations_failed": sum(not e.get("ok") for e in ends), "delivered": delivered, "due": due,
            "delivered_share": delivered / due if due else 0.0}
@@ -58,7 +63,11 @@ def judge(run_dir: Path | None) -> dict:
     why += [f"{row['migrations_failed']} migrations failed"] if row["migrations_failed"] else []
     why += [f"delivered {100 * row['delivered_share']:.3f} % (< {100 * DELIVERED_SHARE:.1f} %)"
             ] if row["delivered_share"] < DELIVERED_SHARE else []
-    return {**row, "passed": not why, "why": "; ".join(why)}
+    if len(why) == 1 and row["valid_share"] < VALID_SHARE <= row["valid_share_but_machine"]:
+        return {**row, "passed": False, "verdict": "not judged",
+                "why": f"{why[0]}, but {machine} of its bad seconds were the machine's (steal or a stalled VM): "
+                       f"{100 * row['valid_share_but_machine']:.1f} % without them; run it again"}
+    return {**row, "passed": not why, "verdict": "failed" if why else "passed", "why": "; ".join(why)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         row = judge(run_point(path, directory / f"run{i + 1}", console.print, args.backend))
         data["rows"].append(row)
         console.print(f"    {row.get('validity')}, migrations {row.get('migration_s')}, "
-                      f"{'passed' if row['passed'] else 'FAILED: ' + row['why']}")
+                      f"{'passed' if row['passed'] else row.get('verdict', 'failed').upper() + ': ' + row['why']}")
         (OUT / "repeat.json").write_text(json.dumps(data, indent=1))  # an interrupted series keeps its runs
     table = Table(title=f"{Path(args.scenario).name} x {args.runs}, {args.duration} each, back to back")
     for column in ("run", "validity", "migrations (s)", "failed", "delivered", "verdict"):
@@ -96,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, row in enumerate(data["rows"], 1):
         table.add_row(str(i), str(row.get("validity")), ", ".join(map(str, row.get("migration_s", []))),
                       str(row.get("migrations_failed", "-")), f"{100 * row.get('delivered_share', 0):.3f} %",
-                      "passed" if row["passed"] else row["why"])
+                      "passed" if row["passed"] else f"{row.get('verdict', 'failed')}: {row['why']}")
     console.print(table)
     console.print(f"written {OUT / 'repeat.json'}")
     return 0 if all(row["passed"] for row in data["rows"]) else 1
