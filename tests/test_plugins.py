@@ -198,8 +198,8 @@ def test_the_name_scan_finds_a_branch_on_a_system(tmp_path):
 TOY_MANIFEST = '''
 from pydantic import Field
 
-from testbed.plugin import Benchmark, Figure, System, WorkloadKind
-from testbed.scenario.fields import Count, Strict
+from testbed.plugin import Benchmark, FaultTarget, Figure, System, WorkloadKind
+from testbed.scenario.fields import Count, PositiveDuration, Strict
 
 
 class Echo(Strict):
@@ -217,6 +217,8 @@ SYSTEM = System(name="toyecho", title="a toy echo service",
                 workloads=(WorkloadKind("echo", block="echo", block_model=Echo, validate=one_class,
                                         check="checks:needs_echo_nodes", offered="load:offered"),),
                 client_roles=("echoer",), agent_roles=("echoer",),
+                control={"echo_period": (PositiveDuration, 1.0, "how often an echo node repeats")},
+                fault_targets=(FaultTarget("hub", "kills the echo hub for good", restart=False),),
                 benchmarks=(Benchmark("echo-fanout", program="bench", figures="figures", about="readers reached per message",
                                       shows=(Figure("echo", images=(), section="Echo, 1", title="Echo fanout",
                                                     paper="every message reaches 3 readers", rule="fanout >= 3"),),
@@ -368,6 +370,23 @@ def test_a_toy_system_s_schema_and_checks_name_file_line_and_field(toy_system):
     (toy_system / "no-echoers.yaml").write_text(text.replace("role: echoer", "role: static"))
     run = _toy_cli(toy_system, "validate", str(toy_system / "no-echoers.yaml"))
     assert "needs client nodes with role: echoer" in run.stdout + run.stderr, run.stdout + run.stderr
+
+
+def test_a_toy_system_s_settings_and_fault_targets_are_its_own(toy_system):
+    """A system's `control` key and fault target, declared in its manifest only: taken under it,
+    refused at their line under another system, naming the system that has them (both ways)."""
+    text = (toy_system / "toy.yaml").read_text()
+    (toy_system / "own.yaml").write_text(text + "control: {echo_period: 2s}\nfaults:\n  - {at: 5s, kill: hub}\n")
+    run = _toy_cli(toy_system, "validate", str(toy_system / "own.yaml"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    (toy_system / "zk.yaml").write_text(text + "faults:\n  - {at: 5s, kill: zookeeper, restart_after: 2s}\n")
+    run = _toy_cli(toy_system, "validate", str(toy_system / "zk.yaml"))
+    assert run.returncode == 2 and f"zk.yaml:{len(text.splitlines()) + 2}: faults[0].kill: 'zookeeper' is a part of " \
+        "system 'epulsar', and system 'toyecho' has none" in run.stderr, run.stdout + run.stderr
+    uav = (ROOT / "scenarios" / "uav-smoke.yaml").read_text().replace("settle: 15s}", "settle: 15s, echo_period: 2s}")
+    (toy_system / "uav.yaml").write_text(uav)
+    run = _toy_cli(toy_system, "validate", str(toy_system / "uav.yaml"))
+    assert run.returncode == 2 and "control.echo_period: a setting of system 'toyecho'" in run.stderr, run.stderr
 
 
 def test_an_unregistered_system_s_workload_is_refused(toy_system):
