@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from testbed import plugin
-from testbed.scenario import cities, zones
+from testbed.scenario import cities, owners, zones
 from testbed.scenario.loader import Problem, ScenarioError, line_of
 from testbed.scenario.model import LinkParams, Scenario, scaled_count
 
@@ -265,33 +265,6 @@ def sites_of(scenario: Scenario) -> list[str]:
     return list(topo.sites)
 
 
-def _check_control_owners(scenario: Scenario, report, written_for: str | None) -> None:
-    """A system's `control.<key>` set to anything but its default under another system under test
-    is refused at its line: it would configure nothing. Values are judged, so a run's scenario.yaml,
-    which carries every default, checks again. The settings of the system the file was written for
-    stay when `--system` replaced it: inert, and recorded as written, so its runs and the file's own
-    remain one experiment (one reading of d)."""
-    for key in type(scenario.control).model_fields:
-        owner = plugin.control_owner(key)
-        under = owner and owner.name != written_for and plugin.foreign(scenario.system, owner)
-        if under and getattr(scenario.control, key) != type(scenario.control).model_fields[key].default:
-            report(("control", key), f"a setting of system {owner.name!r}, which configures nothing under {under}: "
-                                     f"leave it out, or run under system {owner.name}")
-
-
-def _check_fault_target(scenario: Scenario, built: Topology, index: int, report) -> None:
-    """`kill:` naming a system's part (testbed.plugin.FaultTarget): refused under a system that does not
-    declare it, with the systems that do; else the declaring system's own check of it, if any."""
-    name = scenario.faults[index].kill
-    system, target = plugin.fault_targets()[name]  # one system declares each (testbed.plugin._claim)
-    under = plugin.foreign(scenario.system, system)
-    if under:
-        report(("faults", index, "kill"), f"{name!r} is a part of system {system.name!r}, and {under} has none; "
-                                          f"the system that has it: {system.name}")
-    elif target.check:
-        plugin.hook(system, target.check)(scenario, built, index, report)
-
-
 def checked(scenario: Scenario, path: str, written_for: str | None = None) -> Topology:
     """Build the topology of a schema-valid scenario, checking what needs the data or the whole
     graph (zones vs towers, site names, name clashes, faults on brokers, settings and fault targets
@@ -343,7 +316,7 @@ def checked(scenario: Scenario, path: str, written_for: str | None = None) -> To
     if check:
         check(scenario, built, report)
     _check_durable(scenario, built, report)
-    _check_control_owners(scenario, report, written_for)
+    owners.check_control(scenario, report, written_for)
     targets = plugin.fault_targets()
     brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
     clients = {n.name for n in built.nodes.values() if n.role in plugin.client_roles()}
@@ -354,7 +327,7 @@ def checked(scenario: Scenario, path: str, written_for: str | None = None) -> To
             report(("faults", i, fault.back_field), f"back at {fault.at + fault.back_after:g}s, not within the "
                                                    f"run's duration ({scenario.duration:g}s)")
         if fault.kill in targets:  # a part a system declares: its system judges it
-            _check_fault_target(scenario, built, i, report)
+            owners.check_fault_target(scenario, built, i, report)
             continue
         if fault.relay is not None:
             a, b = fault.relay
