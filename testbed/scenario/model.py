@@ -287,7 +287,7 @@ class ControlCore(Strict):
     before the workload (testbed.roles.settle), and `nc_report_period`, how often a client reports
     its coordinate (testbed.roles.coordinates, the pub/sub clients). `Control` adds each registered
     system's own keys (its manifest's `control`, e.g. the topic manager's `policy`), checked by the
-    system (`validate_control`) and refused under another system (testbed.topology): this model
+    system (`validate_control`) and refused under another system (testbed.scenario.owners): this model
     names no system's setting."""
 
     nc_report_period: PositiveDuration = 5.0

@@ -53,7 +53,7 @@ SYSTEM = System(
                      "client_processes": (Literal["auto", "per-machine", "per-node"], "auto")},
     roles=("role:PubSubRole", "workload_role:PubSubWorkload"),
     # the topic manager's keys, flat under `control` as scenarios have always written them; refused
-    # (testbed.topology) when another system is under test
+    # (testbed.scenario.owners) when another system is under test
     control={
         "policy": (PolicyName, DEFAULT_POLICY, "the topic manager's placement policy (testbed.policies.registry)"),
         "distance": (DistanceName, DEFAULT_DISTANCE,
