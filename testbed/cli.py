@@ -63,12 +63,13 @@ def _load(path: Path, scale: Optional[float] = None, seed: Optional[int] = None,
     from testbed.scenario.loader import ScenarioError, load
 
     try:
-        scenario = with_system(at_scale(load(path), scale, path), system, path)
+        written = at_scale(load(path), scale, path)
+        scenario = with_system(written, system, path)
         if seed is not None:
             scenario = scenario.model_copy(update={"seed": seed})
         if jitter is not None:
             scenario = with_jitter(scenario, jitter, path)
-        return scenario, topo_mod.checked(scenario, str(path))
+        return scenario, topo_mod.checked(scenario, str(path), written_for=written.system)
     except (ScenarioError, ValueError) as error:
         raise _fail_input(error) from None
 
@@ -127,8 +128,9 @@ def validate(paths: list[Path] = typer.Argument(..., help="Scenario files."),
     failed = False
     for path in paths:
         try:
-            scenario = with_system(at_scale(load(path), scale, path), system, path)
-            topology = topo_mod.checked(scenario, str(path))
+            written = at_scale(load(path), scale, path)
+            scenario = with_system(written, system, path)
+            topology = topo_mod.checked(scenario, str(path), written_for=written.system)
             judged_by = load_mod.capacity_file(scenario.workload.client_engine, capacity)
             for refusal in (_thin_access(path, scenario, topology),
                             _impossible(path, _offered_load(scenario, topology, judged_by)[1], judged_by)):
@@ -325,11 +327,19 @@ def doctor(as_json: bool = typer.Option(False, "--json", help="Machine-readable 
 
 
 def with_control(scenario: Scenario, field: str, value: str, allowed) -> Scenario:
-    """The scenario with control.<field> replaced, checked by the same model as a scenario file."""
+    """The scenario with control.<field> replaced, checked by the same model as a scenario file; a
+    setting that a system declares is refused under another system under test (it would configure
+    nothing: `--policy` under the NATS cluster)."""
     from pydantic import ValidationError
 
+    from testbed import plugin
     from testbed.scenario.model import Control
 
+    owner = plugin.control_owner(field)
+    under = owner and plugin.foreign(scenario.system, owner)
+    if under:
+        raise ValueError(f"--{field}: control.{field} is a setting of system {owner.name!r}, and {under} has none "
+                         f"(the systems that do: {owner.name})")
     data = scenario.control.model_dump(mode="json", exclude_unset=True)
     try:
         control = Control.model_validate({**data, field: value})
@@ -393,9 +403,12 @@ def run(path: Path = typer.Argument(..., help="Scenario file."),
         system: Optional[str] = typer.Option(None, help="The system under test (default: the scenario's `system:`, "
                                              "else the one declaring its workload kind), e.g. natscluster."),
         policy: Optional[str] = typer.Option(None, callback=checked_as("Control", "policy"),
-                                             help=f"Override control.policy: {' | '.join(POLICIES)}."),
+                                             help=f"Override control.policy, the topic manager's placement policy "
+                                             f"(checked by the system declaring it, refused under any other): "
+                                             f"{' | '.join(POLICIES)}."),
         distance: Optional[str] = typer.Option(None, callback=checked_as("Control", "distance"),
-                                               help=f"Override control.distance: {' | '.join(DISTANCES)}."),
+                                               help=f"Override control.distance (as --policy, the topic manager's): "
+                                               f"{' | '.join(DISTANCES)}."),
         seed: Optional[int] = typer.Option(None, callback=checked_as("Scenario", "seed"),
                                            help="Override the scenario's seed (mobility, zones, link jitter): a repeat."),
         jitter: Optional[str] = typer.Option(None, callback=checked_as("Cities", "jitter"),

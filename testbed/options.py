@@ -102,7 +102,11 @@ def checked_as(model: str, field: str):
             from pydantic import ValidationError
 
             try:
-                _adapter(model, field).validate_python(value)
+                adapter = _adapter(model, field)
+            except KeyError:  # a system's key, and no registered system declares it
+                raise typer.BadParameter(f"no registered system has a {model.lower()}.{field}") from None
+            try:
+                adapter.validate_python(value)
             except ValidationError as error:
                 raise typer.BadParameter(_reason(value, error)) from None
         return value

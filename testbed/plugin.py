@@ -100,6 +100,19 @@ class Benchmark:
 
 
 @dataclass(frozen=True)
+class FaultTarget:
+    """A part of a system that a scenario's `kill:` names instead of a node (ePulsar's ZooKeeper, its
+    elected topic manager): the core parses the name and its `restart_after` rule, the system's roles
+    do the kill (`Role.kill(name)`), and its `check` judges the fault against the built topology."""
+
+    name: str  # what `kill:` says
+    about: str  # what a kill of it does, for the scenario reference
+    restart: bool | None = None  # True: needs restart_after; False: takes none; None: either
+    why: str = ""  # why restart_after is needed or refused, said with the refusal
+    check: str | None = None  # "module:function"(scenario, topology, fault index, report)
+
+
+@dataclass(frozen=True)
 class System:
     """A system under test: the manifest of its folder."""
 
@@ -110,6 +123,8 @@ class System:
     agent_roles: tuple[str, ...] = ()  # those whose fixed nodes run a Serf agent (a coordinate of their own)
     workload_fields: dict[str, tuple] = field(default_factory=dict)  # more `workload.<key>`: (type, default)
     control: dict[str, tuple] = field(default_factory=dict)  # `control.<key>`: (model, default, description)
+    validate_control: Callable[[Any], None] | None = None  # its check of the control block; raises ValueError
+    fault_targets: tuple[FaultTarget, ...] = ()  # parts that `kill:` may name beside nodes
     roles: tuple[str, ...] = ()  # "module:Class" of its harness roles, in start order
     runs: tuple[str, ...] = ()  # workload kinds another system declares that this one runs too
     check: str | None = None  # "module:function"(scenario, topology, report): its own checks, after the kind's
@@ -128,7 +143,7 @@ def packages() -> tuple[str, ...]:
 
 @functools.cache
 def _load(names: tuple[str, ...]) -> tuple[System, ...]:
-    loaded, kinds, benches = [], {}, {}
+    loaded, kinds, benches, owners = [], {}, {}, {}
     for package in names:
         try:
             manifest = importlib.import_module(f"{package}.manifest")
@@ -147,6 +162,8 @@ def _load(names: tuple[str, ...]) -> tuple[System, ...]:
             if bench.name in benches:
                 raise RuntimeError(f"benchmark {bench.name!r} of {system.name} is already {benches[bench.name]}'s")
             benches[bench.name] = system.name
+        _claim(owners, system.name, [f"control.{key}" for key in system.control]
+               + [f"kill: {target.name}" for target in system.fault_targets])
         loaded.append(replace(system, package=package))
     names_seen = [s.name for s in loaded]
     for system in loaded:
@@ -157,6 +174,14 @@ def _load(names: tuple[str, ...]) -> tuple[System, ...]:
             raise RuntimeError(f"system {system.name} runs workload kind {unknown[0]!r}, which no system declares "
                                f"(declared: {', '.join(kinds) or 'none'})")
     return tuple(loaded)
+
+
+def _claim(owners: dict[str, str], system: str, names: list[str]) -> None:
+    """A control key or fault target has one declaring system: a second one is a registry error."""
+    for name in names:
+        if name in owners:
+            raise RuntimeError(f"{name} of {system} is already {owners[name]}'s")
+        owners[name] = system
 
 
 def systems() -> tuple[System, ...]:
@@ -257,3 +282,21 @@ def client_roles() -> tuple[str, ...]:
 
 def agent_roles() -> set[str]:
     return {role for system in systems() for role in system.agent_roles}
+
+
+def control_owner(key: str) -> System | None:
+    """The system that declares `control.<key>` (None: a key of the core's)."""
+    return next((s for s in systems() if key in s.control), None)
+
+
+def fault_targets() -> dict[str, tuple[System, FaultTarget]]:
+    """Every part a scenario's `kill:` may name beside a node, with the system that declares it."""
+    return {target.name: (system, target) for system in systems() for target in system.fault_targets}
+
+
+def foreign(system_name: str | None, owner: System) -> str | None:
+    """What runs instead of `owner` when a setting or part it declares does not apply (the system under
+    test `system_name` is another, or none); None: it applies."""
+    if owner.name == system_name:
+        return None
+    return f"system {system_name!r}" if system_name else f"workload kind {NO_WORKLOAD!r} (no system)"

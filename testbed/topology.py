@@ -14,9 +14,9 @@ from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 from testbed import plugin
-from testbed.scenario import cities, zones
+from testbed.scenario import cities, owners, zones
 from testbed.scenario.loader import Problem, ScenarioError, line_of
-from testbed.scenario.model import MANAGER, ZOOKEEPER, LinkParams, Scenario, scaled_count
+from testbed.scenario.model import LinkParams, Scenario, scaled_count
 
 # Addresses live only inside the run's own namespaces, so every run can use the same plan.
 GATEWAY_IP = "10.255.255.254"
@@ -265,10 +265,12 @@ def sites_of(scenario: Scenario) -> list[str]:
     return list(topo.sites)
 
 
-def checked(scenario: Scenario, path: str) -> Topology:
+def checked(scenario: Scenario, path: str, written_for: str | None = None) -> Topology:
     """Build the topology of a schema-valid scenario, checking what needs the data or the whole
-    graph (zones vs towers, site names, name clashes, faults on brokers); every problem names the
-    line of the field at fault, like schema errors. The topology is returned, so it is built once."""
+    graph (zones vs towers, site names, name clashes, faults on brokers, settings and fault targets
+    of a system not under test); every problem names the line of the field at fault, like schema
+    errors. The topology is returned, so it is built once. `written_for`: the file's own system
+    when `--system` replaced it (its settings are kept as written)."""
     problems: list[Problem] = []
 
     def report(loc: tuple, message: str) -> None:
@@ -314,6 +316,8 @@ def checked(scenario: Scenario, path: str) -> Topology:
     if check:
         check(scenario, built, report)
     _check_durable(scenario, built, report)
+    owners.check_control(scenario, report, written_for)
+    targets = plugin.fault_targets()
     brokers = sorted(n.name for n in built.nodes.values() if n.role == "broker")
     clients = {n.name for n in built.nodes.values() if n.role in plugin.client_roles()}
     for i, fault in enumerate(scenario.faults):
@@ -322,12 +326,8 @@ def checked(scenario: Scenario, path: str) -> Topology:
         if fault.back_after is not None and fault.at + fault.back_after >= scenario.duration:
             report(("faults", i, fault.back_field), f"back at {fault.at + fault.back_after:g}s, not within the "
                                                    f"run's duration ({scenario.duration:g}s)")
-        if fault.target == ZOOKEEPER:
-            continue
-        if fault.target == MANAGER:
-            if scenario.nodes.cloud_brokers < 2:
-                report(("faults", i, "kill"), "killing the topic manager needs a standby: nodes.cloud_brokers of 2 "
-                                              "or more (a manager in every cloud node)")
+        if fault.kill in targets:  # a part a system declares: its system judges it
+            owners.check_fault_target(scenario, built, i, report)
             continue
         if fault.relay is not None:
             a, b = fault.relay

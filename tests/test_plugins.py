@@ -79,6 +79,84 @@ def test_the_core_names_no_registered_system():
     assert not grown, f"more system names than before in {grown}: derive them from testbed.plugin"
 
 
+# Modules that still read a system's control keys or name its fault targets, with how many times (a
+# count may only go down; a module not listed must have none). The analysis of runs and `make paper`
+# read ePulsar's recorded settings from a run's scenario.yaml (its series per policy, its reading of
+# d, its reaction bound); the harness's CPU classes and the container image name ZooKeeper's program.
+SETTINGS_NOT_YET_PLUGGED: dict[str, int] = {
+    "analysis/balance.py": 3, "analysis/bounds.py": 1, "analysis/compare_runs.py": 1, "analysis/traces.py": 2,
+    "testbed/paper_steps.py": 2, "testbed/emulation/docker_engine.py": 1, "testbed/monitor.py": 2,
+}
+
+
+def _attribute_name(node) -> str | None:
+    return node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+
+
+def _named_settings(path: Path, keys: set[str], targets: set[str]) -> list[tuple[int, str]]:
+    """Where a module reads a system's control key (`x.control.policy`, `control.get("policy")`,
+    `control["policy"]`), declares one in a `Control*` model, or names a system's fault target (a string
+    constant, docstrings aside)."""
+    tree = ast.parse(path.read_text())
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr)}
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in keys and _attribute_name(node.value) == "control":
+            hits.append((node.lineno, f"control.{node.attr}"))
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and _attribute_name(node.func.value) == "control" and node.args
+              and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys):
+            hits.append((node.lineno, f"control.{node.args[0].value}"))
+        elif (isinstance(node, ast.Subscript) and _attribute_name(node.value) == "control"
+              and isinstance(node.slice, ast.Constant) and node.slice.value in keys):
+            hits.append((node.lineno, f"control.{node.slice.value}"))
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Control"):
+            hits += [(item.lineno, f"control.{item.target.id}") for item in node.body
+                     if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.target.id in keys]
+        elif isinstance(node, ast.Constant) and node.value in targets and id(node) not in docstrings:
+            hits.append((node.lineno, node.value))
+    return sorted(hits)
+
+
+def test_the_core_names_no_system_s_settings_or_fault_targets():
+    """The topic manager's keys (`control.policy`, ...) and ePulsar's fault targets (`kill: zookeeper`)
+    are its manifest's: the core's control model declares only what every system shares, and no core
+    module reads or names them beyond the counted ones."""
+    from testbed.scenario.model import Control, ControlCore
+
+    keys = {key for system in plugin.systems() for key in system.control}
+    targets = set(plugin.fault_targets())
+    assert {"policy", "distance", "migration", "overload", "pulsar_lm"} <= keys and {"zookeeper", "manager"} <= targets
+    assert set(ControlCore.model_fields) == {"settle", "nc_report_period"}
+    assert all(plugin.control_owner(key) for key in set(Control.model_fields) - set(ControlCore.model_fields))
+    found = {}
+    for path in sorted([*(ROOT / "testbed").rglob("*.py"), *(ROOT / "analysis").rglob("*.py")]):
+        relative = path.relative_to(ROOT).as_posix()
+        # the systems' folders, and the pure decisions the keys configure (testbed/policies, shared with
+        # offline simulations: ePulsar's Algorithm 1, Pulsar's load manager, BAD's balancing)
+        systems_own = relative.startswith(("testbed/systems/", "testbed/policies/"))
+        hits = [] if systems_own else _named_settings(path, keys, targets)
+        if hits:
+            found[relative] = hits
+    unplugged = {p: hits for p, hits in found.items() if p not in SETTINGS_NOT_YET_PLUGGED}
+    assert not unplugged, f"the core names a system's setting or fault target (ask testbed.plugin): {unplugged}"
+    grown = {p: len(hits) for p, hits in found.items() if len(hits) > SETTINGS_NOT_YET_PLUGGED[p]}
+    assert not grown, f"more of a system's settings than before in {grown}"
+
+
+def test_the_settings_scan_finds_a_key_and_a_target(tmp_path):
+    """The scan above can fail: a core model declaring `policy`, a read of `control.distance` or of
+    a recorded `control.get("overload")`, and a branch on `"zookeeper"` are found; docstrings are not."""
+    module = tmp_path / "core.py"
+    module.write_text('"""zookeeper"""\n\nclass ControlCore:\n    policy: str = "epulsar"\n    settle: float = 60\n\n\n'
+                      'def f(scenario, fault, control):\n    """manager"""\n    d = scenario.control.distance\n'
+                      '    o = control.get("overload")\n    return fault.kill == "zookeeper"\n')
+    hits = _named_settings(module, {"policy", "distance", "overload"}, {"zookeeper", "manager"})
+    assert hits == [(4, "control.policy"), (10, "control.distance"), (11, "control.overload"), (12, "zookeeper")]
+
+
 def _feature_branches(path: Path, words: tuple[str, ...]) -> list[int]:
     """Lines of `if`s and conditional expressions whose test names one of `words` (a word of a name, an
     attribute or a string; a trace column's name is the trace's, not a feature's)."""
@@ -120,8 +198,8 @@ def test_the_name_scan_finds_a_branch_on_a_system(tmp_path):
 TOY_MANIFEST = '''
 from pydantic import Field
 
-from testbed.plugin import Benchmark, Figure, System, WorkloadKind
-from testbed.scenario.fields import Count, Strict
+from testbed.plugin import Benchmark, FaultTarget, Figure, System, WorkloadKind
+from testbed.scenario.fields import Count, PositiveDuration, Strict
 
 
 class Echo(Strict):
@@ -139,6 +217,8 @@ SYSTEM = System(name="toyecho", title="a toy echo service",
                 workloads=(WorkloadKind("echo", block="echo", block_model=Echo, validate=one_class,
                                         check="checks:needs_echo_nodes", offered="load:offered"),),
                 client_roles=("echoer",), agent_roles=("echoer",),
+                control={"echo_period": (PositiveDuration, 1.0, "how often an echo node repeats")},
+                fault_targets=(FaultTarget("hub", "kills the echo hub for good", restart=False),),
                 benchmarks=(Benchmark("echo-fanout", program="bench", figures="figures", about="readers reached per message",
                                       shows=(Figure("echo", images=(), section="Echo, 1", title="Echo fanout",
                                                     paper="every message reaches 3 readers", rule="fanout >= 3"),),
@@ -290,6 +370,23 @@ def test_a_toy_system_s_schema_and_checks_name_file_line_and_field(toy_system):
     (toy_system / "no-echoers.yaml").write_text(text.replace("role: echoer", "role: static"))
     run = _toy_cli(toy_system, "validate", str(toy_system / "no-echoers.yaml"))
     assert "needs client nodes with role: echoer" in run.stdout + run.stderr, run.stdout + run.stderr
+
+
+def test_a_toy_system_s_settings_and_fault_targets_are_its_own(toy_system):
+    """A system's `control` key and fault target, declared in its manifest only: taken under it,
+    refused at their line under another system, naming the system that has them (both ways)."""
+    text = (toy_system / "toy.yaml").read_text()
+    (toy_system / "own.yaml").write_text(text + "control: {echo_period: 2s}\nfaults:\n  - {at: 5s, kill: hub}\n")
+    run = _toy_cli(toy_system, "validate", str(toy_system / "own.yaml"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    (toy_system / "zk.yaml").write_text(text + "faults:\n  - {at: 5s, kill: zookeeper, restart_after: 2s}\n")
+    run = _toy_cli(toy_system, "validate", str(toy_system / "zk.yaml"))
+    assert run.returncode == 2 and f"zk.yaml:{len(text.splitlines()) + 2}: faults[0].kill: 'zookeeper' is a part of " \
+        "system 'epulsar', and system 'toyecho' has none" in run.stderr, run.stdout + run.stderr
+    uav = (ROOT / "scenarios" / "uav-smoke.yaml").read_text().replace("settle: 15s}", "settle: 15s, echo_period: 2s}")
+    (toy_system / "uav.yaml").write_text(uav)
+    run = _toy_cli(toy_system, "validate", str(toy_system / "uav.yaml"))
+    assert run.returncode == 2 and "control.echo_period: a setting of system 'toyecho'" in run.stderr, run.stderr
 
 
 def test_an_unregistered_system_s_workload_is_refused(toy_system):

@@ -416,7 +416,7 @@ def test_place_topics_places_the_most_constrained_topic_first():
 
 
 def test_overload_from_scenario_config():
-    from testbed.scenario.model import Overload as ScenarioOverload
+    from testbed.systems.pubsub.schema import Overload as ScenarioOverload
 
     assert Overload.from_config(ScenarioOverload()) == Overload(0.85, 0.85, 0.85, 20_000.0)
     assert ONE_WAY(c(0), c(2)) == pytest.approx(0.001)

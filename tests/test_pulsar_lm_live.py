@@ -16,6 +16,7 @@ import pytest
 from testbed import topology
 from testbed.systems.pubsub.workload_role import plan_hotspot
 from testbed.scenario.loader import load
+from testbed.systems.pubsub.schema import load_manager
 from testbed.systems.pubsub.workloads import hotspot_expected
 from tests.live import judged_seconds, run_held, unexplained_seconds
 from tests.needs import FULL_SYSTEM
@@ -67,7 +68,7 @@ def test_the_shedder_moves_bundles_off_brokers_measured_over_the_threshold(lm_ru
     elected = next(e for e in events if e["type"] == "elected")
     assert elected["policy"] == "pulsar-lm" and elected["workflow"] == "baseline"
     assert summary["rounds_failed"] == 0
-    threshold = load(SCENARIO).control.load_manager().threshold
+    threshold = load_manager(load(SCENARIO).control).threshold
     measured = {e["round"]: {b: _use(v) for b, v in e["brokers"].items()} for e in events if e["type"] == "loads"}
     shed = [e for e in events if e["type"] == "bundle_unload" and e["by"] == "threshold"]
     assert shed, [e for e in events if e["type"].startswith("bundle_")]

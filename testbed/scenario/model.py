@@ -7,23 +7,15 @@ manifest (testbed.plugin), so this module names no system.
 
 from __future__ import annotations
 
-from dataclasses import fields as dataclass_fields
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, StringConstraints, ValidationInfo, create_model, field_validator, model_validator
 
 from testbed import natsserver, plugin
 from testbed.nc.snapshots import CONVERGED_RELATIVE_ERROR, SAME_SITE_ERROR_S
-from testbed.policies.distance import DEFAULT_DISTANCE
-from testbed.policies.initial import DEFAULT_INITIAL_PLACEMENT
-from testbed.policies.overload import Overload as OverloadThresholds
-from testbed.policies.pulsar_lm.config import PULSAR_CAPACITIES as LM_CAPACITIES
-from testbed.policies.pulsar_lm.config import UNITS as LM_UNITS
-from testbed.policies.pulsar_lm.config import LoadManagerConfig
-from testbed.policies.registry import DEFAULT_POLICY
-from testbed.scenario.fields import (NAME_MAX, Bandwidth, CityCode, Count, DistanceName, Duration, Fraction,
-                                     InitialPlacement, MessageSize, Name, PolicyName, PositiveDuration, Rate, Size, Speed,
-                                     Strict, TopicName, check_name, check_scenario_name, min_max)
+from testbed.scenario.fields import (NAME_MAX, Bandwidth, CityCode, Count, Duration, Fraction, MessageSize, Name,
+                                     PositiveDuration, Rate, Size, Speed, Strict, TopicName, check_name,
+                                     check_scenario_name, min_max)
 from testbed.tracking.bloom import PRESETS as TRACKING_PRESETS
 from testbed.tracking.bloom import PREFIXES as MD5_PREFIXES
 from testbed.tracking.bloom import Filter, segment_bits
@@ -261,24 +253,6 @@ class Mobility(Strict):
         return self
 
 
-class Migration(Strict):
-    workflow: Literal["enhanced", "baseline"] = "enhanced"
-    executors: Annotated[int, Field(ge=1, le=256)] = 16
-
-
-_OVERLOAD = OverloadThresholds()
-
-
-class Overload(Strict):
-    """Broker overload thresholds (paper 3.4.2) with units; the defaults are the policies' own
-    (testbed.policies.overload, where Rth_out for nats-server is explained)."""
-
-    cpu: Fraction = _OVERLOAD.cpu
-    memory: Fraction = _OVERLOAD.memory
-    network: Fraction = _OVERLOAD.network
-    output_rate: Rate = _OVERLOAD.output_rate
-
-
 class Settle(Strict):
     """How long a run waits for the network coordinates before its workload (testbed.roles.settle):
     until the all-pairs median error is below `median_error` and every same-site pair (a zone's
@@ -308,73 +282,22 @@ class Settle(Strict):
         return self
 
 
-def _pulsar_lm_model() -> type[Strict]:
-    """`control.pulsar_lm`: every parameter of Pulsar's load manager, with the units a scenario writes
-    and the defaults of testbed.policies.pulsar_lm.config. The capacities default to None: Pulsar's
-    values at the same share of the run's Rth_out (`Control.load_manager`)."""
-    kinds = {"duration": Duration, "msg/s": Rate, "bytes/s": Size, "fraction": Fraction}
-    defaults = LoadManagerConfig()
-    fields_ = {}
-    for f in dataclass_fields(LoadManagerConfig):
-        default = getattr(defaults, f.name)
-        if f.name in LM_CAPACITIES:
-            fields_[f.name] = (kinds[LM_UNITS[f.name]] | None, Field(None, description=f.metadata["help"]))
-            continue
-        if f.metadata["choices"]:
-            kind = Literal[tuple(f.metadata["choices"])]
-        elif isinstance(default, bool):
-            kind = bool
-        elif isinstance(default, int):
-            kind = Annotated[int, Field(ge=1 if f.name in ("bundles", "max_bundles") else 0, le=1_000_000)]
-        else:
-            kind = kinds.get(LM_UNITS.get(f.name), Annotated[float, Field(ge=0, allow_inf_nan=False)])
-        fields_[f.name] = (kind, Field(default, description=f.metadata["help"]))
-    return create_model("PulsarLm", __base__=Strict, **fields_)
-
-
-PulsarLm = _pulsar_lm_model()
-
-
 class ControlCore(Strict):
-    """The control plane. `distance`: how d is read from Serf's RTT estimate (`one_way` halves it,
-    `rtt` takes it as the paper writes d; testbed.policies.distance). `initial_placement`: where a
-    topic starts (`first_lookup`: placed by the policy from the first asking client's coordinate;
-    `cloud`: on the cloud broker until its first report and round; testbed.policies.initial).
-    `infeasible_min_gain` (beyond the paper, 0: Algorithm 1 as written): a violating topic that no
-    broker can serve within its threshold moves only when the best broker's estimate beats its own
-    broker's by at least this much (testbed.policies.repartition.too_little_gain)."""
+    """What every system's control plane shares: `settle`, the wait for the network coordinates
+    before the workload (testbed.roles.settle), and `nc_report_period`, how often a client reports
+    its coordinate (testbed.roles.coordinates, the pub/sub clients). `Control` adds each registered
+    system's own keys (its manifest's `control`, e.g. the topic manager's `policy`), checked by the
+    system (`validate_control`) and refused under another system (testbed.scenario.owners): this model
+    names no system's setting."""
 
-    policy: PolicyName = DEFAULT_POLICY
-    distance: DistanceName = DEFAULT_DISTANCE
-    initial_placement: InitialPlacement = DEFAULT_INITIAL_PLACEMENT
-    infeasible_min_gain: Duration = 0.0
-    monitoring_period: PositiveDuration = 5.0
     nc_report_period: PositiveDuration = 5.0
     settle: Settle = Settle()
-    migration: Migration = Migration()
-    overload: Overload = Overload()
-    pulsar_lm: PulsarLm = PulsarLm()  # Pulsar's load manager (policy pulsar-lm), testbed.policies.pulsar_lm.config
-
-    def load_manager(self) -> LoadManagerConfig:
-        """pulsar-lm's parameters for this run: the given ones, the capacities scaled to Rth_out."""
-        return LoadManagerConfig.scaled(self.overload.output_rate, **self.pulsar_lm.model_dump())
 
     @model_validator(mode="after")
-    def _infeasible_min_gain(self) -> ControlCore:
-        from testbed.policies import get_policy
-
-        policy = get_policy(self.policy)
-        if self.infeasible_min_gain > 0 and (not policy.latency_aware or getattr(policy, "controller", None)):
-            raise ValueError(f"infeasible_min_gain: policy {self.policy!r} does not move topics by latency with "
-                             "Algorithm 1, so the gain asked of a move could never apply (epulsar or allpairs)")
-        return self
-
-    @model_validator(mode="after")
-    def _load_manager(self) -> ControlCore:
-        try:
-            self.load_manager()
-        except ValueError as error:
-            raise ValueError(f"pulsar_lm: {error}") from None
+    def _systems_agree(self) -> ControlCore:
+        for system in plugin.systems():
+            if system.validate_control is not None:
+                system.validate_control(self)
         return self
 
 
@@ -383,21 +306,28 @@ Control = create_model("Control", __base__=ControlCore, __doc__=ControlCore.__do
                           for key, (model, default, note) in system.control.items()})
 
 
-ZOOKEEPER = "zookeeper"  # a fault's target that is the cloud's ZooKeeper, not a node
-MANAGER = "manager"  # a fault's target that is the elected topic manager (a standby takes over)
-
-
 def _check_fault_target(value: str) -> str:
-    return value if value in (ZOOKEEPER, MANAGER) else check_name(value)
+    """A node's name, or a part a system declares (testbed.plugin.FaultTarget)."""
+    return value if value in plugin.fault_targets() else check_name(value)
+
+
+def _restart_rule(fault: Fault) -> None:
+    """restart_after as a fault target's system says: needed, refused, or either."""
+    targets = plugin.fault_targets()
+    target = targets[fault.kill][1] if fault.kill in targets else None
+    if target is not None and target.restart is True and fault.restart_after is None:
+        raise ValueError(f"kill: {target.name} needs restart_after ({target.why})")
+    if fault.restart_after is not None and (fault.kill is None or (target is not None and target.restart is False)):
+        restarted = [name for name, (_, t) in targets.items() if t.restart is not False]
+        why = f" ({target.why})" if target is not None and target.why else ""
+        raise ValueError(f"restart_after goes with kill: {' or '.join([*restarted, 'a broker'])}{why}")
 
 
 class Fault(Strict):
     """At `at` into the run, `kill` crashes or `pause` stops a part. A broker node crashes for good:
     its nats-server, broker agent and Serf agent are killed (SIGKILL) and not restarted; its topics
-    must be re-placed. `kill: zookeeper` kills the cloud's ZooKeeper (SIGKILL) and starts it again,
-    with its data, `restart_after` later: the control plane is gone meanwhile, the data plane is not.
-    `kill: manager` kills the elected topic manager for good; with two or more cloud brokers a
-    standby manager (one in every cloud node) is elected once the leader's ZooKeeper session expires.
+    must be re-placed. `kill` may also name a part that the system under test declares (its
+    manifest's `fault_targets`; the table below says what a kill of each does).
     With `restart_after`, a killed broker node starts again (its nats-server, broker agent and
     Serf agent, with no state: a crash and a reboot), as in a soak with periodic crashes.
     `pause: <broker>` stops every process of a broker node (SIGSTOP) for `resume_after` (SIGCONT):
@@ -408,7 +338,7 @@ class Fault(Strict):
     (its nodes still reach each other), as when a MEC site loses its backhaul."""
 
     at: PositiveDuration
-    kill: Annotated[str, AfterValidator(_check_fault_target)] | None = None  # a node, `zookeeper` or `manager`
+    kill: Annotated[str, AfterValidator(_check_fault_target)] | None = None  # a node, or a system's fault target
     restart_after: PositiveDuration | None = None
     pause: Annotated[str, AfterValidator(check_name)] | None = None
     resume_after: PositiveDuration | None = None
@@ -421,10 +351,7 @@ class Fault(Strict):
         if sum(k is not None for k in (self.kill, self.pause, self.relay, self.cut)) != 1:
             raise ValueError("a fault is a kill, a pause, a relay or a cut: give exactly one of kill, pause, "
                              "relay and cut")
-        if self.kill == ZOOKEEPER and self.restart_after is None:
-            raise ValueError("kill: zookeeper needs restart_after (the run has no control plane without it)")
-        if self.restart_after is not None and (self.kill is None or self.kill == MANAGER):
-            raise ValueError("restart_after goes with kill: zookeeper or a broker (a manager has standbys)")
+        _restart_rule(self)
         if (self.pause is not None) != (self.resume_after is not None):
             raise ValueError("resume_after goes with pause, and a pause needs it")
         if (self.cut is not None) != (self.heal_after is not None):

@@ -21,6 +21,7 @@ from pydantic.fields import FieldInfo
 from testbed.policies.distance import DISTANCES
 from testbed.policies.initial import INITIAL_PLACEMENTS
 from testbed.policies.registry import POLICIES
+from testbed import plugin
 from testbed.scenario import fields as f
 from testbed.scenario import model as m
 from testbed.scenario.cities import CITY_CODES
@@ -171,8 +172,21 @@ def section(cls: type[BaseModel], paths: list[str]) -> list[str]:
     for name, hint in fields(cls).items():
         field = cls.model_fields[name]
         note = field.description or notes.get(name, "")
+        owner = plugin.control_owner(name) if cls is m.Control else None
+        note = f"system {owner.name}'s: {note}" if owner else note  # refused under another system
         lines.append(f"| `{name}` | {_cell(type_text(hint))} | {_cell(default_text(field))} | "
                      f"{_cell(bounds(field, hint))} | {_cell(note)} |")
+    return lines + [""]
+
+
+def fault_targets() -> list[str]:
+    """The parts a `kill:` may name beside nodes, each declared by a system (its manifest's
+    `fault_targets`) and refused under any other system."""
+    rule = {True: "required", False: "refused", None: "optional"}
+    lines = ["Besides a node, `kill` may name a part of the system under test:", "",
+             "| `kill:` | system | restart_after | what it does |", "|---|---|---|---|"]
+    lines += [f"| `{name}` | {system.name} | {rule[target.restart]}{f' ({target.why})' if target.why else ''} | "
+              f"{_cell(target.about)} |" for name, (system, target) in plugin.fault_targets().items()]
     return lines + [""]
 
 
@@ -188,7 +202,7 @@ def render() -> str:
     lines += [f"| {name} | {how} | {limit or '-'} |" for _, name, how, limit in NAMED]
     lines.append("")
     for cls, paths in models().items():
-        lines += section(cls, paths)
+        lines += section(cls, paths) + (fault_targets() if cls is m.Fault else [])
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -148,7 +148,7 @@ def _boolean(text: str) -> bool:
     return text == "true"
 
 
-# How a scenario writes each non-count parameter (testbed.scenario.model builds `control.pulsar_lm`
+# How a scenario writes each non-count parameter (testbed.systems.pubsub.schema builds `control.pulsar_lm`
 # from the fields): the rest are counts, choices, booleans or plain weights.
 UNITS = {"shedding_interval": "duration", "grace_period": "duration",
          "split_max_rate": "msg/s", "uniform_min_unload_rate": "msg/s", "default_bundle_rate": "msg/s",

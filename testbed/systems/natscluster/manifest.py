@@ -12,6 +12,6 @@ SYSTEM = System(
     check="checks:natscluster",
     settings="schema:mode",
     control={"natscluster": (NatsClusterControl, NatsClusterControl(),
-                             "the NATS cluster baseline (system natscluster): where clients attach")},
+                             "where clients attach in NATS's route cluster")},
     roles=("role:NatsClusterRole", "role:NatsClusterWorkload"),
 )

@@ -84,3 +84,11 @@ def hotspot(scenario, built, report) -> None:
         report(where + ("hot_site",), f"{spec.hot_site!r} has no static client node; they are at {', '.join(sites)}")
     if spec.surge and spec.surge.at >= scenario.duration:
         report(where + ("surge", "at"), f"{spec.surge.at:g}s is not within the run's duration ({scenario.duration:g}s)")
+
+
+def manager_fault(scenario, built, index, report) -> None:
+    """`kill: manager` (a fault target of this system): a standby must take over, so the cloud needs
+    a second broker node (a manager runs in every cloud node)."""
+    if scenario.nodes.cloud_brokers < 2:
+        report(("faults", index, "kill"), "killing the topic manager needs a standby: nodes.cloud_brokers of 2 "
+                                          "or more (a manager in every cloud node)")

@@ -6,9 +6,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from testbed.plugin import Benchmark, Experiment, Figure, System, WorkloadKind
+from testbed.plugin import Benchmark, Experiment, FaultTarget, Figure, System, WorkloadKind
+from testbed.policies.distance import DEFAULT_DISTANCE
+from testbed.policies.initial import DEFAULT_INITIAL_PLACEMENT
+from testbed.policies.registry import DEFAULT_POLICY
+from testbed.scenario.fields import DistanceName, Duration, InitialPlacement, PolicyName, PositiveDuration
 from testbed.systems.pubsub.claims import FIG4, FIG4_JITTER, FIG5, FIG6, FIG7A, FIG7B
-from testbed.systems.pubsub.schema import HandoverTrigger, Hotspot, hotspot_topics, needs_rate_and_topics
+from testbed.systems.pubsub.schema import (MANAGER, ZOOKEEPER, HandoverTrigger, Hotspot, Migration, Overload, PulsarLm,
+                                           check_control, hotspot_topics, needs_rate_and_topics)
 
 PUBSUB_FEATURES = ("durable", "tracking")
 
@@ -47,8 +52,38 @@ SYSTEM = System(
                      # (clienthost.py), or a process and an engine per node; auto: per machine where it can
                      "client_processes": (Literal["auto", "per-machine", "per-node"], "auto")},
     roles=("role:PubSubRole", "workload_role:PubSubWorkload"),
-    control={"handover_trigger": (HandoverTrigger, HandoverTrigger(),
-                                  "beyond the paper: early reports and rounds on handovers (testbed.policies.handover)")},
+    # the topic manager's keys, flat under `control` as scenarios have always written them; refused
+    # (testbed.scenario.owners) when another system is under test
+    control={
+        "policy": (PolicyName, DEFAULT_POLICY, "the topic manager's placement policy (testbed.policies.registry)"),
+        "distance": (DistanceName, DEFAULT_DISTANCE,
+                     "how d is read from Serf's RTT estimate: `one_way` halves it, `rtt` takes it as the paper "
+                     "writes d (testbed.policies.distance)"),
+        "initial_placement": (InitialPlacement, DEFAULT_INITIAL_PLACEMENT,
+                              "where a topic starts: `first_lookup`, placed by the policy from the first asking "
+                              "client's coordinate; `cloud`, on the cloud broker until its first report and round "
+                              "(testbed.policies.initial)"),
+        "infeasible_min_gain": (Duration, 0.0,
+                                "beyond the paper (0: Algorithm 1 as written): a violating topic that no broker can "
+                                "serve within its threshold moves only when the best broker's estimate beats its own "
+                                "broker's by at least this much (testbed.policies.repartition.too_little_gain)"),
+        "monitoring_period": (PositiveDuration, 5.0, "how often a broker reports its topics to ZooKeeper (paper 3.2)"),
+        "migration": (Migration, Migration(), "the migration workflow (`enhanced`: ePulsar's Fig. 2; `baseline`: "
+                                              "Pulsar's) and its pool of executors"),
+        "overload": (Overload, Overload(), "broker overload thresholds (paper 3.4.2; testbed.policies.overload)"),
+        "pulsar_lm": (PulsarLm, PulsarLm(), "Pulsar's load manager (policy pulsar-lm), testbed.policies.pulsar_lm.config"),
+        "handover_trigger": (HandoverTrigger, HandoverTrigger(),
+                             "beyond the paper: early reports and rounds on handovers (testbed.policies.handover)"),
+    },
+    validate_control=check_control,
+    fault_targets=(
+        FaultTarget(ZOOKEEPER, "kills the cloud's ZooKeeper (SIGKILL) and starts it again, with its data, "
+                                 "`restart_after` later: the control plane is gone meanwhile, the data plane is not",
+                    restart=True, why="the run has no control plane without it"),
+        FaultTarget(MANAGER, "kills the elected topic manager for good; with two or more cloud brokers a standby "
+                               "manager (one in every cloud node) is elected once the leader's ZooKeeper session "
+                               "expires", restart=False, why="a manager has standbys", check="checks:manager_fault"),
+    ),
     benchmarks=(
         # the ePulsar paper's microbenchmarks (5.5-5.7), each quick enough for `make paper` to run
         Benchmark("placement", program="bench.placement", figures="bench.figures", minutes=8, paper_runs=True,

@@ -21,9 +21,9 @@ from testbed.procs import LineCounter, json_lines, read_line, stop_group, wait_o
 from testbed.systems.pubsub import balance
 from testbed.roles.base import Role, RunContext
 from testbed.roles.launch import start_agent, start_nats, start_zookeeper
-from testbed.scenario.model import MANAGER, ZOOKEEPER
 from testbed.systems.pubsub.broker import MONITOR_PORT, NATS_PORT, nats_url
 from testbed.systems.pubsub.durable import CLUSTER_PORT, classes_json, storage_config
+from testbed.systems.pubsub.schema import MANAGER, ZOOKEEPER, load_manager
 from testbed.tracking.config import TrackingConfig
 from testbed.tracking.store import TRACKING_DIR
 from testbed.tracking.store import summary as tracking_summary
@@ -341,7 +341,7 @@ class PubSubRole(Role):
                            threshold=min(thresholds),
                            overload=astuple(Overload.from_config(control.overload)),
                            distance=control.distance, initial_placement=control.initial_placement,
-                           infeasible_min_gain=control.infeasible_min_gain, seed=run.scenario.seed, load_manager=control.load_manager(),
+                           infeasible_min_gain=control.infeasible_min_gain, seed=run.scenario.seed, load_manager=load_manager(control),
                            handover=control.handover_trigger.config()),
             monitoring_period=control.monitoring_period, nc_period=control.nc_report_period,
             tracking=run.scenario.tracking.config(), tracking_dir=run.out / TRACKING_DIR,

@@ -1,18 +1,26 @@
-"""The pub/sub workloads' part of the scenario schema: the hot-spot block and the checks of each kind.
+"""The pub/sub system's part of the scenario schema: the hot-spot block and the checks of each kind,
+and the topic manager's `control` keys (testbed/systems/pubsub/manifest.py declares them).
 
 UAV swarms (paper 5.1) and the MMOG (paper 5.8.2) need only the core workload keys (a rate per
 publisher, topic classes with thresholds; the MMOG also avatars and groups); the hot spot adds its
-Zipf-ranked topics, its hot site and a surge.
+Zipf-ranked topics, its hot site and a surge. The control keys are ePulsar's (Algorithm 1, the
+policy, the migration workflow, the overload thresholds) and Pulsar's load manager's: no other
+system reads them, so they are this folder's, not the core's.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import fields as dataclass_fields
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, create_model, model_validator
 
 from testbed.policies.handover import POLL_MIN_S, HandoverTrigger as TriggerConfig
-from testbed.scenario.fields import Count, Duration, Fraction, Name, PositiveDuration, Strict
+from testbed.policies.overload import Overload as OverloadThresholds
+from testbed.policies.pulsar_lm.config import PULSAR_CAPACITIES as LM_CAPACITIES
+from testbed.policies.pulsar_lm.config import UNITS as LM_UNITS
+from testbed.policies.pulsar_lm.config import LoadManagerConfig
+from testbed.scenario.fields import Count, Duration, Fraction, Name, PositiveDuration, Rate, Size, Strict
 
 
 class Surge(Strict):
@@ -94,3 +102,69 @@ class HandoverTrigger(Strict):
 
     def config(self) -> TriggerConfig:
         return TriggerConfig(self.enabled, self.min_change, self.poll, self.min_interval, self.hold)
+
+ZOOKEEPER, MANAGER = "zookeeper", "manager"  # the parts a fault may kill beside nodes (the manifest's fault_targets)
+
+
+class Migration(Strict):
+    workflow: Literal["enhanced", "baseline"] = "enhanced"
+    executors: Annotated[int, Field(ge=1, le=256)] = 16
+
+
+_OVERLOAD = OverloadThresholds()
+
+
+class Overload(Strict):
+    """Broker overload thresholds (paper 3.4.2) with units; the defaults are the policies' own
+    (testbed.policies.overload, where Rth_out for nats-server is explained)."""
+
+    cpu: Fraction = _OVERLOAD.cpu
+    memory: Fraction = _OVERLOAD.memory
+    network: Fraction = _OVERLOAD.network
+    output_rate: Rate = _OVERLOAD.output_rate
+
+
+def _pulsar_lm_model() -> type[Strict]:
+    """`control.pulsar_lm`: every parameter of Pulsar's load manager, with the units a scenario writes
+    and the defaults of testbed.policies.pulsar_lm.config. The capacities default to None: Pulsar's
+    values at the same share of the run's Rth_out (`load_manager`)."""
+    kinds = {"duration": Duration, "msg/s": Rate, "bytes/s": Size, "fraction": Fraction}
+    defaults = LoadManagerConfig()
+    fields_ = {}
+    for f in dataclass_fields(LoadManagerConfig):
+        default = getattr(defaults, f.name)
+        if f.name in LM_CAPACITIES:
+            fields_[f.name] = (kinds[LM_UNITS[f.name]] | None, Field(None, description=f.metadata["help"]))
+            continue
+        if f.metadata["choices"]:
+            kind = Literal[tuple(f.metadata["choices"])]
+        elif isinstance(default, bool):
+            kind = bool
+        elif isinstance(default, int):
+            kind = Annotated[int, Field(ge=1 if f.name in ("bundles", "max_bundles") else 0, le=1_000_000)]
+        else:
+            kind = kinds.get(LM_UNITS.get(f.name), Annotated[float, Field(ge=0, allow_inf_nan=False)])
+        fields_[f.name] = (kind, Field(default, description=f.metadata["help"]))
+    return create_model("PulsarLm", __base__=Strict, **fields_)
+
+
+PulsarLm = _pulsar_lm_model()
+
+
+def load_manager(control) -> LoadManagerConfig:
+    """pulsar-lm's parameters for a run: the given ones, the capacities scaled to Rth_out."""
+    return LoadManagerConfig.scaled(control.overload.output_rate, **control.pulsar_lm.model_dump())
+
+
+def check_control(control) -> None:
+    """What the topic manager's keys must agree on (the manifest's `validate_control`)."""
+    from testbed.policies import get_policy  # the policies' modules, only when a scenario is checked
+
+    policy = get_policy(control.policy)
+    if control.infeasible_min_gain > 0 and (not policy.latency_aware or getattr(policy, "controller", None)):
+        raise ValueError(f"infeasible_min_gain: policy {control.policy!r} does not move topics by latency with "
+                         "Algorithm 1, so the gain asked of a move could never apply (epulsar or allpairs)")
+    try:
+        load_manager(control)
+    except ValueError as error:
+        raise ValueError(f"pulsar_lm: {error}") from None
