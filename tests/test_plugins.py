@@ -73,10 +73,16 @@ def test_the_core_names_no_registered_system():
         hits = _named_systems(path, names)
         if hits:
             found[relative] = hits
-    unplugged = {p: hits for p, hits in found.items() if p not in NOT_YET_PLUGGED}
-    assert not unplugged, f"the core names a system (derive it from testbed.plugin instead): {unplugged}"
-    grown = {p: len(hits) for p, hits in found.items() if len(hits) > NOT_YET_PLUGGED[p]}
-    assert not grown, f"more system names than before in {grown}: derive them from testbed.plugin"
+    _no_more_than_allowed(found, NOT_YET_PLUGGED, "the core names a system (derive it from testbed.plugin instead)",
+                          "more system names than before (derive them from testbed.plugin)")
+
+
+def _no_more_than_allowed(found: dict[str, list], allowed: dict[str, int], new: str, grown: str) -> None:
+    """A scan's hits by module: none in a module not yet allowed any, never more than allowed."""
+    unplugged = {p: hits for p, hits in found.items() if p not in allowed}
+    assert not unplugged, f"{new}: {unplugged}"
+    more = {p: len(hits) for p, hits in found.items() if len(hits) > allowed[p]}
+    assert not more, f"{grown}: {more}"
 
 
 # Modules that still read a system's control keys or name its fault targets, with how many times (a
@@ -140,10 +146,9 @@ def test_the_core_names_no_system_s_settings_or_fault_targets():
         hits = [] if systems_own else _named_settings(path, keys, targets)
         if hits:
             found[relative] = hits
-    unplugged = {p: hits for p, hits in found.items() if p not in SETTINGS_NOT_YET_PLUGGED}
-    assert not unplugged, f"the core names a system's setting or fault target (ask testbed.plugin): {unplugged}"
-    grown = {p: len(hits) for p, hits in found.items() if len(hits) > SETTINGS_NOT_YET_PLUGGED[p]}
-    assert not grown, f"more of a system's settings than before in {grown}"
+    _no_more_than_allowed(found, SETTINGS_NOT_YET_PLUGGED,
+                          "the core names a system's setting or fault target (ask testbed.plugin)",
+                          "more of a system's settings than before")
 
 
 def test_the_settings_scan_finds_a_key_and_a_target(tmp_path):
