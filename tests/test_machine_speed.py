@@ -4,6 +4,7 @@ run prints, when a run takes the reference, and the reference itself on real pro
 from __future__ import annotations
 
 import math
+import os
 import subprocess
 
 import pytest
@@ -45,8 +46,10 @@ def test_only_a_run_near_its_knee_takes_the_reference():
 
 @full_system
 def _reference_servers() -> set[str]:
-    """nats-servers on loopback as the reference starts them (other tests may run their own)."""
-    found = subprocess.run(["pgrep", "-f", "nats-server -a 127.0.0.1 -p"], capture_output=True, text=True)
+    """nats-servers on loopback that this process started, as the reference starts them (its child;
+    other tests, in other workers, run servers of their own on loopback meanwhile)."""
+    found = subprocess.run(["pgrep", "-P", str(os.getpid()), "-f", "nats-server -a 127.0.0.1 -p"],
+                           capture_output=True, text=True)
     return set(found.stdout.split())
 
 

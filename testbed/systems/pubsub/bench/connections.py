@@ -25,9 +25,11 @@ OUT = Path("results/bench/connections.json")
 
 
 def sample(engine_pid: int, server_pid: int) -> tuple:
-    """(machine ticks, engine CPU s, what this benchmark's own processes used, s)."""
-    ours = procs.cpu_seconds(engine_pid) + procs.cpu_seconds(server_pid) + procs.cpu_seconds("self")
-    return procs.machine_ticks(), procs.cpu_seconds(engine_pid), ours
+    """(machine ticks, engine CPU s, what this benchmark's own processes used, s); the engine's from its
+    threads' schedstat (ns: a short window's CPU in 10 ms ticks would round to nothing)."""
+    engine_s = procs.thread_cpu_ns(engine_pid) / 1e9
+    ours = engine_s + procs.thread_cpu_ns(server_pid) / 1e9 + procs.thread_cpu_ns("self") / 1e9
+    return procs.machine_ticks(), engine_s, ours
 
 
 async def one_run(binary: Path, url: str, server_pid: int, topics: int, subscribers: int, rate: float,
