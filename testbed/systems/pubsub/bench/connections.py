@@ -2,7 +2,7 @@
 shape on loopback (one publisher per avatar topic, each subscriber on a connection of its own, as a
 client host holds them), so the fixed cost of connections is measured apart from the emulated network.
 Engine binaries given with `--binary` alternate run by run (A/B on one machine, one sitting); the CPU
-is the engine process's own (utime + stime) over a window after start-up, and the machine's steal and
+is the engine process's own (its threads' schedstat) over a window after start-up, and the machine's steal and
 outside load over that window are kept beside it, as the harness's guard would."""
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from pathlib import Path
 
 from testbed import procs
 from testbed.bench.client import local_nats_server
-from testbed.systems.pubsub import engine as engine_module
 from testbed.systems.pubsub.client import EventLog
-from testbed.systems.pubsub.engine import Engine, EnginePublisher, EngineSubscriber
+from testbed.systems.pubsub.engine import Engine, EnginePublisher, EngineSubscriber, ensure_built
 
 OUT = Path("results/bench/connections.json")
 
@@ -74,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    binaries = args.binary or [engine_module.ensure_built()]
+    binaries = args.binary or [ensure_built()]
     process, url = local_nats_server()
     runs = []
     try:
